@@ -1,0 +1,71 @@
+/*
+ * replay.c -- runs a libFuzzer target's entry point over every file of a
+ * corpus directory (or over files named on the command line), so that the
+ * corpus is exercised in the ordinary gcc build and under ASan/UBSan.
+ */
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static int run_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "replay: cannot open %s\n", path);
+        return 1;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *buf = malloc(n > 0 ? (size_t)n : 1);
+    if (!buf || (n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n)) {
+        fprintf(stderr, "replay: cannot read %s\n", path);
+        fclose(f);
+        free(buf);
+        return 1;
+    }
+    fclose(f);
+    LLVMFuzzerTestOneInput(buf, (size_t)n);
+    free(buf);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int files = 0, failed = 0;
+    for (int i = 1; i < argc; i++) {
+        struct stat st;
+        if (stat(argv[i], &st) != 0) {
+            fprintf(stderr, "replay: %s does not exist\n", argv[i]);
+            return 1;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            failed += run_file(argv[i]);
+            files++;
+            continue;
+        }
+        DIR *d = opendir(argv[i]);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (e->d_name[0] == '.')
+                continue;
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%s", argv[i], e->d_name);
+            failed += run_file(p);
+            files++;
+        }
+        if (d)
+            closedir(d);
+    }
+    printf("replayed %d inputs\n", files);
+    if (files == 0) {
+        fprintf(stderr, "replay: empty corpus\n");
+        return 1;
+    }
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,355 @@
+/*
+ * shardsafe.h -- the public API of libshardsafe.
+ *
+ * shardsafe stores training checkpoints as safetensors files.  This header
+ * is the whole API and its documentation; anything not declared here is
+ * private to the library.
+ *
+ * Conventions
+ *   - Every fallible function returns an `int` status: SHS_OK (0) or one of
+ *     the negative `shs_status` values.  Out-parameters come first.
+ *   - After a failure, shs_last_error() returns a message for the calling
+ *     thread that names the file and the problem ("model.safetensors:
+ *     tensor 'w': data_offsets [0, 12] do not match shape [4] x F32 (16
+ *     bytes)").  The message stays valid until the next call into the
+ *     library from the same thread.
+ *   - Handles are opaque; every destroy function accepts NULL.
+ *   - Option structs carry a `version` field; initialise them with their
+ *     `*_INIT` macro so that fields added later get their defaults.
+ *   - Thread safety: distinct handles may be used from distinct threads at
+ *     once.  A reader handle (shs_file) is immutable after open and may be
+ *     read from many threads at once.  A writer handle is single-threaded.
+ *     shs_set_allocator() must be called before any other function.
+ */
+#ifndef SHARDSAFE_H
+#define SHARDSAFE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SHS_BUILDING_LIBRARY) && defined(__GNUC__)
+#define SHS_API __attribute__((visibility("default")))
+#else
+#define SHS_API
+#endif
+
+#define SHS_VERSION_MAJOR 0
+#define SHS_VERSION_MINOR 1
+#define SHS_VERSION_PATCH 0
+#define SHS_VERSION_STRING "0.1.0"
+
+/* Library version as a string, e.g. "0.1.0". */
+SHS_API const char *shs_version(void);
+
+/* ------------------------------------------------------------------------
+ * Status codes.  Values are stable; new codes are only ever appended.
+ * The safetensors format codes are listed in the order in which the reader
+ * checks a file (the order of the reference implementation).
+ * ---------------------------------------------------------------------- */
+typedef enum shs_status {
+    SHS_OK = 0,
+    SHS_ENOMEM = -1,            /* an allocation failed */
+    SHS_EIO = -2,               /* a read/write/fsync/rename failed */
+    SHS_EINVAL = -3,            /* invalid argument from the caller */
+    SHS_ENOENT = -4,            /* file or directory does not exist */
+    SHS_ENOTFOUND = -5,         /* no tensor / key of that name */
+    SHS_ERANGE = -6,            /* slice or buffer outside the tensor */
+    SHS_ENOSPC = -7,            /* no space left on the device */
+    SHS_ESTATE = -8,            /* call not valid in the handle's state */
+    SHS_EUNSUPPORTED = -9,      /* valid request the library cannot do */
+
+    /* safetensors format, in checking order */
+    SHS_EHEADER_TOO_SMALL = -20,   /* file shorter than 8 bytes */
+    SHS_EHEADER_TOO_LARGE = -21,   /* header length > 100,000,000 */
+    SHS_EHEADER_LENGTH = -22,      /* header extends past end of file */
+    SHS_EUTF8 = -23,               /* header is not valid UTF-8 */
+    SHS_EJSON = -24,               /* header is not strict JSON */
+    SHS_ENESTING = -25,            /* JSON nested 128 or more levels deep
+                                      (serde_json's recursion limit) */
+    SHS_ESCHEMA = -26,             /* JSON valid, but not a safetensors header
+                                      (wrong type, missing field, bad number) */
+    SHS_EDTYPE = -27,              /* unknown dtype string */
+    SHS_EDUPLICATE = -28,          /* duplicate key in the header */
+    SHS_EOFFSET = -29,             /* data_offsets not contiguous from 0 */
+    SHS_EOVERFLOW = -30,           /* numel x bits overflows 64 bits */
+    SHS_EMISALIGNED = -31,         /* numel x bits not a whole number of bytes */
+    SHS_ETENSOR_SIZE = -32,        /* byte range != numel x dtype size */
+    SHS_ETRAILING = -33,           /* data does not end exactly at end of file */
+    SHS_EWRONG_FORMAT = -34,       /* recognisably another format (git-LFS
+                                      pointer, pickle, zip, HDF5, GGUF) */
+    SHS_ECONVERT = -35             /* dtype conversion not supported */
+} shs_status;
+
+/* Static description of a status code ("header is not valid UTF-8"). */
+SHS_API const char *shs_strerror(int status);
+
+/* Detailed message of the calling thread's most recent failure, or "" . */
+SHS_API const char *shs_last_error(void);
+
+/* ------------------------------------------------------------------------
+ * Allocator hook.  All memory the library allocates goes through these.
+ * Call before any other function; pass NULL to restore malloc/realloc/free.
+ * ---------------------------------------------------------------------- */
+typedef struct shs_allocator {
+    void *(*malloc_fn)(void *ctx, size_t size);
+    void *(*realloc_fn)(void *ctx, void *ptr, size_t size);
+    void (*free_fn)(void *ctx, void *ptr);
+    void *ctx;
+} shs_allocator;
+
+SHS_API void shs_set_allocator(const shs_allocator *allocator);
+
+/* ------------------------------------------------------------------------
+ * Data types.  Values follow the reference implementation's ordering
+ * (ascending alignment); the writer sorts tensors by descending dtype.
+ * ---------------------------------------------------------------------- */
+typedef enum shs_dtype {
+    SHS_BOOL = 0,
+    SHS_F4,
+    SHS_F6_E2M3,
+    SHS_F6_E3M2,
+    SHS_U8,
+    SHS_I8,
+    SHS_F8_E5M2,
+    SHS_F8_E4M3,
+    SHS_F8_E8M0,
+    SHS_F8_E4M3FNUZ,
+    SHS_F8_E5M2FNUZ,
+    SHS_I16,
+    SHS_U16,
+    SHS_F16,
+    SHS_BF16,
+    SHS_I32,
+    SHS_U32,
+    SHS_F32,
+    SHS_C64,
+    SHS_F64,
+    SHS_I64,
+    SHS_U64,
+    SHS_DTYPE_COUNT
+} shs_dtype;
+
+/* "F32", "BF16", ... or NULL for a value out of range. */
+SHS_API const char *shs_dtype_name(shs_dtype dtype);
+/* Parse a dtype name (case-sensitive, as in files).  `len` bytes of `name`. */
+SHS_API int shs_dtype_parse(shs_dtype *out, const char *name, size_t len);
+/* Bits per element: 4 (F4), 6 (F6_*), 8, 16, 32 or 64; 0 if out of range. */
+SHS_API unsigned shs_dtype_bits(shs_dtype dtype);
+
+/*
+ * Convert `n` elements from `src` (of type `src_type`) to `dst` (of type
+ * `dst_type`).  Supported: any pair among F64, F32, F16, BF16, F8_E4M3,
+ * F8_E5M2, F8_E4M3FNUZ, F8_E5M2FNUZ, F8_E8M0, and identical types.
+ * Narrowing rounds to nearest, ties to even; NaN stays NaN and infinities
+ * stay infinite where the target has them (formats without infinity
+ * saturate to their largest finite value, formats without NaN map NaN to
+ * their NaN encoding or, lacking one, fail).  Buffers need no alignment
+ * and must not overlap.  Returns SHS_ECONVERT for an unsupported pair.
+ */
+SHS_API int shs_convert(void *dst, shs_dtype dst_type, const void *src,
+                        shs_dtype src_type, size_t n);
+
+/* Scalar helpers for the common cases (round to nearest even). */
+SHS_API uint16_t shs_f32_to_bf16(float x);
+SHS_API float shs_bf16_to_f32(uint16_t x);
+SHS_API uint16_t shs_f32_to_f16(float x);
+SHS_API float shs_f16_to_f32(uint16_t x);
+
+/* ------------------------------------------------------------------------
+ * Reading safetensors files.
+ *
+ * shs_file_open() validates the whole header with every rule of the
+ * reference implementation, in its order, plus one more: a duplicate key
+ * anywhere in the header is an error.  Opening costs O(header): tensor data
+ * is mapped (mmap) but not touched.  Where mmap is unavailable, or with
+ * SHS_OPEN_NO_MMAP, data is read with pread on demand.
+ * ---------------------------------------------------------------------- */
+typedef struct shs_file shs_file;
+
+#define SHS_MAX_DIMS 64 /* more dimensions than this: SHS_ESCHEMA */
+
+enum {
+    SHS_OPEN_NO_MMAP = 1u << 0   /* never mmap; read with pread */
+};
+
+typedef struct shs_open_opts {
+    unsigned version;   /* SHS_OPEN_OPTS_VERSION */
+    unsigned flags;     /* SHS_OPEN_* */
+} shs_open_opts;
+#define SHS_OPEN_OPTS_VERSION 1
+#define SHS_OPEN_OPTS_INIT { SHS_OPEN_OPTS_VERSION, 0 }
+
+/* Description of one tensor.  Pointers stay valid while the file is open. */
+typedef struct shs_tensor_info {
+    const char *name;        /* NUL-terminated (a name may hold "\u0000":
+                                then use name_len) */
+    size_t name_len;
+    shs_dtype dtype;
+    size_t ndim;
+    const uint64_t *shape;   /* ndim entries */
+    uint64_t numel;
+    uint64_t offset;         /* byte offset from the start of the data */
+    uint64_t nbytes;
+} shs_tensor_info;
+
+/* Open and validate `path`.  `opts` may be NULL.  On failure *out is NULL. */
+SHS_API int shs_file_open(shs_file **out, const char *path,
+                          const shs_open_opts *opts);
+
+/*
+ * Validate an in-memory file image of `len` bytes.  The buffer is not copied
+ * and must outlive the handle.  `name` is used in messages (may be NULL).
+ */
+SHS_API int shs_file_open_memory(shs_file **out, const void *data, size_t len,
+                                 const char *name);
+
+SHS_API void shs_file_close(shs_file *file);
+
+/* Path (or name) the file was opened with. */
+SHS_API const char *shs_file_path(const shs_file *file);
+/* Total file size, header length (the 8-byte prefix's value), and the byte
+   offset in the file where tensor data starts (8 + header length). */
+SHS_API uint64_t shs_file_size(const shs_file *file);
+SHS_API uint64_t shs_file_header_len(const shs_file *file);
+SHS_API uint64_t shs_file_data_start(const shs_file *file);
+/* Raw header JSON (not NUL-terminated; length shs_file_header_len). */
+SHS_API const char *shs_file_header(const shs_file *file);
+
+/* Tensors, in the order of their data in the file. */
+SHS_API size_t shs_file_tensor_count(const shs_file *file);
+SHS_API const shs_tensor_info *shs_file_tensor(const shs_file *file,
+                                               size_t index);
+/* Find a tensor by (NUL-terminated) name; SHS_ENOTFOUND if absent. */
+SHS_API int shs_file_find(size_t *out_index, const shs_file *file,
+                          const char *name);
+
+/* `__metadata__` entries, sorted by key.  has_metadata is 0 when the header
+   had no `__metadata__` (or null), 1 when present (possibly empty). */
+SHS_API int shs_file_has_metadata(const shs_file *file);
+SHS_API size_t shs_file_metadata_count(const shs_file *file);
+SHS_API int shs_file_metadata_at(const char **out_key, const char **out_value,
+                                 const shs_file *file, size_t index);
+/* Value for `key`, or NULL. */
+SHS_API const char *shs_file_metadata_get(const shs_file *file,
+                                          const char *key);
+
+/*
+ * Zero-copy pointer to a tensor's bytes (no alignment guarantee), or NULL
+ * when the file is not mapped (SHS_OPEN_NO_MMAP or mmap unavailable).
+ */
+SHS_API const void *shs_file_tensor_data(const shs_file *file, size_t index);
+
+/* Copy the whole tensor into `dst` (dst_len >= nbytes, else SHS_ERANGE). */
+SHS_API int shs_file_read(const shs_file *file, size_t index, void *dst,
+                          size_t dst_len);
+
+/*
+ * Copy the sub-box [start[d], start[d] + count[d]) of a tensor into `dst`,
+ * row-major and dense.  Reads only the bytes of that box.  Sub-byte dtypes
+ * (F4, F6_*) require whole bytes per innermost row.  Errors: SHS_ERANGE for
+ * a box outside the tensor or dst_len too small.
+ */
+SHS_API int shs_file_read_slice(const shs_file *file, size_t index,
+                                const uint64_t *start, const uint64_t *count,
+                                void *dst, size_t dst_len);
+
+/*
+ * Read `len` bytes at byte `offset` of a tensor's data into `dst`.
+ * For streaming large tensors in bounded memory.
+ */
+SHS_API int shs_file_read_bytes(const shs_file *file, size_t index,
+                                uint64_t offset, void *dst, size_t len);
+
+/* ------------------------------------------------------------------------
+ * Writing safetensors files.
+ *
+ * The writer streams: declare every tensor (name, dtype, shape) and the
+ * metadata first; the header is then fixed and tensor bytes are written one
+ * tensor, or one piece of a tensor, at a time in any order.  Output is
+ * byte-identical to the reference writer: tensors sorted by descending
+ * dtype then name, compact JSON with `__metadata__` first (keys sorted),
+ * header padded with spaces to a multiple of 8 (or of `align`).
+ *
+ * Data goes to "<path>.tmp.<random>" in the same directory; commit
+ * checks every byte was written, optionally fsyncs, renames it over
+ * `path` and fsyncs the directory.  Destroying an uncommitted writer
+ * removes the temporary file: `path` is never left half-written.
+ * ---------------------------------------------------------------------- */
+typedef struct shs_writer shs_writer;
+
+typedef struct shs_writer_opts {
+    unsigned version;   /* SHS_WRITER_OPTS_VERSION */
+    int fsync;          /* nonzero: fsync file and directory on commit */
+    uint32_t align;     /* data start aligned to this many bytes: 0 or 8 =
+                           reference (8); e.g. 4096 for page alignment.
+                           Must be a power of two. */
+} shs_writer_opts;
+#define SHS_WRITER_OPTS_VERSION 1
+#define SHS_WRITER_OPTS_INIT { SHS_WRITER_OPTS_VERSION, 0, 0 }
+
+SHS_API int shs_writer_create(shs_writer **out, const char *path,
+                              const shs_writer_opts *opts);
+
+/* Declare a `__metadata__` entry.  Any call (even none) with has_metadata
+   semantics: the header gets `__metadata__` iff at least one entry was added
+   or shs_writer_set_metadata_present() was called. */
+SHS_API int shs_writer_add_metadata(shs_writer *w, const char *key,
+                                    const char *value);
+SHS_API int shs_writer_set_metadata_present(shs_writer *w);
+
+/* Declare a tensor.  Names must be unique, valid UTF-8 and not
+   "__metadata__"; SHS_EDUPLICATE / SHS_EINVAL otherwise. */
+SHS_API int shs_writer_add_tensor(shs_writer *w, const char *name,
+                                  shs_dtype dtype, size_t ndim,
+                                  const uint64_t *shape);
+
+/* Fix the header and write it.  Called implicitly by the first write. */
+SHS_API int shs_writer_seal(shs_writer *w);
+
+/* Order in which tensors are laid out (for writing sequentially).  Valid
+   after seal; `index` in 0..count-1; returns the tensor's name. */
+SHS_API const char *shs_writer_tensor_name(const shs_writer *w, size_t index);
+SHS_API size_t shs_writer_tensor_count(const shs_writer *w);
+
+/* Write a whole tensor (len must equal its byte size). */
+SHS_API int shs_writer_write(shs_writer *w, const char *name,
+                             const void *data, size_t len);
+/* Write `len` bytes at byte `offset` within the tensor's data. */
+SHS_API int shs_writer_write_part(shs_writer *w, const char *name,
+                                  uint64_t offset, const void *data,
+                                  size_t len);
+
+/* Finish: check completeness, (fsync), rename into place, (fsync dir). */
+SHS_API int shs_writer_commit(shs_writer *w);
+
+/* Free the writer; if not committed, remove the temporary file. */
+SHS_API void shs_writer_free(shs_writer *w);
+
+/* One tensor for shs_save_file(). */
+typedef struct shs_tensor_view {
+    const char *name;
+    shs_dtype dtype;
+    size_t ndim;
+    const uint64_t *shape;
+    const void *data;        /* numel x dtype bytes */
+} shs_tensor_view;
+
+/* Write a complete file in one call.  `metadata` holds n_metadata
+   (key, value) pairs as 2*n_metadata strings; NULL for no `__metadata__`. */
+SHS_API int shs_save_file(const char *path, const shs_tensor_view *tensors,
+                          size_t n_tensors, const char *const *metadata,
+                          size_t n_metadata, const shs_writer_opts *opts);
+
+/* Byte size of a tensor of `shape`: SHS_EOVERFLOW on overflow,
+   SHS_EMISALIGNED when sub-byte elements do not fill whole bytes. */
+SHS_API int shs_tensor_nbytes(uint64_t *out, shs_dtype dtype, size_t ndim,
+                              const uint64_t *shape);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SHARDSAFE_H */

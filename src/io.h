@@ -1,0 +1,58 @@
+/*
+ * io.h -- the one seam for files.  Every open/read/write/fsync/rename/
+ * unlink/mmap of the library goes through `shs__io`, so that tests can
+ * fail the N-th call with ENOSPC or EIO, or stop the process there.
+ * The raw ops follow POSIX conventions (-1 and errno); the shs__io_*
+ * helpers below turn them into statuses with messages naming the file.
+ */
+#ifndef SHS_IO_H
+#define SHS_IO_H
+
+#include "internal.h"
+
+#include <sys/stat.h>
+#include <sys/types.h>
+
+typedef struct shs__io_ops {
+    int (*open)(const char *path, int flags, mode_t mode);
+    int (*close)(int fd);
+    ssize_t (*pread)(int fd, void *buf, size_t n, off_t off);
+    ssize_t (*pwrite)(int fd, const void *buf, size_t n, off_t off);
+    int (*fsync)(int fd);
+    int (*ftruncate)(int fd, off_t len);
+    int (*fstat)(int fd, struct stat *st);
+    int (*rename)(const char *from, const char *to);
+    int (*unlink)(const char *path);
+    int (*mkdir)(const char *path, mode_t mode);
+    int (*rmdir)(const char *path);
+    int (*link)(const char *from, const char *to);
+    /* Read-only private mapping of `len` bytes of fd; NULL on failure. */
+    void *(*mmap)(int fd, size_t len);
+    int (*munmap)(void *addr, size_t len);
+} shs__io_ops;
+
+/* The ops in force.  Never NULL. */
+extern const shs__io_ops *shs__io;
+/* The POSIX implementation. */
+extern const shs__io_ops shs__io_posix;
+/* Replace the ops (tests); NULL restores the POSIX implementation. */
+void shs__io_set(const shs__io_ops *ops);
+
+/* Helpers with messages.  `path` only names the file in errors. */
+int shs__io_open(int *out_fd, const char *path, int flags, mode_t mode);
+int shs__io_close(int fd, const char *path);
+int shs__io_pread_full(int fd, void *buf, size_t n, uint64_t off,
+                       const char *path);
+int shs__io_pwrite_full(int fd, const void *buf, size_t n, uint64_t off,
+                        const char *path);
+int shs__io_fsync(int fd, const char *path);
+/* fsync a directory (opened O_RDONLY|O_DIRECTORY). */
+int shs__io_fsync_dir(const char *dir);
+/* Directory part of `path` ("." when it has none); caller frees. */
+char *shs__path_dirname(const char *path);
+/* "<dir>/<name>" newly allocated. */
+char *shs__path_join(const char *dir, const char *name);
+/* Random hex suffix for temporary names (not cryptographic). */
+void shs__random_suffix(char out[17]);
+
+#endif
