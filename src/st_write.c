@@ -463,8 +463,10 @@ int shs_writer_commit(shs_writer *w)
     if (shs__io->rename(w->tmp_path, w->path) != 0)
         return fail(w, shs__err_errno(errno, "cannot rename into place", w->path));
     w->committed = 1;
+    /* The file is in place; a failed directory fsync means its name may
+       not survive a power loss, which the caller must hear about. */
     if (w->opts.fsync && (rc = shs__io_fsync_dir(w->dir)) < 0)
-        return rc;
+        return shs__err_prefix(rc, w->path);
     return SHS_OK;
 }
 

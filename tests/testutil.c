@@ -1,5 +1,4 @@
 /* testutil.c -- helpers shared by the unit tests. */
-#define _GNU_SOURCE
 #include "testutil.h"
 
 #include <errno.h>

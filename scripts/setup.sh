@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install what shardsafe needs to build, test and demo on Debian 12.
+# Idempotent: packages already present are skipped.  Run as root (or with
+# sudo available).  `--bench` also installs what the benchmarks compare to.
+set -euo pipefail
+
+pkgs=(build-essential cmake pkg-config git
+      libxxhash-dev libjansson-dev libyaml-dev libssl-dev libcmocka-dev
+      clang libclang-rt-14-dev python3 python3-numpy time)
+if [[ "${1:-}" == "--bench" ]]; then
+  pkgs+=(python3-torch linux-perf hyperfine)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo_cmd=()
+  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+  echo "setup: installing ${missing[*]}"
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq \
+    --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "setup: all packages present"
