@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install the built library into a temporary prefix, then build a consumer
+# against it twice: with CMake find_package, and with pkg-config.
+set -euo pipefail
+: "${SHS_BUILD_DIR:?}" "${SHS_SOURCE_DIR:?}"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/shs-consumer.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$SHS_BUILD_DIR" --prefix "$tmp/prefix" >/dev/null
+cmake -S "$SHS_SOURCE_DIR/tests/consumer" -B "$tmp/build" \
+  -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/build" >/dev/null
+LD_LIBRARY_PATH="$tmp/prefix/lib:$tmp/prefix/lib/x86_64-linux-gnu" \
+  "$tmp/build/consumer" "$tmp/a.safetensors"
+export PKG_CONFIG_PATH="$(dirname "$(find "$tmp/prefix" -name shardsafe.pc)")"
+# shellcheck disable=SC2046
+cc -std=c11 -o "$tmp/pc" "$SHS_SOURCE_DIR/tests/consumer/main.c" \
+  $(pkg-config --define-prefix --cflags shardsafe) $(pkg-config --define-prefix --static --libs shardsafe) \
+  -Wl,-rpath,"$(pkg-config --define-prefix --variable=libdir shardsafe)" ${SHS_SANITIZE_FLAGS:-}
+"$tmp/pc" "$tmp/b.safetensors"
+# only the API is exported from the shared library
+lib=$(find "$tmp/prefix" -name 'libshardsafe.so.*.*' | head -n1)
+bad=$(nm -D --defined-only "$lib" | awk '$2 ~ /[TDB]/ {print $3}' | grep -v '^shs_' | grep -v '^_' || true)
+internal=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep '^shs__' || true)
+if [[ -n "$bad$internal" ]]; then
+  echo "unexpected exported symbols: $bad $internal" >&2; exit 1
+fi
+echo "consumer: cmake and pkg-config builds OK"
