@@ -829,7 +829,8 @@ static int validate(shs_file *f, parser *ps)
                         fname, (unsigned long long)(start + 8 + f->header_len),
                         (unsigned long long)f->file_size);
     /* metadata: sorted by key, duplicates rejected */
-    qsort(ps->meta, ps->n_meta, sizeof *ps->meta, cmp_meta);
+    if (ps->n_meta > 1)
+        qsort(ps->meta, ps->n_meta, sizeof *ps->meta, cmp_meta);
     for (size_t i = 1; i < ps->n_meta; i++)
         if (cmp_meta(&ps->meta[i - 1], &ps->meta[i]) == 0)
             return shs__err(SHS_EDUPLICATE, "%s: duplicate __metadata__ key '%s'", fname,
@@ -1086,6 +1087,8 @@ int shs_file_metadata_at(const char **out_key, const char **out_value,
 
 const char *shs_file_metadata_get(const shs_file *f, const char *key)
 {
+    if (f->n_meta == 0)
+        return NULL;
     meta_entry probe = { key, NULL, strlen(key) };
     const meta_entry *e = bsearch(&probe, f->meta, f->n_meta, sizeof *f->meta, cmp_meta);
     return e ? e->value : NULL;

@@ -254,7 +254,8 @@ static int sort_order(shs_writer *w)
         return shs__err(SHS_ENOMEM, "%s: out of memory sorting tensors", w->path);
     for (size_t i = 0; i < w->n; i++)
         p[i] = &w->t[i];
-    qsort(p, w->n, sizeof *p, cmp_tensor_order);
+    if (w->n > 1)
+        qsort(p, w->n, sizeof *p, cmp_tensor_order);
     for (size_t i = 0; i < w->n; i++)
         w->order[i] = (uint32_t)(p[i] - w->t);
     shs__free(p);
@@ -268,7 +269,8 @@ static int build_header(shs__buf *b, shs_writer *w)
         return rc;
     int first = 1;
     if (w->has_meta) {
-        qsort(w->meta, w->n_meta, sizeof *w->meta, cmp_meta_key);
+        if (w->n_meta > 1)
+            qsort(w->meta, w->n_meta, sizeof *w->meta, cmp_meta_key);
         if ((rc = shs__buf_add(b, "\"__metadata__\":{", 16)) < 0)
             return rc;
         for (size_t i = 0; i < w->n_meta; i++) {
