@@ -481,8 +481,11 @@ static int parse_tensor(parser *ps, tensor *t)
 {
     int rc;
     const char *name = t->info.name;
-    enum { F_DTYPE = 1, F_SHAPE = 2, F_OFFSETS = 4 };
+    enum { F_DTYPE = 1, F_SHAPE = 2, F_OFFSETS = 4, MAX_EXTRA = 64 };
     unsigned seen = 0;
+    /* unknown fields, kept to reject duplicates among them too */
+    const char *extra[MAX_EXTRA];
+    size_t extra_len[MAX_EXTRA], n_extra = 0;
     skip_ws(ps);
     if (ps->p >= ps->end)
         return syntax_err(ps, "unexpected end of header");
@@ -500,10 +503,12 @@ static int parse_tensor(parser *ps, tensor *t)
         skip_ws(ps);
         if (ps->p >= ps->end || *ps->p != '"')
             return syntax_err(ps, "expected a string key");
-        const char *kstart = ps->p + 1;
-        if ((rc = parse_string(ps, NULL, NULL)) < 0)
+        const char *kstart;
+        size_t klen;
+        /* keys are compared decoded, as serde does ("sh\u0061pe" is
+           "shape"); the arena has room for every string of the header */
+        if ((rc = parse_string(ps, &kstart, &klen)) < 0)
             return rc;
-        size_t klen = (size_t)(ps->p - 1 - kstart);
         skip_ws(ps);
         if (ps->p >= ps->end || *ps->p != ':')
             return syntax_err(ps, "expected ':'");
@@ -511,9 +516,6 @@ static int parse_tensor(parser *ps, tensor *t)
         skip_ws(ps);
         if (ps->p >= ps->end)
             return syntax_err(ps, "unexpected end of header");
-        /* Field names are matched on their raw text: an escaped spelling
-           of "dtype" is treated as an unknown field, which is ignored, and
-           then "dtype" is missing -- an error either way. */
         unsigned field = 0;
         if (klen == 5 && memcmp(kstart, "dtype", 5) == 0)
             field = F_DTYPE;
@@ -532,10 +534,10 @@ static int parse_tensor(parser *ps, tensor *t)
                 if ((rc = skip_value(ps, 2)) < 0)
                     return rc;
             } else {
-                const char *ds = ps->p + 1;
-                if ((rc = parse_string(ps, NULL, NULL)) < 0)
+                const char *ds;
+                size_t dlen;
+                if ((rc = parse_string(ps, &ds, &dlen)) < 0)
                     return rc;
-                size_t dlen = (size_t)(ps->p - 1 - ds);
                 shs_dtype dt;
                 if (shs_dtype_parse(&dt, ds, dlen) < 0)
                     defer(ps, SHS_EDTYPE, "%s: tensor '%s': unknown dtype \"%.*s\"",
@@ -573,7 +575,19 @@ static int parse_tensor(parser *ps, tensor *t)
                 }
             }
         } else {
-            /* unknown field: ignored by the reference, but must be JSON */
+            /* unknown field: ignored by the reference, but must be JSON
+               and, for us, unique */
+            for (size_t i = 0; i < n_extra; i++)
+                if (extra_len[i] == klen && memcmp(extra[i], kstart, klen) == 0)
+                    defer(ps, SHS_EDUPLICATE, "%s: tensor '%s': duplicate field '%s'",
+                          ps->fname, name, kstart);
+            if (n_extra == MAX_EXTRA)
+                defer(ps, SHS_ESCHEMA, "%s: tensor '%s': more than %d unknown fields",
+                      ps->fname, name, MAX_EXTRA);
+            else {
+                extra[n_extra] = kstart;
+                extra_len[n_extra++] = klen;
+            }
             if ((rc = skip_value(ps, 2)) < 0)
                 return rc;
         }
@@ -769,6 +783,14 @@ static int validate(shs_file *f, parser *ps)
 {
     const char *fname = ps->fname;
     int rc;
+    /* Duplicate metadata keys belong to the schema checks, which come
+       before the data checks. */
+    if (ps->n_meta > 1)
+        qsort(ps->meta, ps->n_meta, sizeof *ps->meta, cmp_meta);
+    for (size_t i = 1; i < ps->n_meta; i++)
+        if (cmp_meta(&ps->meta[i - 1], &ps->meta[i]) == 0)
+            return shs__err(SHS_EDUPLICATE, "%s: duplicate __metadata__ key '%s'", fname,
+                            ps->meta[i].key);
     /* Data order.  Writers (ours and the reference) emit tensors in data
        order, so the sort is usually skipped. */
     int sorted = 1;
@@ -828,13 +850,6 @@ static int validate(shs_file *f, parser *ps)
                         "%s: tensor data ends at byte %llu of the file, but the file has %llu bytes",
                         fname, (unsigned long long)(start + 8 + f->header_len),
                         (unsigned long long)f->file_size);
-    /* metadata: sorted by key, duplicates rejected */
-    if (ps->n_meta > 1)
-        qsort(ps->meta, ps->n_meta, sizeof *ps->meta, cmp_meta);
-    for (size_t i = 1; i < ps->n_meta; i++)
-        if (cmp_meta(&ps->meta[i - 1], &ps->meta[i]) == 0)
-            return shs__err(SHS_EDUPLICATE, "%s: duplicate __metadata__ key '%s'", fname,
-                            ps->meta[i].key);
     return SHS_OK;
 }
 
