@@ -143,12 +143,16 @@ SHS_API unsigned shs_dtype_bits(shs_dtype dtype);
 /*
  * Convert `n` elements from `src` (of type `src_type`) to `dst` (of type
  * `dst_type`).  Supported: any pair among F64, F32, F16, BF16, F8_E4M3,
- * F8_E5M2, F8_E4M3FNUZ, F8_E5M2FNUZ, F8_E8M0, and identical types.
- * Narrowing rounds to nearest, ties to even; NaN stays NaN and infinities
- * stay infinite where the target has them (formats without infinity
- * saturate to their largest finite value, formats without NaN map NaN to
- * their NaN encoding or, lacking one, fail).  Buffers need no alignment
- * and must not overlap.  Returns SHS_ECONVERT for an unsupported pair.
+ * F8_E5M2, F8_E4M3FNUZ, F8_E5M2FNUZ, F8_E8M0, and identical types (a copy,
+ * for any dtype).  Narrowing rounds once, to nearest, ties to even (F64 is
+ * never rounded through F32).  NaN stays NaN.  Infinity and overflow give
+ * infinity in F16, BF16 and F8_E5M2; the formats without infinity
+ * (F8_E4M3, the FNUZ kinds, F8_E8M0) saturate to their largest finite
+ * value of the same sign ("satfinite").  The FNUZ kinds have no -0 (it
+ * becomes +0).  F8_E8M0 (unsigned powers of two) rounds to the nearest
+ * power of two, maps zero and tiny values to 2^-127, and negative values
+ * to NaN.  Buffers need no alignment and must not overlap.  Returns
+ * SHS_ECONVERT for an unsupported pair.
  */
 SHS_API int shs_convert(void *dst, shs_dtype dst_type, const void *src,
                         shs_dtype src_type, size_t n);
