@@ -230,8 +230,12 @@ SHS_API const shs_tensor_info *shs_file_tensor(const shs_file *file,
 /* Find a tensor by (NUL-terminated) name; SHS_ENOTFOUND if absent. */
 SHS_API int shs_file_find(size_t *out_index, const shs_file *file,
                           const char *name);
+/* The same for a name of `len` bytes (which may contain NUL). */
+SHS_API int shs_file_find_n(size_t *out_index, const shs_file *file,
+                            const char *name, size_t len);
 
-/* `__metadata__` entries, sorted by key.  has_metadata is 0 when the header
+/* `__metadata__` entries, sorted by key (bytewise).  Keys and values are
+   NUL-terminated: one holding "\u0000" reads as cut at that point.  has_metadata is 0 when the header
    had no `__metadata__` (or null), 1 when present (possibly empty). */
 SHS_API int shs_file_has_metadata(const shs_file *file);
 SHS_API size_t shs_file_metadata_count(const shs_file *file);
@@ -244,6 +248,9 @@ SHS_API const char *shs_file_metadata_get(const shs_file *file,
 /*
  * Zero-copy pointer to a tensor's bytes (no alignment guarantee), or NULL
  * when the file is not mapped (SHS_OPEN_NO_MMAP or mmap unavailable).
+ * As with any mapping, if another process truncates the file while it is
+ * open, touching the lost pages raises SIGBUS; pages touched count in the
+ * process's RSS.  Use SHS_OPEN_NO_MMAP for files that may change.
  */
 SHS_API const void *shs_file_tensor_data(const shs_file *file, size_t index);
 

@@ -60,6 +60,11 @@ void shs__err_clear(void)
 int shs__verr(int status, const char *fmt, va_list ap)
 {
     vsnprintf(t_msg, sizeof t_msg, fmt, ap);
+    /* Messages quote names from untrusted files: never let them carry
+       terminal control sequences to whoever prints the message. */
+    for (char *p = t_msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
     return status;
 }
 

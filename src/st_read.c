@@ -1004,14 +1004,16 @@ int shs_file_open(shs_file **out, const char *path, const shs_open_opts *opts)
     shs_file *f = file_new(path);
     if (!f)
         return shs__err(SHS_ENOMEM, "out of memory opening %s", path);
-    if ((rc = shs__io_open(&f->fd, path, O_RDONLY, 0)) < 0)
+    /* O_NONBLOCK: opening a FIFO must not hang; it is rejected below */
+    if ((rc = shs__io_open(&f->fd, path, O_RDONLY | O_NONBLOCK, 0)) < 0)
         goto fail;
     if (shs__io->fstat(f->fd, &st) != 0) {
         rc = shs__err_errno(errno, "cannot stat", path);
         goto fail;
     }
-    if (S_ISDIR(st.st_mode)) {
-        rc = shs__err(SHS_EINVAL, "%s: is a directory, not a safetensors file", path);
+    if (!S_ISREG(st.st_mode)) {
+        rc = shs__err(SHS_EINVAL, "%s: is a %s, not a safetensors file", path,
+                      S_ISDIR(st.st_mode) ? "directory" : "special file");
         goto fail;
     }
     f->file_size = (uint64_t)st.st_size;
@@ -1081,13 +1083,19 @@ const shs_tensor_info *shs_file_tensor(const shs_file *f, size_t index)
     return index < f->n_tensors ? &f->tensors[index].info : NULL;
 }
 
-int shs_file_find(size_t *out_index, const shs_file *f, const char *name)
+int shs_file_find_n(size_t *out_index, const shs_file *f, const char *name, size_t len)
 {
-    long i = shs__namemap_find(&f->names, name, strlen(name), tensor_name_fn, f->tensors);
+    long i = shs__namemap_find(&f->names, name, len, tensor_name_fn, f->tensors);
     if (i < 0)
-        return shs__err(SHS_ENOTFOUND, "%s: no tensor named '%s'", f->path, name);
+        return shs__err(SHS_ENOTFOUND, "%s: no tensor named '%.*s'", f->path,
+                        len > 200 ? 200 : (int)len, name);
     *out_index = (size_t)i;
     return SHS_OK;
+}
+
+int shs_file_find(size_t *out_index, const shs_file *f, const char *name)
+{
+    return shs_file_find_n(out_index, f, name, strlen(name));
 }
 
 int shs_file_metadata_at(const char **out_key, const char **out_value,

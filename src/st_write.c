@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -89,19 +90,28 @@ int shs_writer_create(shs_writer **out, const char *path,
                       path, w->opts.align);
         goto fail;
     }
+    /* Temporary: ".<name>.tmp.<hex>" beside the target, hidden, with the
+       name cut so the whole stays within NAME_MAX (255). */
     char suffix[17];
     shs__random_suffix(suffix);
-    size_t plen = strlen(path);
     w->path = shs__strdup(path);
-    w->tmp_path = shs__malloc(plen + 6 + sizeof suffix);
     w->dir = shs__path_dirname(path);
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t blen = strlen(base);
+    if (blen > 200)
+        blen = 200;
+    size_t tmp_cap = strlen(w->dir ? w->dir : "") + blen + 32;
+    w->tmp_path = shs__malloc(tmp_cap);
     if (!w->path || !w->tmp_path || !w->dir) {
         rc = shs__err(SHS_ENOMEM, "out of memory creating a writer for %s", path);
         goto fail;
     }
-    memcpy(w->tmp_path, path, plen);
-    memcpy(w->tmp_path + plen, ".tmp.", 5);
-    memcpy(w->tmp_path + plen + 5, suffix, sizeof suffix);
+    if (!*base) {
+        rc = shs__err(SHS_EINVAL, "%s: output path names a directory", path);
+        goto fail;
+    }
+    snprintf(w->tmp_path, tmp_cap, "%s/.%.*s.tmp.%s", w->dir, (int)blen, base, suffix);
     if ((rc = shs__namemap_init(&w->names, 64)) < 0)
         goto fail;
     if ((rc = shs__io_open(&w->fd, w->tmp_path, O_WRONLY | O_CREAT | O_EXCL, 0644)) < 0)

@@ -1,0 +1,187 @@
+/*
+ * cli.h -- private declarations shared by the files of the `shardsafe`
+ * command-line tool.  Nothing here is part of the library.
+ *
+ * Output rules every command follows:
+ *   - results go to stdout, diagnostics to stderr as "shardsafe: <message>";
+ *   - every string that came from a file (tensor names, metadata, paths,
+ *     the library's messages, which quote names) is printed through
+ *     cli_put_escaped(), so control characters and invalid UTF-8 never
+ *     reach the terminal raw;
+ *   - exit status: CLI_OK, CLI_FAIL (invalid input, failed check or
+ *     operation), CLI_USAGE (bad command line).
+ */
+#ifndef SHS_CLI_H
+#define SHS_CLI_H
+
+#include "shardsafe.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* Bytes per read/convert chunk: memory stays O(chunk), never O(tensor). */
+#define CLI_CHUNK_BYTES ((size_t)8 << 20)
+
+/* ---- commands (cmd_*.c) ---- */
+int cli_cmd_inspect(int argc, char **argv);
+int cli_cmd_verify(int argc, char **argv);
+int cli_cmd_convert(int argc, char **argv);
+
+/* ---- output (util.c) ---- */
+
+/* Write `len` bytes of `s` for a terminal: printable ASCII and valid,
+   printable UTF-8 as is; backslash as "\\"; \n \r \t as such escapes;
+   other control bytes and invalid UTF-8 as \xNN; C1 controls and
+   bidirectional/invisible format characters as \u{XXXX}. */
+void cli_put_escaped(FILE *f, const char *s, size_t len);
+/* The same into a new NUL-terminated string (NULL on out of memory). */
+char *cli_escape(const char *s, size_t len);
+/* Display width of an escaped string: its number of code points. */
+size_t cli_width(const char *escaped);
+
+/* "shardsafe: <message>\n" on stderr, the message escaped. */
+void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "shardsafe: warning: <message>\n" on stderr. */
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Usage error for command `cmd`: message plus a pointer to --help. */
+int cli_usage_err(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* vsnprintf into a new string (NULL on out of memory). */
+char *cli_vfmt(const char *fmt, va_list ap);
+char *cli_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* "1.5 GiB" style size into buf. */
+const char *cli_human_bytes(char *buf, size_t cap, uint64_t n);
+/* Flush stdout; on a write error report it and return CLI_FAIL. */
+int cli_finish_stdout(int status);
+
+/* Saturating add (totals of hostile inputs must not wrap). */
+static inline uint64_t cli_add_sat(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+/* ---- command-line parsing (util.c) ---- */
+typedef struct cli_optdef {
+    const char *name;     /* "--json"; "-h" and "--help" are built in */
+    int takes_value;
+} cli_optdef;
+
+enum {
+    CLI_ARG_POSITIONAL = -1,
+    CLI_ARG_END = -2,
+    CLI_ARG_HELP = -3,
+    CLI_ARG_ERROR = -4     /* already reported as a usage error */
+};
+
+typedef struct cli_parser {
+    const char *cmd;
+    int argc;
+    char **argv;
+    int i;
+    int only_positional;  /* after "--" */
+} cli_parser;
+
+void cli_parser_init(cli_parser *p, const char *cmd, int argc, char **argv);
+/* Next argument: index into `defs` (value in *val when it takes one, in
+   the form "--opt VALUE" or "--opt=VALUE"), or a CLI_ARG_* code
+   (positional: *val is the argument). */
+int cli_parser_next(cli_parser *p, const cli_optdef *defs, const char **val);
+/* Parse a decimal unsigned integer with no sign, spaces or junk. */
+int cli_parse_u64(const char *s, uint64_t *out);
+
+/* ---- paths, directories and HF indexes (scan.c) ---- */
+typedef enum cli_kind { CLI_KIND_FILE, CLI_KIND_DIR, CLI_KIND_INDEX } cli_kind;
+
+/* Classify a command-line PATH: a directory, an index (name ends in
+   ".json"), else a safetensors file (including paths that do not exist:
+   the library reports those). */
+cli_kind cli_classify(const char *path);
+
+/* Open a safetensors file for reading with pread (no mmap: touching mapped
+   pages would count the whole file in the resident set, and a file
+   truncated under us would raise SIGBUS).  Refuses non-regular files such
+   as FIFOs, which would block open().  On failure the message is in
+   shs_last_error() or, for the checks made here, in *why (caller frees). */
+int cli_open_file(shs_file **out, const char *path, char **why);
+
+/* A list of strings (problems, file names). */
+typedef struct cli_strs {
+    char **v;
+    size_t n, cap;
+} cli_strs;
+int cli_strs_add(cli_strs *s, char *owned);        /* takes ownership */
+int cli_strs_addf(cli_strs *s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void cli_strs_sort(cli_strs *s);
+void cli_strs_release(cli_strs *s);
+
+/* The *.safetensors files (regular files or symlinks to them, names not
+   starting with '.') and *.safetensors.index.json files of a directory,
+   each sorted bytewise.  Entries are full paths "dir/name". */
+int cli_list_dir(const char *dir, cli_strs *files, cli_strs *indexes);
+
+/* A parsed model.safetensors.index.json. */
+typedef struct cli_index_entry {
+    const char *tensor;   /* points into the JSON tree */
+    size_t tensor_len;
+    const char *file;
+} cli_index_entry;
+
+typedef struct cli_index {
+    char *path;
+    char *dir;
+    json_t *root;
+    json_t *metadata;        /* borrowed; NULL when absent */
+    json_t *weight_map;      /* borrowed */
+    cli_index_entry *entries;  /* sorted by file, then tensor */
+    size_t n_entries;
+    cli_strs shards;         /* distinct file names, sorted */
+    cli_strs shard_paths;    /* dir/shard for each */
+    uint64_t shard_bytes;    /* sum of tensor bytes of the shards seen */
+    int shard_bytes_valid;
+} cli_index;
+
+/* Load and validate the schema of an index.  Fatal problems (unreadable,
+   not JSON, no weight_map) return CLI_FAIL with the reason in `problems`;
+   per-entry problems (bad file names, non-string values) are added to
+   `problems`, the entry is skipped and CLI_OK is returned.  Release the
+   index in either case. */
+int cli_index_load(cli_index *ix, const char *path, cli_strs *problems);
+/* Cross-check shard number `k` against the weight_map.  `f` is the open
+   shard, or NULL when it could not be opened (`why` then says why). */
+void cli_index_check_shard(cli_index *ix, size_t k, const shs_file *f,
+                           const char *why, cli_strs *problems);
+/* After all shards: compare metadata.total_size (a warning only). */
+void cli_index_finish(cli_index *ix, cli_strs *warnings);
+void cli_index_release(cli_index *ix);
+
+/* Walking a command-line PATH.  `file` is called for every file to
+   process: `f` is the open file, or NULL with the reason in `why`.  For
+   an index (given, or found in a directory), `index_done` is called after
+   its shards with every problem found (none: the index is consistent).
+   Shards that a directory listing already covered are only re-read for
+   their headers, not passed to `file` again. */
+typedef struct cli_walk_ops {
+    void (*file)(void *ctx, const char *path, shs_file *f, const char *why);
+    /* optional: an index loaded without fatal problems, before its shards */
+    void (*index_begin)(void *ctx, const cli_index *ix);
+    void (*index_done)(void *ctx, const cli_index *ix, const cli_strs *problems,
+                       const cli_strs *warnings);
+} cli_walk_ops;
+
+/* CLI_OK, or CLI_FAIL when PATH could not be walked at all (an unreadable
+   directory, or one without safetensors files), already reported. */
+int cli_walk(const char *path, const cli_walk_ops *ops, void *ctx);
+/* The library's message for a failure to open `path`, without a leading
+   "<path>: " (the caller prints the path). */
+const char *cli_strip_path(const char *msg, const char *path);
+
+#endif

@@ -1,0 +1,517 @@
+/*
+ * cmd_inspect.c -- `shardsafe inspect PATH [--json] [--limit N]`.
+ *
+ * Reads headers only (O(header) per file).  Human output is a block per
+ * file and a totals block; --json is one document built with jansson and
+ * dumped with JSON_INDENT(2) | JSON_ENSURE_ASCII, so it is pure ASCII and
+ * cannot carry terminal control sequences.
+ */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char k_help[] =
+    "Usage: shardsafe inspect PATH [--json] [--limit N]\n"
+    "\n"
+    "Show the header of safetensors files without reading tensor data.\n"
+    "\n"
+    "PATH is a .safetensors file, a directory (every *.safetensors in it, sorted,\n"
+    "plus any *.safetensors.index.json it holds), or a Hugging Face\n"
+    "model.safetensors.index.json (every shard it names, and the index checked\n"
+    "against the shards).\n"
+    "\n"
+    "Options:\n"
+    "  --json       print one JSON document on stdout instead of text\n"
+    "  --limit N    show at most N tensors per file (default: all)\n"
+    "  -h, --help   show this help\n"
+    "\n"
+    "Exit status: 0 all files valid, 1 an invalid file or index, 2 usage error.\n";
+
+typedef struct dt_stat {
+    uint64_t tensors, params, bytes;
+} dt_stat;
+
+typedef struct ictx {
+    int json;
+    int has_limit;
+    uint64_t limit;
+    int single;              /* PATH is one file: JSON root is the file */
+    uint64_t files, tensors, params, bytes;
+    dt_stat dt[SHS_DTYPE_COUNT];
+    json_t *root;            /* single-file JSON document */
+    json_t *jfiles, *jindexes, *jerrors, *jwarnings;
+    int status;
+    int oom;
+} ictx;
+
+/* ------------------------------------------------------------------ */
+/* JSON helpers                                                       */
+/* ------------------------------------------------------------------ */
+
+/* jansson integers are signed 64-bit; a larger value (only possible for a
+   dimension of a zero-element tensor) is written as a decimal string. */
+static json_t *ju64(uint64_t v)
+{
+    if (v <= (uint64_t)INT64_MAX)
+        return json_integer((json_int_t)v);
+    char buf[32];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    return json_string(buf);
+}
+
+/* Text from a file: valid UTF-8 after the reader's checks, but fall back
+   to the escaped form rather than fail. */
+static json_t *jstr(const char *s, size_t len)
+{
+    json_t *j = json_stringn(s, len);
+    if (!j) {
+        char *e = cli_escape(s, len);
+        j = e ? json_string(e) : NULL;
+        free(e);
+    }
+    return j;
+}
+
+static void jset(ictx *c, json_t *obj, const char *key, json_t *val)
+{
+    if (!val || json_object_set_new(obj, key, val) < 0)
+        c->oom = 1;
+}
+
+static void jpush(ictx *c, json_t *arr, json_t *val)
+{
+    if (!val || json_array_append_new(arr, val) < 0)
+        c->oom = 1;
+}
+
+static json_t *file_json(ictx *c, const char *path, const shs_file *f)
+{
+    json_t *o = json_object();
+    if (!o) {
+        c->oom = 1;
+        return NULL;
+    }
+    jset(c, o, "path", jstr(path, strlen(path)));
+    jset(c, o, "file_size", ju64(shs_file_size(f)));
+    jset(c, o, "header_len", ju64(shs_file_header_len(f)));
+    jset(c, o, "data_start", ju64(shs_file_data_start(f)));
+    if (shs_file_has_metadata(f)) {
+        json_t *m = json_object();
+        size_t n = shs_file_metadata_count(f);
+        for (size_t i = 0; m && i < n; i++) {
+            const char *k, *v;
+            if (shs_file_metadata_at(&k, &v, f, i) == SHS_OK)
+                jset(c, m, k, jstr(v, strlen(v)));
+        }
+        jset(c, o, "metadata", m);
+    } else {
+        jset(c, o, "metadata", json_null());
+    }
+    size_t nt = shs_file_tensor_count(f);
+    jset(c, o, "tensor_count", ju64(nt));
+    json_t *ts = json_array();
+    size_t shown = c->has_limit && c->limit < nt ? (size_t)c->limit : nt;
+    for (size_t i = 0; ts && i < shown; i++) {
+        const shs_tensor_info *t = shs_file_tensor(f, i);
+        json_t *jt = json_object();
+        json_t *shape = json_array();
+        if (!jt || !shape) {
+            json_decref(jt);
+            json_decref(shape);
+            c->oom = 1;
+            break;
+        }
+        for (size_t d = 0; d < t->ndim; d++)
+            jpush(c, shape, ju64(t->shape[d]));
+        jset(c, jt, "name", jstr(t->name, t->name_len));
+        jset(c, jt, "dtype", json_string(shs_dtype_name(t->dtype)));
+        jset(c, jt, "shape", shape);
+        jset(c, jt, "numel", ju64(t->numel));
+        jset(c, jt, "offset", ju64(t->offset));
+        jset(c, jt, "nbytes", ju64(t->nbytes));
+        jpush(c, ts, jt);
+    }
+    jset(c, o, "tensors", ts);
+    return o;
+}
+
+static json_t *totals_json(ictx *c)
+{
+    json_t *o = json_object();
+    if (!o) {
+        c->oom = 1;
+        return NULL;
+    }
+    jset(c, o, "files", ju64(c->files));
+    jset(c, o, "tensors", ju64(c->tensors));
+    jset(c, o, "parameters", ju64(c->params));
+    jset(c, o, "bytes", ju64(c->bytes));
+    json_t *d = json_object();
+    for (int k = SHS_DTYPE_COUNT - 1; d && k >= 0; k--) {
+        if (!c->dt[k].tensors)
+            continue;
+        json_t *e = json_object();
+        if (!e) {
+            c->oom = 1;
+            break;
+        }
+        jset(c, e, "tensors", ju64(c->dt[k].tensors));
+        jset(c, e, "parameters", ju64(c->dt[k].params));
+        jset(c, e, "bytes", ju64(c->dt[k].bytes));
+        jset(c, d, shs_dtype_name((shs_dtype)k), e);
+    }
+    jset(c, o, "dtypes", d);
+    return o;
+}
+
+/* ------------------------------------------------------------------ */
+/* Text output                                                        */
+/* ------------------------------------------------------------------ */
+
+static void put_label(const char *label)
+{
+    printf("%-12s", label);
+}
+
+static void put_esc_line(const char *label, const char *s)
+{
+    put_label(label);
+    cli_put_escaped(stdout, s, strlen(s));
+    putchar('\n');
+}
+
+static char *shape_str(const shs_tensor_info *t)
+{
+    size_t cap = 3 + t->ndim * 22;
+    char *s = malloc(cap);
+    if (!s)
+        return NULL;
+    size_t n = 0;
+    s[n++] = '[';
+    for (size_t d = 0; d < t->ndim; d++)
+        n += (size_t)snprintf(s + n, cap - n, d ? ", %llu" : "%llu",
+                              (unsigned long long)t->shape[d]);
+    s[n++] = ']';
+    s[n] = '\0';
+    return s;
+}
+
+static size_t digits(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
+static void pad(size_t n)
+{
+    while (n--)
+        putchar(' ');
+}
+
+#define MAX_NAME_COL 72
+#define MAX_META_SHOW 160
+
+static void print_file(ictx *c, const char *path, const shs_file *f)
+{
+    char hb[32];
+    size_t nt = shs_file_tensor_count(f);
+    put_esc_line("file:", path);
+    put_label("size:");
+    printf("%llu bytes (%s)\n", (unsigned long long)shs_file_size(f),
+           cli_human_bytes(hb, sizeof hb, shs_file_size(f)));
+    put_label("header:");
+    printf("%llu bytes\n", (unsigned long long)shs_file_header_len(f));
+    put_label("data start:");
+    printf("%llu\n", (unsigned long long)shs_file_data_start(f));
+    put_label("tensors:");
+    printf("%zu\n", nt);
+    put_label("metadata:");
+    if (!shs_file_has_metadata(f)) {
+        printf("none\n");
+    } else {
+        size_t nm = shs_file_metadata_count(f);
+        printf("%zu %s\n", nm, nm == 1 ? "entry" : "entries");
+        for (size_t i = 0; i < nm; i++) {
+            const char *k, *v;
+            if (shs_file_metadata_at(&k, &v, f, i) != SHS_OK)
+                continue;
+            size_t vl = strlen(v);
+            printf("  ");
+            cli_put_escaped(stdout, k, strlen(k));
+            printf(": ");
+            /* cut long values (configs stored as JSON) on a UTF-8 boundary */
+            size_t show = vl;
+            if (vl > MAX_META_SHOW) {
+                show = MAX_META_SHOW;
+                while (show > 0 && ((unsigned char)v[show] & 0xC0) == 0x80)
+                    show--;
+            }
+            cli_put_escaped(stdout, v, show);
+            if (show < vl)
+                printf(" ... (%zu bytes)", vl);
+            putchar('\n');
+        }
+    }
+    size_t shown = c->has_limit && c->limit < nt ? (size_t)c->limit : nt;
+    if (shown) {
+        char **names = calloc(shown, sizeof *names);
+        char **shapes = calloc(shown, sizeof *shapes);
+        size_t wn = 4, ws = 5, wb = 5, wo = 6;
+        int ok = names && shapes;
+        for (size_t i = 0; ok && i < shown; i++) {
+            const shs_tensor_info *t = shs_file_tensor(f, i);
+            names[i] = cli_escape(t->name, t->name_len);
+            shapes[i] = shape_str(t);
+            if (!names[i] || !shapes[i]) {
+                ok = 0;
+                break;
+            }
+            size_t w = cli_width(names[i]);
+            if (w > wn)
+                wn = w > MAX_NAME_COL ? MAX_NAME_COL : w;
+            if (strlen(shapes[i]) > ws)
+                ws = strlen(shapes[i]);
+            if (digits(t->nbytes) > wb)
+                wb = digits(t->nbytes);
+            if (digits(t->offset) > wo)
+                wo = digits(t->offset);
+        }
+        if (!ok) {
+            c->oom = 1;
+        } else {
+            putchar('\n');
+            printf("  %-*s  %-11s  %-*s  %*s  %*s\n", (int)wn, "NAME", "DTYPE", (int)ws,
+                   "SHAPE", (int)wb, "BYTES", (int)wo, "OFFSET");
+            for (size_t i = 0; i < shown; i++) {
+                const shs_tensor_info *t = shs_file_tensor(f, i);
+                size_t w = cli_width(names[i]);
+                printf("  %s", names[i]);
+                pad(w < wn ? wn - w : 0);
+                printf("  %-11s  %-*s  %*llu  %*llu\n", shs_dtype_name(t->dtype), (int)ws,
+                       shapes[i], (int)wb, (unsigned long long)t->nbytes, (int)wo,
+                       (unsigned long long)t->offset);
+            }
+        }
+        for (size_t i = 0; names && shapes && i < shown; i++) {
+            free(names[i]);
+            free(shapes[i]);
+        }
+        free(names);
+        free(shapes);
+    }
+    if (shown < nt)
+        printf("  ... %zu more tensors not shown (--limit %llu)\n", nt - shown,
+               (unsigned long long)c->limit);
+    putchar('\n');
+}
+
+static void print_totals(ictx *c)
+{
+    char hb[32];
+    printf("totals: %llu %s, %llu tensors, %llu parameters, %llu bytes (%s)\n",
+           (unsigned long long)c->files, c->files == 1 ? "file" : "files",
+           (unsigned long long)c->tensors, (unsigned long long)c->params,
+           (unsigned long long)c->bytes, cli_human_bytes(hb, sizeof hb, c->bytes));
+    for (int k = SHS_DTYPE_COUNT - 1; k >= 0; k--) {
+        const dt_stat *d = &c->dt[k];
+        if (!d->tensors)
+            continue;
+        printf("  %-11s %8llu tensors  %14llu parameters  %16llu bytes\n",
+               shs_dtype_name((shs_dtype)k), (unsigned long long)d->tensors,
+               (unsigned long long)d->params, (unsigned long long)d->bytes);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Walk callbacks                                                     */
+/* ------------------------------------------------------------------ */
+
+static void add_error(ictx *c, const char *msg)
+{
+    c->status = CLI_FAIL;
+    cli_err("%s", msg);
+    if (c->jerrors)
+        jpush(c, c->jerrors, jstr(msg, strlen(msg)));
+}
+
+static void on_file(void *ctx, const char *path, shs_file *f, const char *why)
+{
+    ictx *c = ctx;
+    if (!f) {
+        add_error(c, why);
+        return;
+    }
+    size_t nt = shs_file_tensor_count(f);
+    c->files++;
+    for (size_t i = 0; i < nt; i++) {
+        const shs_tensor_info *t = shs_file_tensor(f, i);
+        dt_stat *d = &c->dt[t->dtype];
+        c->tensors++;
+        c->params = cli_add_sat(c->params, t->numel);
+        c->bytes = cli_add_sat(c->bytes, t->nbytes);
+        d->tensors++;
+        d->params = cli_add_sat(d->params, t->numel);
+        d->bytes = cli_add_sat(d->bytes, t->nbytes);
+    }
+    if (!c->json) {
+        print_file(c, path, f);
+    } else if (c->single) {
+        c->root = file_json(c, path, f);
+    } else {
+        jpush(c, c->jfiles, file_json(c, path, f));
+    }
+}
+
+static void on_index_begin(void *ctx, const cli_index *ix)
+{
+    ictx *c = ctx;
+    if (c->json)
+        return;
+    put_esc_line("index:", ix->path);
+    put_label("shards:");
+    printf("%zu\n", ix->shards.n);
+    put_label("weight_map:");
+    printf("%zu tensors\n", json_object_size(ix->weight_map));
+    if (ix->metadata) {
+        char *m = json_dumps(ix->metadata, JSON_COMPACT | JSON_ENSURE_ASCII);
+        if (m)
+            put_esc_line("metadata:", m);
+        free(m);
+    }
+    putchar('\n');
+}
+
+static void on_index_done(void *ctx, const cli_index *ix, const cli_strs *problems,
+                          const cli_strs *warnings)
+{
+    ictx *c = ctx;
+    for (size_t i = 0; i < problems->n; i++)
+        add_error(c, problems->v[i]);
+    for (size_t i = 0; i < warnings->n; i++) {
+        cli_warn("%s", warnings->v[i]);
+        if (c->jwarnings)
+            jpush(c, c->jwarnings, jstr(warnings->v[i], strlen(warnings->v[i])));
+    }
+    if (!c->json) {
+        printf("index check: ");
+        cli_put_escaped(stdout, ix->path, strlen(ix->path));
+        if (problems->n)
+            printf(": %zu %s (listed on stderr)\n\n", problems->n,
+                   problems->n == 1 ? "problem" : "problems");
+        else
+            printf(": OK\n\n");
+        return;
+    }
+    json_t *o = json_object();
+    if (!o) {
+        c->oom = 1;
+        return;
+    }
+    jset(c, o, "path", jstr(ix->path, strlen(ix->path)));
+    jset(c, o, "metadata", ix->metadata ? json_deep_copy(ix->metadata) : json_null());
+    json_t *sh = json_array();
+    for (size_t i = 0; sh && i < ix->shards.n; i++)
+        jpush(c, sh, jstr(ix->shards.v[i], strlen(ix->shards.v[i])));
+    jset(c, o, "shards", sh);
+    jset(c, o, "weight_map_tensors",
+         ju64(ix->weight_map ? json_object_size(ix->weight_map) : 0));
+    jset(c, o, "ok", json_boolean(problems->n == 0));
+    json_t *pr = json_array();
+    for (size_t i = 0; pr && i < problems->n; i++)
+        jpush(c, pr, jstr(problems->v[i], strlen(problems->v[i])));
+    jset(c, o, "problems", pr);
+    jpush(c, c->jindexes, o);
+}
+
+/* ------------------------------------------------------------------ */
+
+int cli_cmd_inspect(int argc, char **argv)
+{
+    static const cli_optdef defs[] = { { "--json", 0 }, { "--limit", 1 }, { NULL, 0 } };
+    cli_parser p;
+    ictx c;
+    const char *path = NULL, *val;
+    int k;
+    memset(&c, 0, sizeof c);
+    cli_parser_init(&p, "inspect", argc, argv);
+    while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
+        switch (k) {
+        case CLI_ARG_HELP:
+            fputs(k_help, stdout);
+            return cli_finish_stdout(CLI_OK);
+        case CLI_ARG_ERROR:
+            return CLI_USAGE;
+        case CLI_ARG_POSITIONAL:
+            if (path)
+                return cli_usage_err("inspect", "takes one PATH (got '%s' and '%s')", path,
+                                     val);
+            path = val;
+            break;
+        case 0:
+            c.json = 1;
+            break;
+        case 1:
+            if (cli_parse_u64(val, &c.limit) < 0)
+                return cli_usage_err("inspect", "--limit needs a non-negative integer, not '%s'",
+                                     val);
+            c.has_limit = 1;
+            break;
+        }
+    }
+    if (!path)
+        return cli_usage_err("inspect", "missing PATH");
+
+    c.single = cli_classify(path) == CLI_KIND_FILE;
+    if (c.json && !c.single) {
+        c.jfiles = json_array();
+        c.jindexes = json_array();
+        c.jerrors = json_array();
+        c.jwarnings = json_array();
+        if (!c.jfiles || !c.jindexes || !c.jerrors || !c.jwarnings)
+            c.oom = 1;
+    }
+    cli_walk_ops ops = { on_file, on_index_begin, on_index_done };
+    int rc = c.oom ? CLI_FAIL : cli_walk(path, &ops, &c);
+    if (rc != CLI_OK)
+        c.status = CLI_FAIL;
+
+    if (!c.json) {
+        if (rc == CLI_OK && c.files > 0)
+            print_totals(&c);
+    } else if (c.single) {
+        if (c.root && !c.oom && json_dumpf(c.root, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII) == 0)
+            putchar('\n');
+    } else if (rc == CLI_OK && !c.oom) {
+        json_t *doc = json_object();
+        if (doc) {
+            jset(&c, doc, "path", jstr(path, strlen(path)));
+            jset(&c, doc, "kind",
+                 json_string(cli_classify(path) == CLI_KIND_DIR ? "directory" : "index"));
+            jset(&c, doc, "files", json_incref(c.jfiles));
+            jset(&c, doc, "indexes", json_incref(c.jindexes));
+            jset(&c, doc, "errors", json_incref(c.jerrors));
+            jset(&c, doc, "warnings", json_incref(c.jwarnings));
+            jset(&c, doc, "totals", totals_json(&c));
+        }
+        if (!doc || c.oom || json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII) != 0)
+            c.oom = 1;
+        else
+            putchar('\n');
+        json_decref(doc);
+    }
+    if (c.oom) {
+        cli_err("inspect: out of memory building the output");
+        c.status = CLI_FAIL;
+    }
+    json_decref(c.root);
+    json_decref(c.jfiles);
+    json_decref(c.jindexes);
+    json_decref(c.jerrors);
+    json_decref(c.jwarnings);
+    return cli_finish_stdout(c.status);
+}
