@@ -978,7 +978,8 @@ int shs_file_open_memory(shs_file **out, const void *data, size_t len,
     f->map_len = len;
     f->file_size = len;
     uint8_t prefix[8] = { 0 };
-    memcpy(prefix, data, len < 8 ? len : 8);
+    if (len)
+        memcpy(prefix, data, len < 8 ? len : 8);
     if ((rc = check_header(f, len >= 16 ? data : prefix, len, f->path)) < 0)
         goto fail;
     f->header = (const char *)data + 8;
