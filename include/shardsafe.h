@@ -81,7 +81,15 @@ typedef enum shs_status {
     SHS_ETRAILING = -33,           /* data does not end exactly at end of file */
     SHS_EWRONG_FORMAT = -34,       /* recognisably another format (git-LFS
                                       pointer, pickle, zip, HDF5, GGUF) */
-    SHS_ECONVERT = -35             /* dtype conversion not supported */
+    SHS_ECONVERT = -35,            /* dtype conversion not supported */
+
+    /* checkpoints */
+    SHS_ECONFIG = -50,             /* invalid configuration (names the field) */
+    SHS_ECHECKSUM = -51,           /* stored data does not match its checksum */
+    SHS_ECORRUPT = -52,            /* checkpoint files inconsistent / malformed */
+    SHS_EMISMATCH = -53,           /* checkpoint does not match the registered
+                                      state (missing, extra, mis-shaped) */
+    SHS_ENOCHECKPOINT = -54        /* no checkpoint where one was required */
 } shs_status;
 
 /* Static description of a status code ("header is not valid UTF-8"). */
@@ -359,6 +367,230 @@ SHS_API int shs_save_file(const char *path, const shs_tensor_view *tensors,
    SHS_EMISALIGNED when sub-byte elements do not fill whole bytes. */
 SHS_API int shs_tensor_nbytes(uint64_t *out, shs_dtype dtype, size_t ndim,
                               const uint64_t *shape);
+
+/* ------------------------------------------------------------------------
+ * Training state.
+ *
+ * A caller registers what a checkpoint holds: named tensors (model weights,
+ * optimizer state) whose memory stays the caller's, and small named blobs
+ * of bytes (lr_scheduler, dataloader, rng, train_state: JSON text or
+ * binary).  Saving reads the registered memory; loading writes into it.
+ * A tensor may be the whole tensor or this process's chunk of a global
+ * tensor (global shape + offset of the chunk), so the same registration
+ * serves single-process and distributed runs.
+ * ---------------------------------------------------------------------- */
+typedef struct shs_state shs_state;
+
+typedef enum shs_kind {
+    SHS_KIND_MODEL = 0,       /* saved in {prefix}-model-*.safetensors */
+    SHS_KIND_OPTIMIZER = 1    /* saved in {prefix}-opt-*.safetensors */
+} shs_kind;
+
+typedef struct shs_tensor_spec {
+    unsigned version;              /* SHS_TENSOR_SPEC_VERSION */
+    const char *name;              /* full name, unique in the state */
+    shs_kind kind;
+    shs_dtype dtype;
+    size_t ndim;
+    const uint64_t *shape;         /* shape of `data` (the local chunk) */
+    const uint64_t *global_shape;  /* NULL: the chunk is the whole tensor */
+    const uint64_t *global_offset; /* NULL: all zeros */
+    void *data;                    /* caller's memory, dense row-major */
+    /* For an optimizer tensor that is the fp32 master copy of a model
+       tensor: that tensor's name.  Loading with no_load_optim refreshes it
+       from the loaded model weights (converting the dtype).  Else NULL. */
+    const char *master_of;
+} shs_tensor_spec;
+#define SHS_TENSOR_SPEC_VERSION 1
+#define SHS_TENSOR_SPEC_INIT \
+    { SHS_TENSOR_SPEC_VERSION, NULL, SHS_KIND_MODEL, SHS_F32, 0, NULL, NULL, NULL, NULL, NULL }
+
+SHS_API int shs_state_create(shs_state **out);
+SHS_API void shs_state_free(shs_state *state);
+/* Register a tensor.  The spec's strings and arrays are copied; `data`
+   is kept and must stay valid while the state is used.  A tensor with
+   zero elements (e.g. an empty optimizer slot) is valid. */
+SHS_API int shs_state_add_tensor(shs_state *state, const shs_tensor_spec *spec);
+/* Set a blob (copied).  Blobs are per process ("rank-local"). */
+SHS_API int shs_state_set_blob(shs_state *state, const char *name,
+                               const void *data, size_t len);
+/* A blob's current value (set by the caller or by the last load);
+   SHS_ENOTFOUND when absent.  The pointer is valid until the blob
+   changes. */
+SHS_API int shs_state_get_blob(const shs_state *state, const char *name,
+                               const void **data, size_t *len);
+SHS_API size_t shs_state_tensor_count(const shs_state *state);
+/* Total bytes of the registered tensors. */
+SHS_API uint64_t shs_state_nbytes(const shs_state *state);
+
+/* Training progress, stored as common.json (exactly these seven keys). */
+typedef struct shs_progress {
+    int64_t epoch_num;
+    int64_t step_num;          /* step within the epoch */
+    int64_t global_step;
+    double loss_scale;
+    int64_t global_batch_size;
+    int64_t consumed_samples;
+    char ckpt_status[32];      /* "" is written as null */
+} shs_progress;
+
+/* ------------------------------------------------------------------------
+ * Checkpoint configuration: the seeds' field names (MindSpore
+ * Transformers' `checkpoint:` section and torchtitan's checkpoint config).
+ * shs_config_init() sets the defaults; shs_config_set() sets one field
+ * from text by name (as a YAML file or a command-line flag would), and
+ * shs_config_load_yaml() reads the `checkpoint:` section of a YAML file.
+ * Strings set through these are owned by the config: release it with
+ * shs_config_release().  Strings assigned directly stay the caller's.
+ * ---------------------------------------------------------------------- */
+enum {
+    SHS_EXCLUDE_OPTIMIZER = 1u << 0,
+    SHS_EXCLUDE_LR_SCHEDULER = 1u << 1,
+    SHS_EXCLUDE_DATALOADER = 1u << 2,
+    SHS_EXCLUDE_TRAIN_STATE = 1u << 3,
+    SHS_EXCLUDE_RNG = 1u << 4
+};
+
+typedef struct shs_config {
+    unsigned version;               /* SHS_CONFIG_VERSION */
+    /* saving */
+    int enable_save;                /* default 1; 0: nothing is saved */
+    const char *save_path;          /* required when saving */
+    int64_t save_interleaved_steps; /* save when global_step % n == 0 (1000) */
+    int save_max;                   /* keep the newest n saves of this run (5);
+                                       0 = keep all */
+    int keep_latest_k;              /* torchtitan's name; if > 0 it wins */
+    const char *prefix;             /* file name prefix ("checkpoint") */
+    int no_save_optim;              /* save model weights only */
+    int async_save;                 /* write in a background thread */
+    int remove_redundancy;          /* dedup replicas (ignored on one rank) */
+    int save_global_layout_cache;   /* reuse the layout across saves (1) */
+    int enable_first_step_checkpoint; /* also save after step 1 */
+    int last_save_model_only;       /* final save holds model weights only */
+    int incremental;                /* do not rewrite unchanged tensors */
+    int fsync;                      /* make commits durable (1) */
+    int load_only;                  /* never save */
+    /* loading */
+    const char *load_path;          /* save path or step directory; "" none */
+    int64_t load_step;              /* -1: newest */
+    int no_load_optim;              /* weights only; refresh master weights */
+    unsigned exclude_from_loading;  /* SHS_EXCLUDE_* */
+    const char *initial_load_path;  /* used only if save_path has nothing */
+    int initial_load_model_only;    /* (1) */
+    int load_balanced;              /* distributed only */
+    int load_worker_number;         /* parallel reader threads (1) */
+    int strict;                     /* missing/extra tensors are errors (1) */
+    /* internal: strings owned by the config */
+    void *owned_;
+} shs_config;
+#define SHS_CONFIG_VERSION 1
+
+SHS_API void shs_config_init(shs_config *config);
+SHS_API void shs_config_release(shs_config *config);
+/* Set field `key` (a field name above, e.g. "save_max") from text: "true"/
+   "false"/"1"/"0" for flags, decimal integers, strings; for
+   exclude_from_loading a comma list of optimizer, lr_scheduler,
+   dataloader, train_state, rng.  SHS_ECONFIG naming the field on error. */
+SHS_API int shs_config_set(shs_config *config, const char *key,
+                           const char *value);
+/* Read the `checkpoint:` mapping of a YAML file (other top-level sections
+   are ignored).  Unknown keys in it are errors (SHS_ECONFIG, naming the
+   key, file and line). */
+SHS_API int shs_config_load_yaml(shs_config *config, const char *path);
+
+/* ------------------------------------------------------------------------
+ * Checkpoint manager: the save/resume policy of a training run.
+ *
+ *   shs_manager_create()  validates the config and removes leftovers of
+ *                         failed saves under save_path;
+ *   shs_manager_load()    resolves what to load (load_path, tracker,
+ *                         auto-resume, initial_load_path) and loads it;
+ *   shs_manager_step()    after each optimizer step: saves when due;
+ *   shs_manager_finish()  the final save at the end of training;
+ *   shs_manager_free()    waits for an async save in flight.
+ *
+ * Directory layout, commit protocol and metadata: docs/checkpoint.md.
+ * ---------------------------------------------------------------------- */
+typedef struct shs_manager shs_manager;
+
+SHS_API int shs_manager_create(shs_manager **out, const shs_config *config,
+                               shs_state *state);
+SHS_API void shs_manager_free(shs_manager *m);
+
+/* What a load did. */
+typedef struct shs_load_result {
+    int loaded;                 /* 0: nothing to load, fresh start */
+    char path[4096];            /* the step directory loaded */
+    int64_t step;               /* its step */
+    int optimizer_loaded;
+    int progress_loaded;        /* *progress was filled from common.json */
+    int batch_size_changed;     /* global_step was rescaled: the data
+                                   cursor must come from consumed_samples */
+    int rank_state_restored;    /* rank-local blobs restored */
+    size_t n_skipped;           /* non-strict: tensors skipped */
+    char skipped[1024];         /* their names, comma separated (cut) */
+} shs_load_result;
+
+/*
+ * Load per the config.  `progress` is in/out: its global_batch_size is the
+ * current run's (for the rescaling rule); the rest is overwritten from the
+ * checkpoint unless train_state is excluded or no_load_optim is set.
+ * `result` may be NULL.
+ */
+SHS_API int shs_manager_load(shs_manager *m, shs_progress *progress,
+                             shs_load_result *result);
+
+/*
+ * Call after each optimizer step with the updated progress.  Saves when
+ * global_step % save_interleaved_steps == 0 (or at step 1 with
+ * enable_first_step_checkpoint).  With async_save the state is copied into
+ * staging buffers and written in the background; an error of an earlier
+ * background save is returned here.  *saved (may be NULL) tells whether a
+ * save was started.
+ */
+SHS_API int shs_manager_step(shs_manager *m, const shs_progress *progress,
+                             int *saved);
+
+/*
+ * Save now, regardless of the interval (e.g. before a planned stop).
+ * flags: SHS_SAVE_DEFER_SNAPSHOT (async only) returns before the state is
+ * copied: the caller may run compute that only reads the state, and must
+ * call shs_manager_fence() before changing it.
+ */
+enum { SHS_SAVE_DEFER_SNAPSHOT = 1u << 0, SHS_SAVE_MODEL_ONLY = 1u << 1 };
+SHS_API int shs_manager_save(shs_manager *m, const shs_progress *progress,
+                             unsigned flags);
+/* Wait until the snapshot of the save in flight has been taken. */
+SHS_API int shs_manager_fence(shs_manager *m);
+/* Wait until the save in flight is committed; returns its status. */
+SHS_API int shs_manager_wait(shs_manager *m);
+/* Final save (unless this step was just saved), then wait. */
+SHS_API int shs_manager_finish(shs_manager *m, const shs_progress *progress);
+
+/* Statistics of the last committed save. */
+typedef struct shs_save_stats {
+    int64_t step;
+    uint64_t state_bytes;     /* bytes of tensors in the checkpoint */
+    uint64_t bytes_written;   /* bytes actually written (incremental) */
+    uint64_t bytes_linked;    /* bytes reused from the previous save */
+    double blocked_seconds;   /* time the caller was blocked */
+    double total_seconds;     /* start to commit */
+} shs_save_stats;
+SHS_API int shs_manager_last_save(const shs_manager *m, shs_save_stats *out);
+
+/* ------------------------------------------------------------------------
+ * Step directories (the engine under the manager; usable alone).
+ * ---------------------------------------------------------------------- */
+
+/* Resolve a load path: a save path (tracker, else the newest complete
+   iteration_* / step-* directory; `step` >= 0 picks that step) or a step
+   directory.  Writes the step directory into out (cap bytes). */
+SHS_API int shs_checkpoint_resolve(char *out, size_t cap, const char *path,
+                                   int64_t step);
+
+/* Verify a step directory: metadata.json, every referenced file present,
+   inside the directory and valid, every chunk's checksum. */
+SHS_API int shs_checkpoint_verify(const char *step_dir);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,11 @@ const char *shs_strerror(int status)
     case SHS_ETRAILING: return "data does not end at end of file";
     case SHS_EWRONG_FORMAT: return "not a safetensors file";
     case SHS_ECONVERT: return "unsupported dtype conversion";
+    case SHS_ECONFIG: return "invalid configuration";
+    case SHS_ECHECKSUM: return "checksum mismatch";
+    case SHS_ECORRUPT: return "checkpoint is corrupt or inconsistent";
+    case SHS_EMISMATCH: return "checkpoint does not match the registered state";
+    case SHS_ENOCHECKPOINT: return "no checkpoint found";
     default: return "unknown status";
     }
 }

@@ -67,4 +67,8 @@ int shs__json_escape(shs__buf *b, const char *s, size_t len);
    Returns the offset of the first invalid byte, or len if valid. */
 size_t shs__utf8_check(const unsigned char *s, size_t len);
 
+/* Absolute byte range in the file of a tensor of a sealed writer. */
+int shs__writer_tensor_range(const shs_writer *w, const char *name, uint64_t *begin,
+                             uint64_t *end);
+
 #endif

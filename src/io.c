@@ -1,6 +1,7 @@
 /* io.c -- the POSIX implementation of the file seam and its helpers. */
 #include "io.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -20,6 +21,8 @@ static void *posix_mmap(int fd, size_t len)
     return p == MAP_FAILED ? NULL : p;
 }
 
+static int posix_exchange(const char *a, const char *b);
+
 const shs__io_ops shs__io_posix = {
     .open = posix_open,
     .close = close,
@@ -35,6 +38,7 @@ const shs__io_ops shs__io_posix = {
     .link = link,
     .mmap = posix_mmap,
     .munmap = munmap,
+    .exchange = posix_exchange,
 };
 
 const shs__io_ops *shs__io = &shs__io_posix;
@@ -159,4 +163,150 @@ void shs__random_suffix(char out[17])
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     z ^= z >> 31;
     snprintf(out, 17, "%016llx", (unsigned long long)z);
+}
+
+static int posix_exchange(const char *a, const char *b)
+{
+    return renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE);
+}
+
+int shs__rmtree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? SHS_OK : shs__err_errno(errno, "cannot stat", path);
+    if (!S_ISDIR(st.st_mode)) {
+        if (shs__io->unlink(path) != 0 && errno != ENOENT)
+            return shs__err_errno(errno, "cannot remove", path);
+        return SHS_OK;
+    }
+    DIR *d = opendir(path);
+    if (!d)
+        return shs__err_errno(errno, "cannot open directory", path);
+    int rc = SHS_OK;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char *child = shs__path_join(path, e->d_name);
+        if (!child) {
+            rc = shs__err(SHS_ENOMEM, "out of memory removing %s", path);
+            break;
+        }
+        int r = shs__rmtree(child);
+        shs__free(child);
+        if (r < 0 && rc == SHS_OK)
+            rc = r;
+    }
+    closedir(d);
+    if (rc == SHS_OK && shs__io->rmdir(path) != 0 && errno != ENOENT)
+        rc = shs__err_errno(errno, "cannot remove directory", path);
+    return rc;
+}
+
+int shs__mkdirs(const char *path, mode_t mode)
+{
+    char *p = shs__strdup(path);
+    if (!p)
+        return shs__err(SHS_ENOMEM, "out of memory creating %s", path);
+    int rc = SHS_OK;
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == '\0') {
+            char c = *s;
+            *s = '\0';
+            if (shs__io->mkdir(p, mode) != 0 && errno != EEXIST) {
+                rc = shs__err_errno(errno, "cannot create directory", p);
+                break;
+            }
+            *s = c;
+            if (c == '\0')
+                break;
+        }
+    }
+    if (rc == SHS_OK) {
+        struct stat st;
+        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+            rc = shs__err(SHS_EINVAL, "'%s' exists and is not a directory", path);
+    }
+    shs__free(p);
+    return rc;
+}
+
+int shs__write_file(const char *path, const void *data, size_t len, int do_fsync)
+{
+    int fd, rc;
+    if ((rc = shs__io_open(&fd, path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) < 0)
+        return rc;
+    rc = shs__io_pwrite_full(fd, data, len, 0, path);
+    if (rc == SHS_OK && do_fsync)
+        rc = shs__io_fsync(fd, path);
+    int crc = shs__io_close(fd, path);
+    return rc < 0 ? rc : crc;
+}
+
+int shs__write_file_atomic(const char *path, const void *data, size_t len, int do_fsync)
+{
+    char suffix[17];
+    shs__random_suffix(suffix);
+    size_t cap = strlen(path) + 32;
+    char *tmp = shs__malloc(cap);
+    char *dir = shs__path_dirname(path);
+    int rc;
+    if (!tmp || !dir) {
+        rc = shs__err(SHS_ENOMEM, "out of memory writing %s", path);
+        goto done;
+    }
+    snprintf(tmp, cap, "%s.tmp.%s", path, suffix);
+    if ((rc = shs__write_file(tmp, data, len, do_fsync)) < 0) {
+        shs__io->unlink(tmp);
+        goto done;
+    }
+    if (shs__io->rename(tmp, path) != 0) {
+        rc = shs__err_errno(errno, "cannot rename into place", path);
+        shs__io->unlink(tmp);
+        goto done;
+    }
+    if (do_fsync)
+        rc = shs__io_fsync_dir(dir);
+done:
+    shs__free(tmp);
+    shs__free(dir);
+    return rc;
+}
+
+int shs__read_file(char **out, size_t *out_len, const char *path, size_t max)
+{
+    int fd, rc;
+    struct stat st;
+    *out = NULL;
+    if ((rc = shs__io_open(&fd, path, O_RDONLY | O_NONBLOCK, 0)) < 0)
+        return rc;
+    if (shs__io->fstat(fd, &st) != 0) {
+        rc = shs__err_errno(errno, "cannot stat", path);
+        goto done;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = shs__err(SHS_ECORRUPT, "%s: not a regular file", path);
+        goto done;
+    }
+    if ((uint64_t)st.st_size > max) {
+        rc = shs__err(SHS_ECORRUPT, "%s: %lld bytes, more than the %zu allowed", path,
+                      (long long)st.st_size, max);
+        goto done;
+    }
+    char *buf = shs__malloc((size_t)st.st_size + 1);
+    if (!buf) {
+        rc = shs__err(SHS_ENOMEM, "out of memory reading %s", path);
+        goto done;
+    }
+    if ((rc = shs__io_pread_full(fd, buf, (size_t)st.st_size, 0, path)) < 0) {
+        shs__free(buf);
+        goto done;
+    }
+    buf[st.st_size] = '\0';
+    *out = buf;
+    *out_len = (size_t)st.st_size;
+done:
+    shs__io->close(fd);
+    return rc;
 }

@@ -29,6 +29,8 @@ typedef struct shs__io_ops {
     /* Read-only private mapping of `len` bytes of fd; NULL on failure. */
     void *(*mmap)(int fd, size_t len);
     int (*munmap)(void *addr, size_t len);
+    /* Atomically swap two paths (renameat2 RENAME_EXCHANGE). */
+    int (*exchange)(const char *a, const char *b);
 } shs__io_ops;
 
 /* The ops in force.  Never NULL. */
@@ -52,6 +54,19 @@ int shs__io_fsync_dir(const char *dir);
 char *shs__path_dirname(const char *path);
 /* "<dir>/<name>" newly allocated. */
 char *shs__path_join(const char *dir, const char *name);
+/* Remove a file tree (files and directories, no symlink following),
+   through the seam.  Missing path: SHS_OK. */
+int shs__rmtree(const char *path);
+/* mkdir that accepts an existing directory; with parents (mkdir -p). */
+int shs__mkdirs(const char *path, mode_t mode);
+/* Write a small file completely: create/truncate, write, optional fsync. */
+int shs__write_file(const char *path, const void *data, size_t len, int do_fsync);
+/* Replace `path` atomically with `data`: temp file beside it, fsync,
+   rename, fsync the directory. */
+int shs__write_file_atomic(const char *path, const void *data, size_t len, int do_fsync);
+/* Read a whole small file (at most `max` bytes) into a NUL-terminated
+   buffer the caller frees. */
+int shs__read_file(char **out, size_t *out_len, const char *path, size_t max);
 /* Random hex suffix for temporary names (not cryptographic). */
 void shs__random_suffix(char out[17]);
 

@@ -542,3 +542,14 @@ done:
     shs_writer_free(w);
     return rc;
 }
+
+int shs__writer_tensor_range(const shs_writer *w, const char *name, uint64_t *begin,
+                             uint64_t *end)
+{
+    long i = shs__namemap_find(&w->names, name, strlen(name), wname_fn, w->t);
+    if (i < 0 || !w->sealed)
+        return shs__err(SHS_ENOTFOUND, "%s: no sealed tensor '%s'", w->path, name);
+    *begin = w->data_start + w->t[i].offset;
+    *end = *begin + w->t[i].nbytes;
+    return SHS_OK;
+}

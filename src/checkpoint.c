@@ -1,0 +1,1700 @@
+/*
+ * checkpoint.c -- step directories: save with the commit protocol, load
+ * with resharding, verification, path resolution.  Format: docs/checkpoint.md.
+ *
+ * Commit protocol (every step a crash may interrupt leaves the previous
+ * committed checkpoint loadable and the tracker pointing at a complete
+ * directory):
+ *   1. every file goes into <save_path>/.tmp-iteration_N-<random>/, each
+ *      fsynced; metadata.json is written last; the directory is fsynced;
+ *   2. the directory is renamed to iteration_N (or swapped atomically with
+ *      an existing iteration_N by RENAME_EXCHANGE, the old one deleted);
+ *      save_path is fsynced;
+ *   3. the tracker is replaced atomically (temp file, fsync, rename, fsync).
+ * Leftovers (.tmp-*, .trash-*) are removed by the next run's manager.
+ */
+#include "checkpoint.h"
+
+#include "io.h"
+#include "layout.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#define META_VERSION 1
+#define META_MAX (1u << 30)   /* metadata.json larger than this is refused */
+#define COMMON_MAX (1u << 16)
+
+static const char *const k_kind_name[] = { "model", "opt" };
+
+/* ------------------------------------------------------------------ */
+/* Names, listing, tracker                                            */
+/* ------------------------------------------------------------------ */
+
+int64_t shs__step_of_name(const char *name)
+{
+    const char *p;
+    if (strncmp(name, "iteration_", 10) == 0)
+        p = name + 10;
+    else if (strncmp(name, "step-", 5) == 0)
+        p = name + 5;
+    else
+        return -1;
+    if (!*p || strlen(p) > 18)
+        return -1;
+    int64_t v = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+static int is_complete_dir(const char *dir)
+{
+    char *m = shs__path_join(dir, "metadata.json");
+    char *c = shs__path_join(dir, "common.json");
+    struct stat st;
+    int ok = m && c && stat(m, &st) == 0 && S_ISREG(st.st_mode) && stat(c, &st) == 0 &&
+             S_ISREG(st.st_mode);
+    shs__free(m);
+    shs__free(c);
+    return ok;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int shs__list_steps(int64_t **out, size_t *n, const char *save_path)
+{
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(save_path);
+    if (!d)
+        return shs__err_errno(errno, "cannot open save path", save_path);
+    int64_t *v = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc = SHS_OK;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s = shs__step_of_name(e->d_name);
+        if (s < 0)
+            continue;
+        char *full = shs__path_join(save_path, e->d_name);
+        if (!full) {
+            rc = shs__err(SHS_ENOMEM, "out of memory listing %s", save_path);
+            break;
+        }
+        int ok = is_complete_dir(full);
+        shs__free(full);
+        if (!ok)
+            continue;
+        if (cnt == cap) {
+            cap = cap ? cap * 2 : 16;
+            int64_t *nv = shs__realloc(v, cap * sizeof *nv);
+            if (!nv) {
+                rc = shs__err(SHS_ENOMEM, "out of memory listing %s", save_path);
+                break;
+            }
+            v = nv;
+        }
+        v[cnt++] = s;
+    }
+    closedir(d);
+    if (rc < 0) {
+        shs__free(v);
+        return rc;
+    }
+    if (cnt > 1)
+        qsort(v, cnt, sizeof *v, cmp_i64);
+    /* iteration_N and step-N of the same N count once */
+    size_t w = 0;
+    for (size_t i = 0; i < cnt; i++)
+        if (w == 0 || v[w - 1] != v[i])
+            v[w++] = v[i];
+    *out = v;
+    *n = w;
+    return SHS_OK;
+}
+
+int shs__read_tracker(int64_t *step, const char *save_path)
+{
+    char *path = shs__path_join(save_path, SHS__TRACKER);
+    if (!path)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    char *buf = NULL;
+    size_t len = 0;
+    struct stat st;
+    int rc;
+    if (stat(path, &st) != 0) {
+        rc = shs__err(SHS_ENOENT, "%s: no tracker", save_path);
+        goto done;
+    }
+    if ((rc = shs__read_file(&buf, &len, path, 64)) < 0)
+        goto done;
+    /* a decimal step, optionally followed by one newline */
+    size_t i = 0;
+    int64_t v = 0;
+    for (; i < len && buf[i] >= '0' && buf[i] <= '9' && i < 18; i++)
+        v = v * 10 + (buf[i] - '0');
+    if (i == 0 || !(i == len || (i + 1 == len && buf[i] == '\n'))) {
+        rc = shs__err(SHS_ECORRUPT, "%s: tracker must hold a decimal step, not '%.20s'", path,
+                      buf);
+        goto done;
+    }
+    *step = v;
+done:
+    shs__free(buf);
+    shs__free(path);
+    return rc;
+}
+
+static char *step_dir_path(const char *save_path, int64_t step)
+{
+    char name[40];
+    snprintf(name, sizeof name, "iteration_%08lld", (long long)step);
+    return shs__path_join(save_path, name);
+}
+
+int shs__remove_step(const char *save_path, int64_t step)
+{
+    char *dir = step_dir_path(save_path, step);
+    char suffix[17], name[80];
+    shs__random_suffix(suffix);
+    snprintf(name, sizeof name, ".trash-iteration_%08lld-%s", (long long)step, suffix);
+    char *trash = shs__path_join(save_path, name);
+    int rc = SHS_OK;
+    if (!dir || !trash) {
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+        goto done;
+    }
+    /* renamed away first: a crash mid-delete leaves only a .trash- entry,
+       never a half-deleted directory that looks like a checkpoint */
+    if (shs__io->rename(dir, trash) != 0) {
+        rc = errno == ENOENT ? SHS_OK : shs__err_errno(errno, "cannot remove", dir);
+        goto done;
+    }
+    rc = shs__rmtree(trash);
+done:
+    shs__free(dir);
+    shs__free(trash);
+    return rc;
+}
+
+int shs__clean_leftovers(const char *save_path)
+{
+    DIR *d = opendir(save_path);
+    if (!d)
+        return errno == ENOENT ? SHS_OK : shs__err_errno(errno, "cannot open", save_path);
+    int rc = SHS_OK;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int tmp = strncmp(e->d_name, ".tmp-", 5) == 0 || strncmp(e->d_name, ".trash-", 7) == 0 ||
+                  (strncmp(e->d_name, SHS__TRACKER ".tmp.", sizeof SHS__TRACKER + 4) == 0);
+        if (!tmp)
+            continue;
+        char *p = shs__path_join(save_path, e->d_name);
+        int r = p ? shs__rmtree(p) : shs__err(SHS_ENOMEM, "out of memory");
+        shs__free(p);
+        if (r < 0 && rc == SHS_OK)
+            rc = r;
+    }
+    closedir(d);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Metadata (in memory)                                               */
+/* ------------------------------------------------------------------ */
+
+typedef struct mchunk {
+    uint64_t *off, *shape;
+    uint32_t file;
+    char *key;
+    uint64_t b0, b1;          /* absolute byte range in the file */
+    uint64_t hash;
+    int has_hash;
+} mchunk;
+
+typedef struct mtensor {
+    char *name;
+    shs_kind kind;
+    shs_dtype dtype;
+    size_t ndim;
+    uint64_t *gshape;
+    mchunk *c;
+    size_t nc;
+} mtensor;
+
+typedef struct mfile {
+    char *name;
+    int rank;
+} mfile;
+
+typedef struct mblob {
+    char *name;
+    int rank;
+    uint32_t file;
+    char *key;
+    uint64_t b0, b1, hash;
+} mblob;
+
+typedef struct meta {
+    int64_t step;
+    int world_size;
+    int plain;                /* a plain directory of safetensors files */
+    mfile *f;
+    size_t nf;
+    mtensor *t;
+    size_t nt;
+    mblob *b;
+    size_t nb;
+} meta;
+
+static void meta_free(meta *m)
+{
+    for (size_t i = 0; i < m->nf; i++)
+        shs__free(m->f[i].name);
+    for (size_t i = 0; i < m->nt; i++) {
+        for (size_t k = 0; k < m->t[i].nc; k++) {
+            shs__free(m->t[i].c[k].off);
+            shs__free(m->t[i].c[k].shape);
+            shs__free(m->t[i].c[k].key);
+        }
+        shs__free(m->t[i].c);
+        shs__free(m->t[i].name);
+        shs__free(m->t[i].gshape);
+    }
+    for (size_t i = 0; i < m->nb; i++) {
+        shs__free(m->b[i].name);
+        shs__free(m->b[i].key);
+    }
+    shs__free(m->f);
+    shs__free(m->t);
+    shs__free(m->b);
+    memset(m, 0, sizeof *m);
+}
+
+static const mtensor *meta_find(const meta *m, const char *name)
+{
+    /* metadata tensors are kept sorted by name */
+    size_t lo = 0, hi = m->nt;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(m->t[mid].name, name);
+        if (c == 0)
+            return &m->t[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+static int cmp_mtensor(const void *a, const void *b)
+{
+    return strcmp(((const mtensor *)a)->name, ((const mtensor *)b)->name);
+}
+
+/* A file name inside a step directory: plain, no path, not hidden. */
+static int plain_file_name(const char *s)
+{
+    if (!*s || *s == '.' || strlen(s) > 255)
+        return 0;
+    for (const char *p = s; *p; p++)
+        if (*p == '/' || *p == '\\' || (unsigned char)*p < 0x20)
+            return 0;
+    return 1;
+}
+
+static void hex64(char out[17], uint64_t v)
+{
+    snprintf(out, 17, "%016llx", (unsigned long long)v);
+}
+
+static int parse_hex64(uint64_t *out, const char *s)
+{
+    if (strlen(s) != 16)
+        return -1;
+    uint64_t v = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
+            return -1;
+        v = (v << 4) | (uint64_t)d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* json helpers: a non-negative integer below 2^63 */
+static int get_u64(const json_t *o, const char *key, uint64_t *out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return -1;
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+static int get_dims(const json_t *a, size_t ndim, uint64_t **out)
+{
+    if (!json_is_array(a) || json_array_size(a) != ndim)
+        return -1;
+    uint64_t *v = shs__calloc(ndim ? ndim : 1, sizeof *v);
+    if (!v)
+        return -2;
+    for (size_t d = 0; d < ndim; d++) {
+        json_t *x = json_array_get(a, d);
+        if (!json_is_integer(x) || json_integer_value(x) < 0) {
+            shs__free(v);
+            return -1;
+        }
+        v[d] = (uint64_t)json_integer_value(x);
+    }
+    *out = v;
+    return 0;
+}
+
+#define BAD(...) do { rc = shs__err(SHS_ECORRUPT, __VA_ARGS__); goto fail; } while (0)
+#define OOM() do { rc = shs__err(SHS_ENOMEM, "out of memory reading %s", path); goto fail; } while (0)
+
+/* Parse and validate metadata.json of `dir`. */
+static int meta_parse(meta *m, const char *dir)
+{
+    int rc = SHS_OK;
+    json_t *root = NULL;
+    char *buf = NULL;
+    size_t len;
+    memset(m, 0, sizeof *m);
+    char *path = shs__path_join(dir, "metadata.json");
+    if (!path)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    if ((rc = shs__read_file(&buf, &len, path, META_MAX)) < 0)
+        goto fail;
+    json_error_t jerr;
+    root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        BAD("%s: invalid JSON at line %d: %s", path, jerr.line, jerr.text);
+    if (!json_is_object(root))
+        BAD("%s: not a JSON object", path);
+    json_t *fmt = json_object_get(root, "format");
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "shardsafe.checkpoint") != 0)
+        BAD("%s: \"format\" must be \"shardsafe.checkpoint\"", path);
+    uint64_t ver, step, ws;
+    if (get_u64(root, "version", &ver) || ver != META_VERSION)
+        BAD("%s: unsupported \"version\" (this build reads version %d)", path, META_VERSION);
+    if (get_u64(root, "step", &step) || get_u64(root, "world_size", &ws) || ws < 1 ||
+        ws > (1u << 24))
+        BAD("%s: \"step\" and \"world_size\" must be positive integers", path);
+    m->step = (int64_t)step;
+    m->world_size = (int)ws;
+    json_t *files = json_object_get(root, "files");
+    if (!json_is_array(files))
+        BAD("%s: \"files\" must be an array", path);
+    m->nf = json_array_size(files);
+    m->f = shs__calloc(m->nf ? m->nf : 1, sizeof *m->f);
+    if (!m->f)
+        OOM();
+    for (size_t i = 0; i < m->nf; i++) {
+        json_t *f = json_array_get(files, i);
+        json_t *name = json_object_get(f, "name");
+        uint64_t rank;
+        if (!json_is_object(f) || !json_is_string(name) || get_u64(f, "rank", &rank) ||
+            rank >= ws)
+            BAD("%s: files[%zu] needs a \"name\" and a \"rank\" below world_size", path, i);
+        if (!plain_file_name(json_string_value(name)))
+            BAD("%s: files[%zu]: '%s' is not a plain file name inside the checkpoint directory",
+                path, i, json_string_value(name));
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(m->f[k].name, json_string_value(name)) == 0)
+                BAD("%s: file '%s' listed twice", path, json_string_value(name));
+        if (!(m->f[i].name = shs__strdup(json_string_value(name))))
+            OOM();
+        m->f[i].rank = (int)rank;
+    }
+    json_t *tensors = json_object_get(root, "tensors");
+    if (!json_is_object(tensors))
+        BAD("%s: \"tensors\" must be an object", path);
+    m->t = shs__calloc(json_object_size(tensors) + 1, sizeof *m->t);
+    if (!m->t)
+        OOM();
+    const char *tname;
+    json_t *tv;
+    json_object_foreach(tensors, tname, tv) {
+        mtensor *t = &m->t[m->nt];
+        if (!(t->name = shs__strdup(tname)))
+            OOM();
+        m->nt++;
+        json_t *kind = json_object_get(tv, "kind"), *dt = json_object_get(tv, "dtype");
+        json_t *shape = json_object_get(tv, "shape"), *chunks = json_object_get(tv, "chunks");
+        if (!json_is_object(tv) || !json_is_string(kind) || !json_is_string(dt) ||
+            !json_is_array(shape) || !json_is_array(chunks))
+            BAD("%s: tensor '%s' needs \"kind\", \"dtype\", \"shape\" and \"chunks\"", path, tname);
+        if (strcmp(json_string_value(kind), "model") == 0)
+            t->kind = SHS_KIND_MODEL;
+        else if (strcmp(json_string_value(kind), "opt") == 0)
+            t->kind = SHS_KIND_OPTIMIZER;
+        else
+            BAD("%s: tensor '%s': unknown kind '%s'", path, tname, json_string_value(kind));
+        const char *ds = json_string_value(dt);
+        if (shs_dtype_parse(&t->dtype, ds, strlen(ds)) < 0)
+            BAD("%s: tensor '%s': unknown dtype '%s'", path, tname, ds);
+        t->ndim = json_array_size(shape);
+        if (t->ndim > SHS_MAX_DIMS)
+            BAD("%s: tensor '%s': too many dimensions", path, tname);
+        int r = get_dims(shape, t->ndim, &t->gshape);
+        if (r == -2)
+            OOM();
+        if (r < 0)
+            BAD("%s: tensor '%s': bad shape", path, tname);
+        uint64_t gbytes;
+        if (shs_tensor_nbytes(&gbytes, t->dtype, t->ndim, t->gshape) < 0)
+            BAD("%s: tensor '%s': shape overflows", path, tname);
+        t->nc = json_array_size(chunks);
+        t->c = shs__calloc(t->nc ? t->nc : 1, sizeof *t->c);
+        if (!t->c)
+            OOM();
+        for (size_t k = 0; k < t->nc; k++) {
+            json_t *cj = json_array_get(chunks, k);
+            mchunk *c = &t->c[k];
+            json_t *key = json_object_get(cj, "key"), *h = json_object_get(cj, "xxh3");
+            json_t *br = json_object_get(cj, "byte_range");
+            uint64_t file;
+            if (!json_is_object(cj) || !json_is_string(key) || get_u64(cj, "file", &file) ||
+                file >= m->nf || !json_is_array(br) || json_array_size(br) != 2)
+                BAD("%s: tensor '%s': chunk %zu needs \"file\", \"key\", \"byte_range\"", path,
+                    tname, k);
+            c->file = (uint32_t)file;
+            if ((r = get_dims(json_object_get(cj, "offset"), t->ndim, &c->off)) == -2 ||
+                (r == 0 && (r = get_dims(json_object_get(cj, "shape"), t->ndim, &c->shape)) == -2))
+                OOM();
+            if (r < 0)
+                BAD("%s: tensor '%s': chunk %zu: bad offset or shape", path, tname, k);
+            for (size_t d = 0; d < t->ndim; d++)
+                if (c->off[d] > t->gshape[d] || c->shape[d] > t->gshape[d] - c->off[d])
+                    BAD("%s: tensor '%s': chunk %zu lies outside the tensor", path, tname, k);
+            json_t *b0 = json_array_get(br, 0), *b1 = json_array_get(br, 1);
+            if (!json_is_integer(b0) || !json_is_integer(b1) || json_integer_value(b0) < 0 ||
+                json_integer_value(b1) < json_integer_value(b0))
+                BAD("%s: tensor '%s': chunk %zu: bad byte_range", path, tname, k);
+            c->b0 = (uint64_t)json_integer_value(b0);
+            c->b1 = (uint64_t)json_integer_value(b1);
+            uint64_t cbytes;
+            if (shs_tensor_nbytes(&cbytes, t->dtype, t->ndim, c->shape) < 0 ||
+                cbytes != c->b1 - c->b0)
+                BAD("%s: tensor '%s': chunk %zu: byte_range does not match its shape", path,
+                    tname, k);
+            if (!(c->key = shs__strdup(json_string_value(key))))
+                OOM();
+            if (h) {
+                if (!json_is_string(h) || parse_hex64(&c->hash, json_string_value(h)) < 0)
+                    BAD("%s: tensor '%s': chunk %zu: \"xxh3\" must be 16 hex digits", path,
+                        tname, k);
+                c->has_hash = 1;
+            }
+        }
+    }
+    qsort(m->t, m->nt, sizeof *m->t, cmp_mtensor);
+    json_t *blobs = json_object_get(root, "blobs");
+    if (blobs && !json_is_array(blobs))
+        BAD("%s: \"blobs\" must be an array", path);
+    m->nb = blobs ? json_array_size(blobs) : 0;
+    m->b = shs__calloc(m->nb ? m->nb : 1, sizeof *m->b);
+    if (!m->b)
+        OOM();
+    for (size_t i = 0; i < m->nb; i++) {
+        json_t *bj = json_array_get(blobs, i);
+        mblob *b = &m->b[i];
+        json_t *name = json_object_get(bj, "name"), *key = json_object_get(bj, "key");
+        json_t *br = json_object_get(bj, "byte_range"), *h = json_object_get(bj, "xxh3");
+        uint64_t rank, file;
+        if (!json_is_object(bj) || !json_is_string(name) || !json_is_string(key) ||
+            get_u64(bj, "rank", &rank) || rank >= ws || get_u64(bj, "file", &file) ||
+            file >= m->nf || !json_is_array(br) || json_array_size(br) != 2 ||
+            !json_is_integer(json_array_get(br, 0)) || !json_is_integer(json_array_get(br, 1)) ||
+            !json_is_string(h) || parse_hex64(&b->hash, json_string_value(h)) < 0)
+            BAD("%s: blobs[%zu] is malformed", path, i);
+        b->rank = (int)rank;
+        b->file = (uint32_t)file;
+        b->b0 = (uint64_t)json_integer_value(json_array_get(br, 0));
+        b->b1 = (uint64_t)json_integer_value(json_array_get(br, 1));
+        if (b->b1 < b->b0)
+            BAD("%s: blobs[%zu]: bad byte_range", path, i);
+        if (!(b->name = shs__strdup(json_string_value(name))) ||
+            !(b->key = shs__strdup(json_string_value(key))))
+            OOM();
+    }
+    json_decref(root);
+    shs__free(buf);
+    shs__free(path);
+    return SHS_OK;
+fail:
+    json_decref(root);
+    shs__free(buf);
+    shs__free(path);
+    meta_free(m);
+    return rc;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A plain directory of safetensors files: each tensor whole, names unique
+   across files.  Files whose name holds "-opt-" hold optimizer state. */
+static int meta_from_plain(meta *m, const char *dir)
+{
+    int rc = SHS_OK;
+    const char *path = dir;
+    memset(m, 0, sizeof *m);
+    m->plain = 1;
+    m->world_size = 1;
+    m->step = shs__step_of_name(strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir);
+    DIR *d = opendir(dir);
+    if (!d)
+        return shs__err_errno(errno, "cannot open checkpoint directory", dir);
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!ends_with(e->d_name, ".safetensors") || !plain_file_name(e->d_name))
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **nn = shs__realloc(names, cap * sizeof *nn);
+            if (!nn)
+                break;
+            names = nn;
+        }
+        if (!(names[n] = shs__strdup(e->d_name)))
+            break;
+        n++;
+    }
+    int partial = e != NULL;
+    closedir(d);
+    if (partial) {
+        for (size_t i = 0; i < n; i++)
+            shs__free(names[i]);
+        shs__free(names);
+        return shs__err(SHS_ENOMEM, "out of memory listing %s", dir);
+    }
+    if (n > 1)
+        qsort(names, n, sizeof *names, cmp_str);
+    m->f = shs__calloc(n ? n : 1, sizeof *m->f);
+    if (!m->f) {
+        for (size_t i = 0; i < n; i++)
+            shs__free(names[i]);
+        shs__free(names);
+        return shs__err(SHS_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        m->f[i].name = names[i];
+    m->nf = n;
+    shs__free(names);
+    if (n == 0)
+        return shs__err(SHS_ENOCHECKPOINT, "%s: no metadata.json and no .safetensors files", dir);
+    size_t cap_t = 0;
+    for (size_t i = 0; i < m->nf; i++) {
+        char *fp = shs__path_join(dir, m->f[i].name);
+        shs_file *f = NULL;
+        shs_open_opts oo = SHS_OPEN_OPTS_INIT;
+        oo.flags = SHS_OPEN_NO_MMAP;
+        rc = fp ? shs_file_open(&f, fp, &oo) : shs__err(SHS_ENOMEM, "out of memory");
+        shs__free(fp);
+        if (rc < 0)
+            goto fail;
+        int opt = strstr(m->f[i].name, "-opt-") != NULL;
+        for (size_t k = 0; k < shs_file_tensor_count(f); k++) {
+            const shs_tensor_info *ti = shs_file_tensor(f, k);
+            if (m->nt == cap_t) {
+                cap_t = cap_t ? cap_t * 2 : 64;
+                mtensor *nt = shs__realloc(m->t, cap_t * sizeof *nt);
+                if (!nt) {
+                    shs_file_close(f);
+                    OOM();
+                }
+                m->t = nt;
+            }
+            mtensor *t = &m->t[m->nt];
+            memset(t, 0, sizeof *t);
+            m->nt++;
+            t->kind = opt ? SHS_KIND_OPTIMIZER : SHS_KIND_MODEL;
+            t->dtype = ti->dtype;
+            t->ndim = ti->ndim;
+            t->name = shs__strndup(ti->name, ti->name_len);
+            t->gshape = shs__calloc(ti->ndim ? ti->ndim : 1, sizeof *t->gshape);
+            t->c = shs__calloc(1, sizeof *t->c);
+            if (t->c) {
+                t->nc = 1;
+                t->c->off = shs__calloc(ti->ndim ? ti->ndim : 1, sizeof(uint64_t));
+                t->c->shape = shs__calloc(ti->ndim ? ti->ndim : 1, sizeof(uint64_t));
+                t->c->key = shs__strndup(ti->name, ti->name_len);
+            }
+            if (!t->name || !t->gshape || !t->c || !t->c->off || !t->c->shape || !t->c->key) {
+                shs_file_close(f);
+                OOM();
+            }
+            for (size_t dd = 0; dd < ti->ndim; dd++)
+                t->gshape[dd] = t->c->shape[dd] = ti->shape[dd];
+            t->c->file = (uint32_t)i;
+            t->c->b0 = shs_file_data_start(f) + ti->offset;
+            t->c->b1 = t->c->b0 + ti->nbytes;
+        }
+        shs_file_close(f);
+    }
+    if (m->nt > 1)
+        qsort(m->t, m->nt, sizeof *m->t, cmp_mtensor);
+    for (size_t i = 1; i < m->nt; i++)
+        if (strcmp(m->t[i - 1].name, m->t[i].name) == 0)
+            BAD("%s: tensor '%s' appears in two files", dir, m->t[i].name);
+    return SHS_OK;
+fail:
+    meta_free(m);
+    return rc;
+}
+
+#undef OOM
+
+/* ------------------------------------------------------------------ */
+/* common.json                                                        */
+/* ------------------------------------------------------------------ */
+
+static int write_common(const char *dir, const shs_progress *p, int do_fsync)
+{
+    json_t *o = json_object();
+    int rc = SHS_OK;
+    char *text = NULL, *path = NULL;
+    if (!o)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    const shs_progress zero = { 0 };
+    if (!p)
+        p = &zero;
+    if (json_object_set_new(o, "epoch_num", json_integer(p->epoch_num)) ||
+        json_object_set_new(o, "step_num", json_integer(p->step_num)) ||
+        json_object_set_new(o, "global_step", json_integer(p->global_step)) ||
+        json_object_set_new(o, "loss_scale", json_real(p->loss_scale)) ||
+        json_object_set_new(o, "global_batch_size", json_integer(p->global_batch_size)) ||
+        json_object_set_new(o, "consumed_samples", json_integer(p->consumed_samples)) ||
+        json_object_set_new(o, "ckpt_status",
+                            p->ckpt_status[0] ? json_string(p->ckpt_status) : json_null())) {
+        rc = shs__err(SHS_ENOMEM, "out of memory writing common.json");
+        goto done;
+    }
+    text = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+    path = shs__path_join(dir, "common.json");
+    if (!text || !path) {
+        rc = shs__err(SHS_ENOMEM, "out of memory writing common.json");
+        goto done;
+    }
+    size_t n = strlen(text);
+    text[n] = '\n'; /* json_dumps leaves room only for the NUL: rewrite it */
+    rc = shs__write_file(path, text, n + 1, do_fsync);
+done:
+    free(text);
+    shs__free(path);
+    json_decref(o);
+    return rc;
+}
+
+static int read_common(shs_progress *p, const char *dir)
+{
+    char *path = shs__path_join(dir, "common.json"), *buf = NULL;
+    size_t len;
+    json_t *o = NULL;
+    int rc;
+    if (!path)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    if ((rc = shs__read_file(&buf, &len, path, COMMON_MAX)) < 0)
+        goto fail;
+    json_error_t jerr;
+    o = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!o || !json_is_object(o))
+        BAD("%s: not a JSON object (%s)", path, o ? "wrong type" : jerr.text);
+    static const char *const ints[] = { "epoch_num", "step_num", "global_step",
+                                        "global_batch_size", "consumed_samples" };
+    int64_t *dst[] = { &p->epoch_num, &p->step_num, &p->global_step, &p->global_batch_size,
+                       &p->consumed_samples };
+    shs_progress out = { 0 };
+    int64_t *odst[] = { &out.epoch_num, &out.step_num, &out.global_step,
+                        &out.global_batch_size, &out.consumed_samples };
+    (void)dst;
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        size_t i;
+        for (i = 0; i < 5 && strcmp(key, ints[i]) != 0; i++)
+            ;
+        if (i < 5) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0)
+                BAD("%s: \"%s\" must be a non-negative integer", path, key);
+            *odst[i] = json_integer_value(v);
+        } else if (strcmp(key, "loss_scale") == 0) {
+            /* a number, or (as MindSpore writes it) a numeric string */
+            if (json_is_number(v))
+                out.loss_scale = json_number_value(v);
+            else if (json_is_string(v)) {
+                char *end;
+                out.loss_scale = strtod(json_string_value(v), &end);
+                if (end == json_string_value(v) || *end)
+                    BAD("%s: \"loss_scale\" must be a number", path);
+            } else
+                BAD("%s: \"loss_scale\" must be a number", path);
+        } else if (strcmp(key, "ckpt_status") == 0) {
+            if (json_is_string(v)) {
+                if (strlen(json_string_value(v)) >= sizeof out.ckpt_status)
+                    BAD("%s: \"ckpt_status\" is too long", path);
+                snprintf(out.ckpt_status, sizeof out.ckpt_status, "%s", json_string_value(v));
+            } else if (!json_is_null(v))
+                BAD("%s: \"ckpt_status\" must be a string or null", path);
+        } else {
+            BAD("%s: unknown key \"%s\" (common.json holds exactly epoch_num, step_num, "
+                "global_step, loss_scale, global_batch_size, consumed_samples, ckpt_status)",
+                path, key);
+        }
+    }
+    for (size_t i = 0; i < 5; i++)
+        if (!json_object_get(o, ints[i]))
+            BAD("%s: missing \"%s\"", path, ints[i]);
+    if (!json_object_get(o, "loss_scale") || !json_object_get(o, "ckpt_status"))
+        BAD("%s: missing \"loss_scale\" or \"ckpt_status\"", path);
+    *p = out;
+fail:
+    json_decref(o);
+    shs__free(buf);
+    shs__free(path);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Save                                                               */
+/* ------------------------------------------------------------------ */
+
+/* Where a tensor of the state goes in this save. */
+enum { SLOT_SKIP = -1 };
+
+typedef struct out_file {
+    char name[320];
+    int linked;              /* hard link of a previous file */
+    size_t prev_index;       /* its index in the previous metadata */
+    json_t *entry;           /* its "files" entry */
+} out_file;
+
+typedef struct tensor_out {
+    int file;                /* index into files, or SLOT_SKIP */
+    uint64_t b0, b1;
+    uint64_t hash;
+} tensor_out;
+
+static const void *tensor_src(const shs_state *st, const shs__save_req *req, size_t i)
+{
+    return req->data && req->data[i] ? req->data[i] : st->t[i].data;
+}
+
+static int add_out_file(out_file **files, size_t *n, size_t *cap, const char *name)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 8;
+        out_file *f = shs__realloc(*files, c * sizeof *f);
+        if (!f)
+            return shs__err(SHS_ENOMEM, "out of memory planning a save");
+        *files = f;
+        *cap = c;
+    }
+    memset(&(*files)[*n], 0, sizeof **files);
+    snprintf((*files)[*n].name, sizeof (*files)[*n].name, "%s", name);
+    return (int)(*n)++;
+}
+
+static int find_out_file(const out_file *files, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(files[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Is the local box of tensor t exactly chunk c of the previous save, with
+   the same content? */
+static int same_as_prev(const shs__tensor *t, const mtensor *pt, const mchunk **pc,
+                        uint64_t hash, int rank, const meta *prev)
+{
+    if (!pt || pt->kind != t->kind || pt->dtype != t->dtype || pt->ndim != t->ndim)
+        return 0;
+    for (size_t d = 0; d < t->ndim; d++)
+        if (pt->gshape[d] != t->gshape[d])
+            return 0;
+    for (size_t k = 0; k < pt->nc; k++) {
+        const mchunk *c = &pt->c[k];
+        if (prev->f[c->file].rank != rank || !c->has_hash || c->hash != hash)
+            continue;
+        int same = 1;
+        for (size_t d = 0; d < t->ndim && same; d++)
+            same = c->off[d] == t->goff[d] && c->shape[d] == t->shape[d];
+        if (same) {
+            *pc = c;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Write the tensors assigned to file `fi` as one safetensors file. */
+static int write_one_file(const shs_state *st, const shs__save_req *req, const char *tmp,
+                          out_file *f, int fi, tensor_out *to, const int *incl)
+{
+    shs_writer *w = NULL;
+    shs_writer_opts wo = SHS_WRITER_OPTS_INIT;
+    wo.fsync = req->fsync;
+    int rc;
+    char *path = shs__path_join(tmp, f->name);
+    if (!path)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    if ((rc = shs_writer_create(&w, path, &wo)) < 0)
+        goto done;
+    if ((rc = shs_writer_add_metadata(w, "format", "pt")) < 0)
+        goto done;
+    for (size_t i = 0; i < st->n; i++)
+        if (incl[i] && to[i].file == fi &&
+            (rc = shs_writer_add_tensor(w, st->t[i].name, st->t[i].dtype, st->t[i].ndim,
+                                        st->t[i].shape)) < 0)
+            goto done;
+    if ((rc = shs_writer_seal(w)) < 0)
+        goto done;
+    for (size_t k = 0; k < shs_writer_tensor_count(w); k++) {
+        const char *name = shs_writer_tensor_name(w, k);
+        long i = shs__state_find(st, name, strlen(name));
+        if ((rc = shs_writer_write(w, name, tensor_src(st, req, (size_t)i),
+                                   (size_t)st->t[i].nbytes)) < 0 ||
+            (rc = shs__writer_tensor_range(w, name, &to[i].b0, &to[i].b1)) < 0)
+            goto done;
+    }
+    rc = shs_writer_commit(w);
+done:
+    shs_writer_free(w);
+    shs__free(path);
+    return rc;
+}
+
+static json_t *json_dims(const uint64_t *v, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t d = 0; a && d < n; d++)
+        if (json_array_append_new(a, json_integer((json_int_t)v[d])) < 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+static json_t *json_range(uint64_t a, uint64_t b)
+{
+    json_t *r = json_array();
+    if (r && (json_array_append_new(r, json_integer((json_int_t)a)) < 0 ||
+              json_array_append_new(r, json_integer((json_int_t)b)) < 0)) {
+        json_decref(r);
+        return NULL;
+    }
+    return r;
+}
+
+static int commit_dir(const char *tmp, const char *target, const char *save_path, int do_fsync)
+{
+    struct stat st;
+    if (lstat(target, &st) == 0) {
+        /* same step saved again: swap atomically, then drop the old one */
+        if (shs__io->exchange(tmp, target) == 0)
+            return shs__rmtree(tmp);
+        if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+            return shs__err_errno(errno, "cannot replace", target);
+        /* no RENAME_EXCHANGE on this file system: a short window where the
+           step is absent (the loader then reports the tracker's target
+           missing rather than loading a partial directory) */
+        char suffix[17], *trash;
+        shs__random_suffix(suffix);
+        size_t cap = strlen(save_path) + 64;
+        if (!(trash = shs__malloc(cap)))
+            return shs__err(SHS_ENOMEM, "out of memory");
+        snprintf(trash, cap, "%s/.trash-replaced-%s", save_path, suffix);
+        if (shs__io->rename(target, trash) != 0) {
+            int e = errno;
+            shs__free(trash);
+            return shs__err_errno(e, "cannot replace", target);
+        }
+        int rc = SHS_OK;
+        if (shs__io->rename(tmp, target) != 0) {
+            rc = shs__err_errno(errno, "cannot rename into place", target);
+            shs__io->rename(trash, target); /* put the old one back */
+        } else {
+            shs__rmtree(trash);
+        }
+        shs__free(trash);
+        if (rc < 0)
+            return rc;
+    } else if (shs__io->rename(tmp, target) != 0) {
+        return shs__err_errno(errno, "cannot rename into place", target);
+    }
+    return do_fsync ? shs__io_fsync_dir(save_path) : SHS_OK;
+}
+
+int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_save_stats *stats,
+                   char *out_dir, size_t out_cap)
+{
+    int rc;
+    char suffix[17], name[360];
+    char *tmp = NULL, *target = NULL, *tracker = NULL, *text = NULL;
+    meta prev = { 0 };
+    int have_prev = 0;
+    out_file *files = NULL;
+    size_t nfiles = 0, capfiles = 0;
+    tensor_out *to = NULL;
+    int *incl = NULL;
+    json_t *root = NULL;
+    shs_save_stats s = { 0 };
+    s.step = req->step;
+
+    if ((rc = shs__mkdirs(req->save_path, 0755)) < 0)
+        return rc;
+    shs__random_suffix(suffix);
+    snprintf(name, sizeof name, ".tmp-iteration_%08lld-%s", (long long)req->step, suffix);
+    tmp = shs__path_join(req->save_path, name);
+    target = step_dir_path(req->save_path, req->step);
+    to = shs__calloc(st->n + 1, sizeof *to);
+    incl = shs__calloc(st->n + 1, sizeof *incl);
+    if (!tmp || !target || !to || !incl) {
+        rc = shs__err(SHS_ENOMEM, "out of memory saving step %lld", (long long)req->step);
+        goto done;
+    }
+    if (shs__io->mkdir(tmp, 0755) != 0) {
+        rc = shs__err_errno(errno, "cannot create", tmp);
+        goto done;
+    }
+
+    /* what goes in, and the checksum of each local chunk */
+    for (size_t i = 0; i < st->n; i++) {
+        incl[i] = st->t[i].kind == SHS_KIND_MODEL || req->with_optim;
+        to[i].file = SLOT_SKIP;
+        if (incl[i]) {
+            to[i].hash = XXH3_64bits(tensor_src(st, req, i), (size_t)st->t[i].nbytes);
+            s.state_bytes += st->t[i].nbytes;
+        }
+    }
+
+    /* incremental: previous files whose every tensor is unchanged are
+       hard-linked; other unchanged tensors go to a "frozen" file that
+       the next save can link in turn */
+    if (req->incremental && req->prev_dir && meta_parse(&prev, req->prev_dir) == SHS_OK)
+        have_prev = 1;
+    shs__err_clear();
+    int *unchanged = NULL;
+    if (have_prev) {
+        unchanged = shs__calloc(st->n + 1, sizeof *unchanged);
+        int *linkable = shs__calloc(prev.nf + 1, sizeof *linkable);
+        if (!unchanged || !linkable) {
+            shs__free(unchanged);
+            shs__free(linkable);
+            rc = shs__err(SHS_ENOMEM, "out of memory planning a save");
+            goto done;
+        }
+        for (size_t k = 0; k < prev.nf; k++)
+            linkable[k] = prev.f[k].rank == req->rank;
+        for (size_t k = 0; k < prev.nb; k++)
+            linkable[prev.b[k].file] = 0;
+        /* a previous file is linkable when each of its chunks is a tensor
+           of this save with the same content */
+        for (size_t j = 0; j < prev.nt; j++) {
+            const mtensor *pt = &prev.t[j];
+            long i = shs__state_find(st, pt->name, strlen(pt->name));
+            const mchunk *pc = NULL;
+            int same = i >= 0 && incl[i] &&
+                       same_as_prev(&st->t[i], pt, &pc, to[i].hash, req->rank, &prev);
+            if (same)
+                unchanged[i] = 1 + (int)pc->file;
+            for (size_t k = 0; k < pt->nc; k++)
+                if (!same || &pt->c[k] != pc)
+                    linkable[pt->c[k].file] = 0;
+        }
+        for (size_t k = 0; k < prev.nf; k++) {
+            if (!linkable[k])
+                continue;
+            char *from = shs__path_join(req->prev_dir, prev.f[k].name);
+            char *to_path = shs__path_join(tmp, prev.f[k].name);
+            int ok = from && to_path && shs__io->link(from, to_path) == 0;
+            shs__free(from);
+            shs__free(to_path);
+            if (!ok)
+                continue; /* e.g. EXDEV: those tensors are written instead */
+            int fi = add_out_file(&files, &nfiles, &capfiles, prev.f[k].name);
+            if (fi < 0) {
+                rc = fi;
+                shs__free(unchanged);
+                shs__free(linkable);
+                goto done;
+            }
+            files[fi].linked = 1;
+            files[fi].prev_index = k;
+            for (size_t i = 0; i < st->n; i++)
+                if (unchanged[i] == 1 + (int)k)
+                    to[i].file = fi;
+        }
+        shs__free(linkable);
+    }
+
+    /* the rest: one file per kind, plus one per kind for unchanged data */
+    for (size_t i = 0; i < st->n; i++) {
+        if (!incl[i] || to[i].file != SLOT_SKIP)
+            continue;
+        const char *kind = k_kind_name[st->t[i].kind];
+        int frozen = unchanged && unchanged[i];
+        if (frozen)
+            snprintf(name, sizeof name, "%s-%s-frozen%08lld-%07d-%07d.safetensors",
+                     req->prefix, kind, (long long)req->step, req->rank, req->world_size);
+        else
+            snprintf(name, sizeof name, "%s-%s-%07d-%07d.safetensors", req->prefix, kind,
+                     req->rank, req->world_size);
+        int fi = find_out_file(files, nfiles, name);
+        if (fi >= 0 && files[fi].linked) {
+            /* a linked file already has the plain name: use a step-tagged one */
+            snprintf(name, sizeof name, "%s-%s-s%08lld-%07d-%07d.safetensors", req->prefix,
+                     kind, (long long)req->step, req->rank, req->world_size);
+            fi = find_out_file(files, nfiles, name);
+        }
+        if (fi < 0 && (fi = add_out_file(&files, &nfiles, &capfiles, name)) < 0) {
+            rc = fi;
+            shs__free(unchanged);
+            goto done;
+        }
+        to[i].file = fi;
+    }
+    shs__free(unchanged);
+
+    for (size_t fi = 0; fi < nfiles; fi++) {
+        if (files[fi].linked) {
+            /* byte ranges of linked tensors come from the previous metadata */
+            for (size_t i = 0; i < st->n; i++) {
+                if (to[i].file != (int)fi)
+                    continue;
+                const mtensor *pt = meta_find(&prev, st->t[i].name);
+                const mchunk *pc = NULL;
+                same_as_prev(&st->t[i], pt, &pc, to[i].hash, req->rank, &prev);
+                to[i].b0 = pc->b0;
+                to[i].b1 = pc->b1;
+                s.bytes_linked += st->t[i].nbytes;
+            }
+            continue;
+        }
+        if ((rc = write_one_file(st, req, tmp, &files[fi], (int)fi, to, incl)) < 0)
+            goto done;
+        for (size_t i = 0; i < st->n; i++)
+            if (to[i].file == (int)fi)
+                s.bytes_written += st->t[i].nbytes;
+    }
+
+    /* rank-local blobs: one safetensors file of U8 tensors */
+    int blob_file = -1;
+    uint64_t *blob_range = NULL;
+    if (req->n_blobs) {
+        snprintf(name, sizeof name, "%s-state-%07d-%07d.safetensors", req->prefix, req->rank,
+                 req->world_size);
+        char *path = shs__path_join(tmp, name);
+        shs_writer *w = NULL;
+        shs_writer_opts wo = SHS_WRITER_OPTS_INIT;
+        wo.fsync = req->fsync;
+        blob_range = shs__calloc(2 * req->n_blobs, sizeof *blob_range);
+        if (!path || !blob_range)
+            rc = shs__err(SHS_ENOMEM, "out of memory saving blobs");
+        else
+            rc = shs_writer_create(&w, path, &wo);
+        for (size_t k = 0; rc == SHS_OK && k < req->n_blobs; k++) {
+            uint64_t len = req->blobs[k].len;
+            rc = shs_writer_add_tensor(w, req->blobs[k].name, SHS_U8, 1, &len);
+        }
+        for (size_t k = 0; rc == SHS_OK && k < req->n_blobs; k++) {
+            rc = shs_writer_write(w, req->blobs[k].name, req->blobs[k].data, req->blobs[k].len);
+            if (rc == SHS_OK)
+                rc = shs__writer_tensor_range(w, req->blobs[k].name, &blob_range[2 * k],
+                                              &blob_range[2 * k + 1]);
+            s.bytes_written += req->blobs[k].len;
+        }
+        if (rc == SHS_OK)
+            rc = shs_writer_commit(w);
+        shs_writer_free(w);
+        shs__free(path);
+        if (rc == SHS_OK && (blob_file = add_out_file(&files, &nfiles, &capfiles, name)) < 0)
+            rc = blob_file;
+        if (rc < 0) {
+            shs__free(blob_range);
+            goto done;
+        }
+    }
+
+    if ((rc = write_common(tmp, req->progress, req->fsync)) < 0) {
+        shs__free(blob_range);
+        goto done;
+    }
+
+    /* metadata.json, written last */
+    root = json_object();
+    json_t *jfiles = json_array(), *jt = json_object(), *jb = json_array();
+    int bad = !root || !jfiles || !jt || !jb;
+    if (!bad)
+        bad = json_object_set_new(root, "format", json_string("shardsafe.checkpoint")) ||
+              json_object_set_new(root, "version", json_integer(META_VERSION)) ||
+              json_object_set_new(root, "step", json_integer(req->step)) ||
+              json_object_set_new(root, "world_size", json_integer(req->world_size)) ||
+              json_object_set_new(root, "files", jfiles) ||
+              json_object_set_new(root, "tensors", jt) ||
+              json_object_set_new(root, "blobs", jb);
+    else {
+        json_decref(jfiles);
+        json_decref(jt);
+        json_decref(jb);
+    }
+    for (size_t fi = 0; !bad && fi < nfiles; fi++) {
+        json_t *e = json_pack("{s:s, s:i}", "name", files[fi].name, "rank", req->rank);
+        bad = !e || json_array_append_new(jfiles, e) < 0;
+    }
+    char hx[17];
+    for (size_t i = 0; !bad && i < st->n; i++) {
+        if (!incl[i])
+            continue;
+        const shs__tensor *t = &st->t[i];
+        hex64(hx, to[i].hash);
+        json_t *chunk = json_pack("{s:o, s:o, s:i, s:s, s:o, s:s}", "offset",
+                                  json_dims(t->goff, t->ndim), "shape",
+                                  json_dims(t->shape, t->ndim), "file", to[i].file, "key",
+                                  t->name, "byte_range", json_range(to[i].b0, to[i].b1), "xxh3",
+                                  hx);
+        json_t *e = chunk ? json_pack("{s:s, s:s, s:o, s:[o]}", "kind", k_kind_name[t->kind],
+                                      "dtype", shs_dtype_name(t->dtype), "shape",
+                                      json_dims(t->gshape, t->ndim), "chunks", chunk)
+                          : NULL;
+        bad = !e || json_object_set_new(jt, t->name, e) < 0;
+    }
+    for (size_t k = 0; !bad && k < req->n_blobs; k++) {
+        hex64(hx, XXH3_64bits(req->blobs[k].data, req->blobs[k].len));
+        json_t *e = json_pack("{s:s, s:i, s:i, s:s, s:o, s:s}", "name", req->blobs[k].name,
+                              "rank", req->rank, "file", blob_file, "key", req->blobs[k].name,
+                              "byte_range", json_range(blob_range[2 * k], blob_range[2 * k + 1]),
+                              "xxh3", hx);
+        bad = !e || json_array_append_new(jb, e) < 0;
+    }
+    shs__free(blob_range);
+    if (bad || !(text = json_dumps(root, JSON_INDENT(1) | JSON_COMPACT))) {
+        rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+        goto done;
+    }
+    char *mpath = shs__path_join(tmp, "metadata.json");
+    rc = mpath ? shs__write_file(mpath, text, strlen(text), req->fsync)
+               : shs__err(SHS_ENOMEM, "out of memory");
+    shs__free(mpath);
+    if (rc < 0)
+        goto done;
+    if (req->fsync && (rc = shs__io_fsync_dir(tmp)) < 0)
+        goto done;
+
+    /* commit: the directory, then the tracker */
+    if ((rc = commit_dir(tmp, target, req->save_path, req->fsync)) < 0)
+        goto done;
+    char num[32];
+    int nlen = snprintf(num, sizeof num, "%lld", (long long)req->step);
+    tracker = shs__path_join(req->save_path, SHS__TRACKER);
+    rc = tracker ? shs__write_file_atomic(tracker, num, (size_t)nlen, req->fsync)
+                 : shs__err(SHS_ENOMEM, "out of memory");
+    if (rc < 0) {
+        /* the directory is complete and committed; the tracker still names
+           the previous step, which stays loadable */
+        shs__err_prefix(rc, "step directory committed, tracker not updated");
+        goto done_committed;
+    }
+    if (out_dir)
+        snprintf(out_dir, out_cap, "%s", target);
+    if (stats)
+        *stats = s;
+done_committed:
+    free(text);
+    text = NULL;
+    goto cleanup;
+done:
+    if (tmp)
+        shs__rmtree(tmp);
+cleanup:
+    free(text);
+    json_decref(root);
+    if (have_prev)
+        meta_free(&prev);
+    shs__free(files);
+    shs__free(to);
+    shs__free(incl);
+    shs__free(tmp);
+    shs__free(target);
+    shs__free(tracker);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Load                                                               */
+/* ------------------------------------------------------------------ */
+
+typedef struct loader {
+    const char *dir;
+    const meta *m;
+    shs_file **fh;            /* opened lazily, one per file */
+} loader;
+
+static int open_file(loader *L, uint32_t fi, shs_file **out)
+{
+    if (!L->fh[fi]) {
+        char *p = shs__path_join(L->dir, L->m->f[fi].name);
+        if (!p)
+            return shs__err(SHS_ENOMEM, "out of memory");
+        int rc = shs_file_open(&L->fh[fi], p, NULL);
+        shs__free(p);
+        if (rc < 0)
+            return rc == SHS_ENOENT ? shs__err(SHS_ECORRUPT, "%s: missing file '%s' named in metadata.json",
+                                               L->dir, L->m->f[fi].name)
+                                    : rc;
+    }
+    *out = L->fh[fi];
+    return SHS_OK;
+}
+
+/* Find `key` in file fi and check it is the chunk metadata describes. */
+static int chunk_locate(loader *L, uint32_t fi, const char *key, uint64_t b0, uint64_t b1,
+                        shs_file **out_f, size_t *out_idx)
+{
+    shs_file *f;
+    int rc = open_file(L, fi, &f);
+    if (rc < 0)
+        return rc;
+    size_t idx;
+    if (shs_file_find(&idx, f, key) < 0)
+        return shs__err(SHS_ECORRUPT, "%s/%s: no tensor '%s' (named in metadata.json)", L->dir,
+                        L->m->f[fi].name, key);
+    const shs_tensor_info *ti = shs_file_tensor(f, idx);
+    uint64_t at = shs_file_data_start(f) + ti->offset;
+    if (at != b0 || at + ti->nbytes != b1)
+        return shs__err(SHS_ECORRUPT,
+                        "%s/%s: tensor '%s' is at bytes [%llu, %llu), metadata.json says [%llu, %llu)",
+                        L->dir, L->m->f[fi].name, key, (unsigned long long)at,
+                        (unsigned long long)(at + ti->nbytes), (unsigned long long)b0,
+                        (unsigned long long)b1);
+    *out_f = f;
+    *out_idx = idx;
+    return SHS_OK;
+}
+
+static int check_hash(const loader *L, const mchunk *c, const char *tname, const void *data,
+                      uint64_t n)
+{
+    if (!c->has_hash || XXH3_64bits(data, (size_t)n) == c->hash)
+        return SHS_OK;
+    return shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': data does not match its xxh3 checksum",
+                    L->dir, L->m->f[c->file].name, tname);
+}
+
+/* Fill the local box of t from every saved chunk that intersects it. */
+static int load_tensor(loader *L, shs__tensor *t, const mtensor *mt)
+{
+    int rc;
+    unsigned bits = shs_dtype_bits(t->dtype);
+    uint64_t want = 1, got = 0;
+    for (size_t d = 0; d < t->ndim; d++)
+        want *= t->shape[d];
+    uint64_t ioff[SHS_MAX_DIMS], ishape[SHS_MAX_DIMS];
+    uint64_t src_start[SHS_MAX_DIMS], dst_start[SHS_MAX_DIMS];
+    for (size_t k = 0; k < mt->nc; k++) {
+        const mchunk *c = &mt->c[k];
+        /* replicas saved by several ranks: use the first */
+        int dup = 0;
+        for (size_t j = 0; j < k && !dup; j++)
+            dup = memcmp(mt->c[j].off, c->off, t->ndim * sizeof(uint64_t)) == 0 &&
+                  memcmp(mt->c[j].shape, c->shape, t->ndim * sizeof(uint64_t)) == 0;
+        if (dup)
+            continue;
+        if (t->ndim && !shs__box_intersect(t->ndim, t->goff, t->shape, c->off, c->shape, ioff,
+                                            ishape))
+            continue;
+        uint64_t vol = 1;
+        for (size_t d = 0; d < t->ndim; d++)
+            vol *= ishape[d];
+        if (vol == 0)
+            continue;
+        shs_file *f;
+        size_t idx;
+        if ((rc = chunk_locate(L, c->file, c->key, c->b0, c->b1, &f, &idx)) < 0)
+            return rc;
+        const shs_tensor_info *ti = shs_file_tensor(f, idx);
+        if (ti->dtype != mt->dtype || ti->ndim != t->ndim ||
+            (t->ndim && memcmp(ti->shape, c->shape, t->ndim * sizeof(uint64_t)) != 0))
+            return shs__err(SHS_ECORRUPT, "%s/%s: tensor '%s' has another dtype or shape than "
+                            "metadata.json says", L->dir, L->m->f[c->file].name, c->key);
+        int exact = vol == want;
+        for (size_t d = 0; d < t->ndim && exact; d++)
+            exact = c->off[d] == t->goff[d] && c->shape[d] == t->shape[d];
+        if (exact) {
+            /* the common case: the saved chunk is the requested box */
+            if ((rc = shs_file_read(f, idx, t->data, (size_t)t->nbytes)) < 0 ||
+                (rc = check_hash(L, c, t->name, t->data, t->nbytes)) < 0)
+                return rc;
+        } else {
+            const void *src = shs_file_tensor_data(f, idx);
+            void *tmpbuf = NULL;
+            if (!src) {
+                if (!(tmpbuf = shs__malloc((size_t)ti->nbytes)))
+                    return shs__err(SHS_ENOMEM, "out of memory reading '%s'", t->name);
+                if ((rc = shs_file_read(f, idx, tmpbuf, (size_t)ti->nbytes)) < 0) {
+                    shs__free(tmpbuf);
+                    return rc;
+                }
+                src = tmpbuf;
+            }
+            rc = check_hash(L, c, t->name, src, ti->nbytes);
+            if (rc == SHS_OK) {
+                for (size_t d = 0; d < t->ndim; d++) {
+                    src_start[d] = ioff[d] - c->off[d];
+                    dst_start[d] = ioff[d] - t->goff[d];
+                }
+                shs__box_copy(t->data, t->shape, dst_start, src, c->shape, src_start, ishape,
+                              t->ndim, bits);
+            }
+            shs__free(tmpbuf);
+            if (rc < 0)
+                return rc;
+        }
+        got += vol;
+    }
+    if (got != want)
+        return shs__err(SHS_ECORRUPT,
+                        "%s: tensor '%s': the saved chunks cover %llu of the %llu elements requested",
+                        L->dir, t->name, (unsigned long long)got, (unsigned long long)want);
+    return SHS_OK;
+}
+
+static void note_skipped(shs_load_result *res, const char *name)
+{
+    if (!res)
+        return;
+    res->n_skipped++;
+    size_t at = strlen(res->skipped);
+    if (at + strlen(name) + 2 < sizeof res->skipped)
+        snprintf(res->skipped + at, sizeof res->skipped - at, "%s%s", at ? "," : "", name);
+}
+
+int shs__ckpt_load(shs_state *st, const char *dir, const shs__load_req *req,
+                   shs_progress *progress, shs_load_result *res)
+{
+    meta m;
+    int rc;
+    struct stat sb;
+    char *mp = shs__path_join(dir, "metadata.json");
+    if (!mp)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    int has_meta = stat(mp, &sb) == 0;
+    shs__free(mp);
+    if ((rc = has_meta ? meta_parse(&m, dir) : meta_from_plain(&m, dir)) < 0)
+        return rc;
+    loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)) };
+    if (!L.fh) {
+        meta_free(&m);
+        return shs__err(SHS_ENOMEM, "out of memory");
+    }
+    /* 1. check the registered state against the checkpoint */
+    char missing[512] = "";
+    size_t n_missing = 0;
+    for (size_t i = 0; i < st->n; i++) {
+        shs__tensor *t = &st->t[i];
+        if (t->kind == SHS_KIND_OPTIMIZER && !req->with_optim)
+            continue;
+        const mtensor *mt = meta_find(&m, t->name);
+        if (!mt) {
+            if (req->strict) {
+                size_t at = strlen(missing);
+                if (at + strlen(t->name) + 2 < sizeof missing)
+                    snprintf(missing + at, sizeof missing - at, "%s%s", at ? ", " : "", t->name);
+                n_missing++;
+            } else {
+                note_skipped(res, t->name);
+            }
+            continue;
+        }
+        int same = mt->dtype == t->dtype && mt->ndim == t->ndim && mt->kind == t->kind;
+        for (size_t d = 0; same && d < t->ndim; d++)
+            same = mt->gshape[d] == t->gshape[d];
+        if (!same) {
+            char a[128] = "", b[128] = "";
+            for (size_t d = 0; d < t->ndim && strlen(a) < 100; d++)
+                snprintf(a + strlen(a), sizeof a - strlen(a), "%s%llu", d ? "," : "",
+                         (unsigned long long)t->gshape[d]);
+            for (size_t d = 0; d < mt->ndim && strlen(b) < 100; d++)
+                snprintf(b + strlen(b), sizeof b - strlen(b), "%s%llu", d ? "," : "",
+                         (unsigned long long)mt->gshape[d]);
+            rc = shs__err(SHS_EMISMATCH,
+                          "%s: tensor '%s': registered as %s %s [%s], saved as %s %s [%s]", dir,
+                          t->name, k_kind_name[t->kind], shs_dtype_name(t->dtype), a,
+                          k_kind_name[mt->kind], shs_dtype_name(mt->dtype), b);
+            goto done;
+        }
+    }
+    if (n_missing) {
+        rc = shs__err(SHS_EMISMATCH, "%s: %zu registered tensor(s) not in the checkpoint: %s",
+                      dir, n_missing, missing);
+        goto done;
+    }
+    char extra[512] = "";
+    size_t n_extra = 0;
+    for (size_t j = 0; j < m.nt; j++) {
+        const mtensor *mt = &m.t[j];
+        if (mt->kind == SHS_KIND_OPTIMIZER && !req->with_optim)
+            continue;
+        if (shs__state_find(st, mt->name, strlen(mt->name)) >= 0)
+            continue;
+        if (!req->strict) {
+            note_skipped(res, mt->name);
+            continue;
+        }
+        size_t at = strlen(extra);
+        if (at + strlen(mt->name) + 2 < sizeof extra)
+            snprintf(extra + at, sizeof extra - at, "%s%s", at ? ", " : "", mt->name);
+        n_extra++;
+    }
+    if (n_extra) {
+        rc = shs__err(SHS_EMISMATCH,
+                      "%s: %zu tensor(s) in the checkpoint are not registered: %s "
+                      "(non-strict loading skips them)", dir, n_extra, extra);
+        goto done;
+    }
+    /* 2. tensors */
+    for (size_t i = 0; i < st->n; i++) {
+        shs__tensor *t = &st->t[i];
+        if (t->kind == SHS_KIND_OPTIMIZER && !req->with_optim)
+            continue;
+        const mtensor *mt = meta_find(&m, t->name);
+        if (mt && (rc = load_tensor(&L, t, mt)) < 0)
+            goto done;
+    }
+    /* 3. rank-local blobs: only when the world is the same */
+    int same_world = m.world_size == req->world_size;
+    for (size_t k = 0; same_world && k < m.nb; k++) {
+        const mblob *b = &m.b[k];
+        if (b->rank != req->rank || (shs__blob_exclude_flag(b->name) & req->exclude))
+            continue;
+        shs_file *f;
+        size_t idx;
+        if ((rc = chunk_locate(&L, b->file, b->key, b->b0, b->b1, &f, &idx)) < 0)
+            goto done;
+        size_t len = (size_t)(b->b1 - b->b0);
+        void *buf = shs__malloc(len ? len : 1);
+        if (!buf) {
+            rc = shs__err(SHS_ENOMEM, "out of memory");
+            goto done;
+        }
+        rc = shs_file_read(f, idx, buf, len);
+        if (rc == SHS_OK && XXH3_64bits(buf, len) != b->hash)
+            rc = shs__err(SHS_ECHECKSUM, "%s/%s: blob '%s' does not match its checksum", dir,
+                          m.f[b->file].name, b->name);
+        if (rc == SHS_OK)
+            rc = shs__state_put_blob(st, b->name, buf, len);
+        shs__free(buf);
+        if (rc < 0)
+            goto done;
+    }
+    /* 4. progress */
+    int progress_loaded = 0;
+    if (progress && has_meta && !(req->exclude & SHS_EXCLUDE_TRAIN_STATE)) {
+        shs_progress p = *progress;
+        if ((rc = read_common(&p, dir)) < 0)
+            goto done;
+        *progress = p;
+        progress_loaded = 1;
+    }
+    if (res) {
+        res->loaded = 1;
+        snprintf(res->path, sizeof res->path, "%s", dir);
+        res->step = m.step;
+        res->optimizer_loaded = req->with_optim;
+        res->progress_loaded = progress_loaded;
+        res->rank_state_restored = same_world && m.nb > 0;
+    }
+    rc = SHS_OK;
+done:
+    for (size_t i = 0; i < m.nf; i++)
+        shs_file_close(L.fh[i]);
+    shs__free(L.fh);
+    meta_free(&m);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Resolve, verify                                                    */
+/* ------------------------------------------------------------------ */
+
+static int is_step_dir(const char *path)
+{
+    char *mp = shs__path_join(path, "metadata.json");
+    struct stat st;
+    int r = mp && stat(mp, &st) == 0;
+    shs__free(mp);
+    return r;
+}
+
+int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step)
+{
+    struct stat st;
+    int rc;
+    if (!out || !path || !*path)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_resolve: empty path");
+    if (stat(path, &st) != 0)
+        return shs__err_errno(errno, "cannot find checkpoint path", path);
+    if (!S_ISDIR(st.st_mode))
+        return shs__err(SHS_EINVAL, "%s: a checkpoint path is a directory", path);
+    if (is_step_dir(path)) {
+        snprintf(out, cap, "%s", path);
+        return SHS_OK;
+    }
+    int64_t *steps = NULL;
+    size_t n = 0;
+    if ((rc = shs__list_steps(&steps, &n, path)) < 0)
+        return rc;
+    int64_t pick = -1;
+    if (step >= 0) {
+        for (size_t i = 0; i < n; i++)
+            if (steps[i] == step)
+                pick = step;
+        if (pick < 0) {
+            shs__free(steps);
+            return shs__err(SHS_ENOCHECKPOINT, "%s: no complete checkpoint of step %lld", path,
+                            (long long)step);
+        }
+    } else {
+        int64_t tracked;
+        rc = shs__read_tracker(&tracked, path);
+        if (rc == SHS_OK) {
+            for (size_t i = 0; i < n; i++)
+                if (steps[i] == tracked)
+                    pick = tracked;
+            if (pick < 0) {
+                shs__free(steps);
+                return shs__err(SHS_ECORRUPT,
+                                "%s/" SHS__TRACKER " names step %lld, but there is no complete "
+                                "directory of that step", path, (long long)tracked);
+            }
+        } else if (rc == SHS_ENOENT) {
+            pick = n ? steps[n - 1] : -1;
+        } else {
+            shs__free(steps);
+            return rc;
+        }
+    }
+    shs__free(steps);
+    if (pick < 0) {
+        /* a plain directory of safetensors files is a checkpoint too */
+        DIR *d = opendir(path);
+        struct dirent *e;
+        int any = 0;
+        while (d && (e = readdir(d)) && !any)
+            any = ends_with(e->d_name, ".safetensors");
+        if (d)
+            closedir(d);
+        if (any) {
+            snprintf(out, cap, "%s", path);
+            return SHS_OK;
+        }
+        return shs__err(SHS_ENOCHECKPOINT, "%s: no checkpoint", path);
+    }
+    char name[40];
+    snprintf(name, sizeof name, "iteration_%08lld", (long long)pick);
+    char *full = shs__path_join(path, name);
+    if (full && !is_step_dir(full)) {
+        snprintf(name, sizeof name, "step-%lld", (long long)pick);
+        shs__free(full);
+        full = shs__path_join(path, name);
+    }
+    if (!full)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    snprintf(out, cap, "%s", full);
+    shs__free(full);
+    return SHS_OK;
+}
+
+int shs_checkpoint_verify(const char *dir)
+{
+    meta m;
+    int rc;
+    if (!dir)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_verify: NULL path");
+    if ((rc = meta_parse(&m, dir)) < 0)
+        return rc;
+    loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)) };
+    void *buf = NULL;
+    if (!L.fh) {
+        meta_free(&m);
+        return shs__err(SHS_ENOMEM, "out of memory");
+    }
+    for (size_t j = 0; j < m.nt && rc == SHS_OK; j++) {
+        for (size_t k = 0; k < m.t[j].nc && rc == SHS_OK; k++) {
+            const mchunk *c = &m.t[j].c[k];
+            shs_file *f;
+            size_t idx;
+            if ((rc = chunk_locate(&L, c->file, c->key, c->b0, c->b1, &f, &idx)) < 0)
+                break;
+            const void *p = shs_file_tensor_data(f, idx);
+            if (!p) {
+                shs__free(buf);
+                if (!(buf = shs__malloc((size_t)(c->b1 - c->b0) + 1))) {
+                    rc = shs__err(SHS_ENOMEM, "out of memory");
+                    break;
+                }
+                if ((rc = shs_file_read(f, idx, buf, (size_t)(c->b1 - c->b0))) < 0)
+                    break;
+                p = buf;
+            }
+            rc = check_hash(&L, c, m.t[j].name, p, c->b1 - c->b0);
+        }
+    }
+    for (size_t k = 0; k < m.nb && rc == SHS_OK; k++) {
+        const mblob *b = &m.b[k];
+        shs_file *f;
+        size_t idx;
+        if ((rc = chunk_locate(&L, b->file, b->key, b->b0, b->b1, &f, &idx)) < 0)
+            break;
+        const void *p = shs_file_tensor_data(f, idx);
+        if (p && XXH3_64bits(p, (size_t)(b->b1 - b->b0)) != b->hash)
+            rc = shs__err(SHS_ECHECKSUM, "%s: blob '%s' does not match its checksum", dir,
+                          b->name);
+    }
+    /* every listed file must exist and be valid, even one no chunk uses */
+    for (size_t i = 0; i < m.nf && rc == SHS_OK; i++) {
+        shs_file *f;
+        rc = open_file(&L, (uint32_t)i, &f);
+    }
+    if (rc == SHS_OK) {
+        shs_progress p;
+        rc = read_common(&p, dir);
+    }
+    shs__free(buf);
+    for (size_t i = 0; i < m.nf; i++)
+        shs_file_close(L.fh[i]);
+    shs__free(L.fh);
+    meta_free(&m);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/*
+ * checkpoint.h -- the step-directory engine: write one step directory with
+ * the commit protocol, read it back into a registered state (any saved
+ * chunking into any requested chunking), resolve load paths.  Policy
+ * (when to save, what to keep, what to load) is the manager's.
+ */
+#ifndef SHS_CHECKPOINT_H
+#define SHS_CHECKPOINT_H
+
+#include "state.h"
+
+#define SHS__TRACKER "latest_checkpointed_iteration.txt"
+
+typedef struct shs__save_req {
+    const char *save_path;
+    int64_t step;
+    const char *prefix;
+    int rank, world_size;
+    int with_optim;
+    int fsync;
+    int incremental;
+    const char *prev_dir;          /* this run's previous save, or NULL */
+    const shs_progress *progress;
+    void *const *data;             /* per tensor: bytes to save, or NULL for
+                                      the registered memory */
+    const shs__blob *blobs;        /* blobs to save (a snapshot) */
+    size_t n_blobs;
+} shs__save_req;
+
+/* Write and commit <save_path>/iteration_%08d and the tracker.  On error
+   nothing committed changes and the temporary directory is removed. */
+int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_save_stats *stats,
+                   char *out_dir, size_t out_cap);
+
+typedef struct shs__load_req {
+    int with_optim;
+    unsigned exclude;              /* SHS_EXCLUDE_* */
+    int strict;
+    int rank, world_size;
+} shs__load_req;
+
+/* Load a step directory (ours, or a plain directory of safetensors files)
+   into the state.  progress may be NULL. */
+int shs__ckpt_load(shs_state *st, const char *step_dir, const shs__load_req *req,
+                   shs_progress *progress, shs_load_result *res);
+
+/* Step of a directory name "iteration_%08d" or "step-N"; -1 otherwise. */
+int64_t shs__step_of_name(const char *name);
+
+/* Committed steps in a save path, ascending (caller frees *out). */
+int shs__list_steps(int64_t **out, size_t *n, const char *save_path);
+
+/* Read the tracker: SHS_ENOENT when absent, SHS_ECORRUPT when malformed. */
+int shs__read_tracker(int64_t *step, const char *save_path);
+
+/* Remove a committed step directory safely (rename away, then delete). */
+int shs__remove_step(const char *save_path, int64_t step);
+
+/* Remove leftovers of failed saves (.tmp-* and .trash-* entries). */
+int shs__clean_leftovers(const char *save_path);
+
+#endif

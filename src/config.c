@@ -1,0 +1,746 @@
+/*
+ * config.c -- the checkpoint configuration: defaults, a table-driven
+ * setter keyed by the exact field names, and the `checkpoint:` section of
+ * a YAML file (read with libyaml's event API).
+ */
+#include "internal.h"
+#include "io.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <yaml.h>
+
+/* A YAML file larger than this is refused: a config is a few KiB. */
+#define CONFIG_MAX_FILE_SIZE (1u << 20)
+
+/* ---- owned strings ----
+ * Every string set through shs_config_set lives in its own node of a
+ * singly linked list hanging off config->owned_.  Replacing a field frees
+ * the node it pointed to, so setting a key twice does not leak; strings the
+ * caller assigned directly are never in the list and never freed. */
+typedef struct owned_str {
+    struct owned_str *next;
+    char s[];
+} owned_str;
+
+/* ---- the field table: the one place that lists the accepted names ---- */
+typedef enum field_kind {
+    F_FLAG,     /* int, 0 or 1 */
+    F_INT,      /* int, >= min */
+    F_I64,      /* int64_t, >= min */
+    F_STR,      /* const char *, owned copy */
+    F_EXCLUDE   /* unsigned, SHS_EXCLUDE_* */
+} field_kind;
+
+typedef struct field {
+    const char *name;
+    field_kind kind;
+    size_t offset;
+    int64_t min;            /* F_INT / F_I64 */
+    const char *str_default; /* F_STR: what release resets the field to */
+} field;
+
+#define FLAG(n) { #n, F_FLAG, offsetof(shs_config, n), 0, NULL }
+#define INT(n, lo) { #n, F_INT, offsetof(shs_config, n), lo, NULL }
+#define I64(n, lo) { #n, F_I64, offsetof(shs_config, n), lo, NULL }
+#define STR(n, d) { #n, F_STR, offsetof(shs_config, n), 0, d }
+
+static const field g_fields[] = {
+    FLAG(enable_save),
+    STR(save_path, ""),
+    I64(save_interleaved_steps, 1),
+    INT(save_max, 0),
+    INT(keep_latest_k, 0),
+    STR(prefix, "checkpoint"),
+    FLAG(no_save_optim),
+    FLAG(async_save),
+    FLAG(remove_redundancy),
+    FLAG(save_global_layout_cache),
+    FLAG(enable_first_step_checkpoint),
+    FLAG(last_save_model_only),
+    FLAG(incremental),
+    FLAG(fsync),
+    FLAG(load_only),
+    STR(load_path, ""),
+    I64(load_step, -1),
+    FLAG(no_load_optim),
+    { "exclude_from_loading", F_EXCLUDE,
+      offsetof(shs_config, exclude_from_loading), 0, NULL },
+    STR(initial_load_path, ""),
+    FLAG(initial_load_model_only),
+    FLAG(load_balanced),
+    INT(load_worker_number, 1),
+    FLAG(strict),
+};
+#define N_FIELDS (sizeof g_fields / sizeof g_fields[0])
+_Static_assert(N_FIELDS <= 64, "duplicate-key mask is a uint64_t");
+
+static const struct {
+    const char *name;
+    unsigned bit;
+} g_exclude_items[] = {
+    { "optimizer", SHS_EXCLUDE_OPTIMIZER },
+    { "lr_scheduler", SHS_EXCLUDE_LR_SCHEDULER },
+    { "dataloader", SHS_EXCLUDE_DATALOADER },
+    { "train_state", SHS_EXCLUDE_TRAIN_STATE },
+    { "rng", SHS_EXCLUDE_RNG },
+};
+
+#define FIELD_PTR(cfg, f, type) ((type *)(void *)((char *)(cfg) + (f)->offset))
+
+void shs_config_init(shs_config *config)
+{
+    if (!config)
+        return;
+    *config = (shs_config){
+        .version = SHS_CONFIG_VERSION,
+        .enable_save = 1,
+        .save_path = "",
+        .save_interleaved_steps = 1000,
+        .save_max = 5,
+        .keep_latest_k = 0,
+        .prefix = "checkpoint",
+        .no_save_optim = 0,
+        .async_save = 0,
+        .remove_redundancy = 0,
+        .save_global_layout_cache = 1,
+        .enable_first_step_checkpoint = 0,
+        .last_save_model_only = 0,
+        .incremental = 0,
+        .fsync = 1,
+        .load_only = 0,
+        .load_path = "",
+        .load_step = -1,
+        .no_load_optim = 0,
+        .exclude_from_loading = 0,
+        .initial_load_path = "",
+        .initial_load_model_only = 1,
+        .load_balanced = 0,
+        .load_worker_number = 1,
+        .strict = 1,
+        .owned_ = NULL,
+    };
+}
+
+static int is_referenced(const shs_config *cfg, const char *s)
+{
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (g_fields[i].kind == F_STR &&
+            *FIELD_PTR(cfg, &g_fields[i], const char *const) == s)
+            return 1;
+    return 0;
+}
+
+static void free_owned_list(owned_str *n)
+{
+    while (n) {
+        owned_str *next = n->next;
+        shs__free(n);
+        n = next;
+    }
+}
+
+void shs_config_release(shs_config *config)
+{
+    if (!config)
+        return;
+    for (owned_str *n = config->owned_; n; n = n->next)
+        for (size_t i = 0; i < N_FIELDS; i++) {
+            const field *f = &g_fields[i];
+            if (f->kind == F_STR && *FIELD_PTR(config, f, const char *) == n->s)
+                *FIELD_PTR(config, f, const char *) = f->str_default;
+        }
+    free_owned_list(config->owned_);
+    config->owned_ = NULL;
+}
+
+static const field *find_field(const char *name, size_t len)
+{
+    for (size_t i = 0; i < N_FIELDS; i++)
+        if (strlen(g_fields[i].name) == len &&
+            memcmp(g_fields[i].name, name, len) == 0)
+            return &g_fields[i];
+    return NULL;
+}
+
+static int ascii_ieq(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++) {
+        char x = *a, y = *b;
+        if (x >= 'A' && x <= 'Z')
+            x = (char)(x - 'A' + 'a');
+        if (y >= 'A' && y <= 'Z')
+            y = (char)(y - 'A' + 'a');
+        if (x != y)
+            return 0;
+    }
+    return *a == *b;
+}
+
+/* YAML 1.1 booleans as training configs write them. */
+static int parse_flag(int *out, const char *v)
+{
+    if (!strcmp(v, "1") || ascii_ieq(v, "true") || ascii_ieq(v, "yes")) {
+        *out = 1;
+        return 0;
+    }
+    if (!strcmp(v, "0") || ascii_ieq(v, "false") || ascii_ieq(v, "no")) {
+        *out = 0;
+        return 0;
+    }
+    return -1;
+}
+
+/* Strict decimal: optional '-', digits only.  Returns 0, -1 (syntax) or
+   -2 (does not fit int64_t). */
+static int parse_i64(int64_t *out, const char *v)
+{
+    const char *p = v;
+    int neg = 0;
+    if (*p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (!*p)
+        return -1;
+    uint64_t acc = 0, limit = neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+    int overflow = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        unsigned d = (unsigned)(*p - '0');
+        if (acc > (limit - d) / 10)
+            overflow = 1; /* keep scanning: "9999x" is a syntax error */
+        else
+            acc = acc * 10 + d;
+    }
+    if (overflow)
+        return -2;
+    *out = neg ? (acc == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)acc)
+               : (int64_t)acc;
+    return 0;
+}
+
+static const char *int_expectation(int64_t min)
+{
+    switch (min) {
+    case 0: return "a non-negative integer";
+    case 1: return "a positive integer";
+    case -1: return "an integer >= -1";
+    default: return "an integer";
+    }
+}
+
+/* A comma/space separated list, optionally in YAML flow brackets, items
+   optionally quoted: "optimizer, rng", "[optimizer, 'rng']", "". */
+static int parse_exclude(unsigned *out, const field *f, const char *v)
+{
+    const char *p = v, *end = v + strlen(v);
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    if (p < end && *p == '[') {
+        if (end[-1] != ']')
+            return shs__err(SHS_ECONFIG, "%s: unbalanced '[' in '%s'",
+                            f->name, v);
+        p++;
+        end--;
+    }
+    unsigned mask = 0;
+    while (p < end) {
+        if (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') {
+            p++;
+            continue;
+        }
+        const char *tok = p;
+        while (p < end && *p != ',' && *p != ' ' && *p != '\t' &&
+               *p != '\n' && *p != '\r')
+            p++;
+        size_t len = (size_t)(p - tok);
+        if (len >= 2 && (tok[0] == '\'' || tok[0] == '"') &&
+            tok[len - 1] == tok[0]) {
+            tok++;
+            len -= 2;
+        }
+        size_t i;
+        for (i = 0; i < sizeof g_exclude_items / sizeof g_exclude_items[0]; i++)
+            if (strlen(g_exclude_items[i].name) == len &&
+                memcmp(g_exclude_items[i].name, tok, len) == 0)
+                break;
+        if (i == sizeof g_exclude_items / sizeof g_exclude_items[0])
+            return shs__err(SHS_ECONFIG,
+                            "%s: unknown item '%.*s' (expected optimizer, "
+                            "lr_scheduler, dataloader, train_state, rng)",
+                            f->name, (int)len, tok);
+        mask |= g_exclude_items[i].bit;
+    }
+    *out = mask;
+    return SHS_OK;
+}
+
+static int set_string(shs_config *cfg, const field *f, const char *v)
+{
+    size_t len = strlen(v);
+    owned_str *node = shs__malloc(sizeof *node + len + 1);
+    if (!node)
+        return shs__err(SHS_ENOMEM, "%s: out of memory", f->name);
+    memcpy(node->s, v, len + 1);
+
+    const char **slot = FIELD_PTR(cfg, f, const char *);
+    /* Unlink and free the string this field owned before, unless another
+       field still points at it (it cannot today, but stay safe). */
+    const char *old = *slot;
+    *slot = node->s;
+    owned_str **pp = (owned_str **)&cfg->owned_;
+    for (; *pp; pp = &(*pp)->next)
+        if ((*pp)->s == old) {
+            if (!is_referenced(cfg, old)) {
+                owned_str *dead = *pp;
+                *pp = dead->next;
+                shs__free(dead);
+            }
+            break;
+        }
+    node->next = cfg->owned_;
+    cfg->owned_ = node;
+    return SHS_OK;
+}
+
+/* Parse `v` for field `f` and store it; the config is unchanged on error. */
+static int set_field(shs_config *cfg, const field *f, const char *v)
+{
+    switch (f->kind) {
+    case F_FLAG: {
+        int b;
+        if (parse_flag(&b, v) < 0)
+            return shs__err(SHS_ECONFIG,
+                            "%s: expected a boolean (true/false/yes/no/1/0), "
+                            "got '%s'", f->name, v);
+        *FIELD_PTR(cfg, f, int) = b;
+        return SHS_OK;
+    }
+    case F_INT:
+    case F_I64: {
+        int64_t x;
+        int r = parse_i64(&x, v);
+        int64_t max = f->kind == F_INT ? INT32_MAX : INT64_MAX;
+        if (r == -1)
+            return shs__err(SHS_ECONFIG, "%s: expected %s, got '%s'", f->name,
+                            int_expectation(f->min), v);
+        if (r == -2 || x > max)
+            return shs__err(SHS_ECONFIG,
+                            "%s: expected %s, got '%s' (out of range)",
+                            f->name, int_expectation(f->min), v);
+        if (x < f->min)
+            return shs__err(SHS_ECONFIG, "%s: expected %s, got '%s'", f->name,
+                            int_expectation(f->min), v);
+        if (f->kind == F_INT)
+            *FIELD_PTR(cfg, f, int) = (int)x;
+        else
+            *FIELD_PTR(cfg, f, int64_t) = x;
+        return SHS_OK;
+    }
+    case F_STR:
+        return set_string(cfg, f, v);
+    case F_EXCLUDE: {
+        unsigned mask;
+        int rc = parse_exclude(&mask, f, v);
+        if (rc < 0)
+            return rc;
+        *FIELD_PTR(cfg, f, unsigned) = mask;
+        return SHS_OK;
+    }
+    }
+    return shs__err(SHS_EINVAL, "%s: bad field kind", f->name);
+}
+
+int shs_config_set(shs_config *config, const char *key, const char *value)
+{
+    if (!config || !key || !value)
+        return shs__err(SHS_EINVAL, "shs_config_set: NULL argument");
+    const field *f = find_field(key, strlen(key));
+    if (!f)
+        return shs__err(SHS_ECONFIG, "unknown checkpoint field '%s'", key);
+    return set_field(config, f, value);
+}
+
+/* ---- YAML ----
+ * The event API (not the document API) is used on purpose: nothing is
+ * expanded, so an alias bomb elsewhere in the file costs nothing, and
+ * aliases inside `checkpoint:` are refused outright. */
+
+typedef struct yaml_loader {
+    yaml_parser_t parser;
+    const char *path;
+    shs_config *tmp;
+    uint64_t seen;      /* bit i: g_fields[i] already set by this file */
+    int have_checkpoint;
+} yaml_loader;
+
+static size_t ev_line(const yaml_event_t *ev)
+{
+    return ev->start_mark.line + 1;
+}
+
+static int yl_next(yaml_loader *yl, yaml_event_t *ev)
+{
+    if (yaml_parser_parse(&yl->parser, ev))
+        return SHS_OK;
+    const yaml_parser_t *p = &yl->parser;
+    if (p->error == YAML_MEMORY_ERROR)
+        return shs__err(SHS_ENOMEM, "%s: out of memory parsing YAML", yl->path);
+    if (p->context)
+        return shs__err(SHS_ECONFIG,
+                        "%s:%zu:%zu: YAML syntax error: %s (%s at line %zu)",
+                        yl->path, p->problem_mark.line + 1,
+                        p->problem_mark.column + 1,
+                        p->problem ? p->problem : "unknown problem",
+                        p->context, p->context_mark.line + 1);
+    return shs__err(SHS_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s", yl->path,
+                    p->problem_mark.line + 1, p->problem_mark.column + 1,
+                    p->problem ? p->problem : "unknown problem");
+}
+
+/* Skip the rest of a node whose first event had type `first`. */
+static int yl_skip(yaml_loader *yl, yaml_event_type_t first)
+{
+    if (first != YAML_MAPPING_START_EVENT && first != YAML_SEQUENCE_START_EVENT)
+        return SHS_OK;
+    size_t depth = 1;
+    while (depth) {
+        yaml_event_t ev;
+        int rc = yl_next(yl, &ev);
+        if (rc < 0)
+            return rc;
+        if (ev.type == YAML_MAPPING_START_EVENT ||
+            ev.type == YAML_SEQUENCE_START_EVENT)
+            depth++;
+        else if (ev.type == YAML_MAPPING_END_EVENT ||
+                 ev.type == YAML_SEQUENCE_END_EVENT)
+            depth--;
+        yaml_event_delete(&ev);
+    }
+    return SHS_OK;
+}
+
+/* A plain scalar spelling null: "", "~", "null", "Null", "NULL". */
+static int is_null_scalar(const yaml_event_t *ev)
+{
+    if (ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+        return 0;
+    const char *v = (const char *)ev->data.scalar.value;
+    return !*v || !strcmp(v, "~") || !strcmp(v, "null") ||
+           !strcmp(v, "Null") || !strcmp(v, "NULL");
+}
+
+static int scalar_has_nul(const yaml_event_t *ev)
+{
+    return memchr(ev->data.scalar.value, '\0', ev->data.scalar.length) != NULL;
+}
+
+static int yl_apply(yaml_loader *yl, const field *f, const char *v, size_t line)
+{
+    int rc = set_field(yl->tmp, f, v);
+    if (rc < 0) {
+        char where[4200];
+        snprintf(where, sizeof where, "%s:%zu", yl->path, line);
+        return shs__err_prefix(rc, where);
+    }
+    return SHS_OK;
+}
+
+/* exclude_from_loading written as a YAML sequence: join the items with
+   commas and hand the text to the setter (one validation path). */
+static int yl_sequence_value(yaml_loader *yl, const field *f, size_t line)
+{
+    shs__buf b = SHS__BUF_INIT;
+    int rc = shs__buf_add(&b, "", 0);
+    while (rc >= 0) {
+        yaml_event_t ev;
+        if ((rc = yl_next(yl, &ev)) < 0)
+            break;
+        if (ev.type == YAML_SEQUENCE_END_EVENT) {
+            yaml_event_delete(&ev);
+            rc = yl_apply(yl, f, b.data, line);
+            break;
+        }
+        if (ev.type == YAML_ALIAS_EVENT)
+            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: aliases are not supported",
+                          yl->path, ev_line(&ev), f->name);
+        else if (ev.type != YAML_SCALAR_EVENT)
+            rc = shs__err(SHS_ECONFIG,
+                          "%s:%zu: %s: list items must be plain values",
+                          yl->path, ev_line(&ev), f->name);
+        else if (scalar_has_nul(&ev))
+            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: value contains a NUL byte",
+                          yl->path, ev_line(&ev), f->name);
+        else if (!b.len || (rc = shs__buf_addc(&b, ',')) >= 0)
+            rc = shs__buf_add(&b, ev.data.scalar.value, ev.data.scalar.length);
+        yaml_event_delete(&ev);
+    }
+    shs__buf_release(&b);
+    return rc;
+}
+
+/* The body of `checkpoint:`, after its MAPPING_START. */
+static int yl_checkpoint(yaml_loader *yl)
+{
+    for (;;) {
+        yaml_event_t ev;
+        int rc = yl_next(yl, &ev);
+        if (rc < 0)
+            return rc;
+        if (ev.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&ev);
+            return SHS_OK;
+        }
+        size_t line = ev_line(&ev);
+        const field *f = NULL;
+        if (ev.type == YAML_ALIAS_EVENT)
+            rc = shs__err(SHS_ECONFIG, "%s:%zu: aliases are not supported",
+                          yl->path, line);
+        else if (ev.type != YAML_SCALAR_EVENT)
+            rc = shs__err(SHS_ECONFIG,
+                          "%s:%zu: keys of 'checkpoint' must be plain names",
+                          yl->path, line);
+        else if (!(f = find_field((const char *)ev.data.scalar.value,
+                                  ev.data.scalar.length)))
+            rc = shs__err(SHS_ECONFIG,
+                          "%s:%zu: unknown checkpoint field '%s'", yl->path,
+                          line, (const char *)ev.data.scalar.value);
+        yaml_event_delete(&ev);
+        if (rc < 0)
+            return rc;
+        uint64_t bit = UINT64_C(1) << (size_t)(f - g_fields);
+        if (yl->seen & bit)
+            return shs__err(SHS_ECONFIG,
+                            "%s:%zu: duplicate checkpoint field '%s'",
+                            yl->path, line, f->name);
+        yl->seen |= bit;
+
+        if ((rc = yl_next(yl, &ev)) < 0)
+            return rc;
+        size_t vline = ev_line(&ev);
+        switch (ev.type) {
+        case YAML_SCALAR_EVENT:
+            if (scalar_has_nul(&ev))
+                rc = shs__err(SHS_ECONFIG,
+                              "%s:%zu: %s: value contains a NUL byte",
+                              yl->path, vline, f->name);
+            else
+                /* A null value is "" here: fine for strings and
+                   exclude_from_loading, an error for ints and flags. */
+                rc = yl_apply(yl, f,
+                              is_null_scalar(&ev)
+                                  ? "" : (const char *)ev.data.scalar.value,
+                              vline);
+            break;
+        case YAML_SEQUENCE_START_EVENT:
+            if (f->kind == F_EXCLUDE)
+                rc = yl_sequence_value(yl, f, vline);
+            else
+                rc = shs__err(SHS_ECONFIG,
+                              "%s:%zu: %s: expected a single value, got a list",
+                              yl->path, vline, f->name);
+            break;
+        case YAML_MAPPING_START_EVENT:
+            rc = shs__err(SHS_ECONFIG,
+                          "%s:%zu: %s: expected a single value, got a nested "
+                          "mapping", yl->path, vline, f->name);
+            break;
+        case YAML_ALIAS_EVENT:
+            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: aliases are not supported",
+                          yl->path, vline, f->name);
+            break;
+        default:
+            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: unexpected YAML event",
+                          yl->path, vline, f->name);
+            break;
+        }
+        yaml_event_delete(&ev);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+/* The top-level mapping, after its MAPPING_START: find `checkpoint`,
+   skip everything else without looking inside. */
+static int yl_top_mapping(yaml_loader *yl)
+{
+    for (;;) {
+        yaml_event_t ev;
+        int rc = yl_next(yl, &ev);
+        if (rc < 0)
+            return rc;
+        if (ev.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&ev);
+            return SHS_OK;
+        }
+        int is_ckpt = ev.type == YAML_SCALAR_EVENT &&
+                      !strcmp((const char *)ev.data.scalar.value, "checkpoint");
+        size_t line = ev_line(&ev);
+        yaml_event_type_t key_type = ev.type;
+        yaml_event_delete(&ev);
+        if ((rc = yl_skip(yl, key_type)) < 0)
+            return rc;
+
+        if ((rc = yl_next(yl, &ev)) < 0)
+            return rc;
+        yaml_event_type_t type = ev.type;
+        if (is_ckpt) {
+            if (yl->have_checkpoint)
+                rc = shs__err(SHS_ECONFIG, "%s:%zu: duplicate key 'checkpoint'",
+                              yl->path, line);
+            else if (type == YAML_ALIAS_EVENT)
+                rc = shs__err(SHS_ECONFIG,
+                              "%s:%zu: checkpoint: aliases are not supported",
+                              yl->path, ev_line(&ev));
+            else if (type == YAML_SCALAR_EVENT && !is_null_scalar(&ev))
+                rc = shs__err(SHS_ECONFIG,
+                              "%s:%zu: 'checkpoint' must be a mapping, got a "
+                              "value", yl->path, ev_line(&ev));
+            else if (type == YAML_SEQUENCE_START_EVENT)
+                rc = shs__err(SHS_ECONFIG,
+                              "%s:%zu: 'checkpoint' must be a mapping, got a "
+                              "list", yl->path, ev_line(&ev));
+            yl->have_checkpoint = 1;
+        }
+        yaml_event_delete(&ev);
+        if (rc < 0)
+            return rc;
+        if (is_ckpt && type == YAML_MAPPING_START_EVENT)
+            rc = yl_checkpoint(yl);
+        else
+            rc = yl_skip(yl, type);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+static int yl_stream(yaml_loader *yl)
+{
+    int ndocs = 0;
+    for (;;) {
+        yaml_event_t ev;
+        int rc = yl_next(yl, &ev);
+        if (rc < 0)
+            return rc;
+        yaml_event_type_t type = ev.type;
+        size_t line = ev_line(&ev);
+        yaml_event_delete(&ev);
+        switch (type) {
+        case YAML_STREAM_END_EVENT:
+            return SHS_OK;
+        case YAML_DOCUMENT_START_EVENT:
+            if (++ndocs > 1)
+                return shs__err(SHS_ECONFIG,
+                                "%s:%zu: more than one YAML document",
+                                yl->path, line);
+            break;
+        case YAML_MAPPING_START_EVENT:
+            rc = yl_top_mapping(yl);
+            break;
+        default:
+            /* STREAM_START, DOCUMENT_END, a root that is not a mapping
+               (no `checkpoint:` section then). */
+            rc = yl_skip(yl, type);
+            break;
+        }
+        if (rc < 0)
+            return rc;
+    }
+}
+
+static int read_config_file(char **out, size_t *out_len, const char *path)
+{
+    int fd, rc;
+    *out = NULL;
+    if ((rc = shs__io_open(&fd, path, O_RDONLY | O_CLOEXEC, 0)) < 0)
+        return rc;
+    struct stat st;
+    char *data = NULL;
+    if (shs__io->fstat(fd, &st) < 0) {
+        rc = shs__err_errno(errno, "cannot stat", path);
+        goto done;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = shs__err(SHS_ECONFIG, "%s: not a regular file", path);
+        goto done;
+    }
+    if ((uint64_t)st.st_size > CONFIG_MAX_FILE_SIZE) {
+        rc = shs__err(SHS_ECONFIG,
+                      "%s: config file too large (%lld bytes, limit %u)", path,
+                      (long long)st.st_size, CONFIG_MAX_FILE_SIZE);
+        goto done;
+    }
+    size_t len = (size_t)st.st_size;
+    if (!(data = shs__malloc(len + 1))) {
+        rc = shs__err(SHS_ENOMEM, "%s: out of memory reading the file", path);
+        goto done;
+    }
+    if ((rc = shs__io_pread_full(fd, data, len, 0, path)) < 0)
+        goto done;
+    data[len] = '\0';
+    *out = data;
+    *out_len = len;
+    data = NULL;
+done:
+    shs__free(data);
+    shs__io->close(fd);
+    return rc;
+}
+
+/*
+ * The file is applied to a copy of *config that owns its own new strings;
+ * only when the whole file was valid does the copy replace *config (the old
+ * owned strings it no longer uses are freed then).  On any error *config is
+ * exactly as it was, even if some fields had been read already.
+ */
+int shs_config_load_yaml(shs_config *config, const char *path)
+{
+    if (!config || !path)
+        return shs__err(SHS_EINVAL, "shs_config_load_yaml: NULL argument");
+    char *text = NULL;
+    size_t len = 0;
+    int rc = read_config_file(&text, &len, path);
+    if (rc < 0)
+        return rc;
+
+    shs_config tmp = *config;
+    tmp.owned_ = NULL;
+    yaml_loader yl = { .path = path, .tmp = &tmp };
+    if (!yaml_parser_initialize(&yl.parser)) {
+        shs__free(text);
+        return shs__err(SHS_ENOMEM, "%s: out of memory creating a YAML parser",
+                        path);
+    }
+    yaml_parser_set_input_string(&yl.parser, (const unsigned char *)text, len);
+    rc = yl_stream(&yl);
+    yaml_parser_delete(&yl.parser);
+    shs__free(text);
+
+    if (rc < 0) {
+        free_owned_list(tmp.owned_);
+        return rc;
+    }
+    /* Commit: keep the old owned strings tmp still points at, free the rest. */
+    owned_str *old = config->owned_;
+    while (old) {
+        owned_str *next = old->next;
+        if (is_referenced(&tmp, old->s)) {
+            old->next = tmp.owned_;
+            tmp.owned_ = old;
+        } else {
+            shs__free(old);
+        }
+        old = next;
+    }
+    *config = tmp;
+    return SHS_OK;
+}

@@ -1,0 +1,724 @@
+/* test_config.c -- checkpoint configuration: defaults, setter, YAML. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static char *g_dir;
+
+static int setup(void **state)
+{
+    (void)state;
+    g_dir = tu_mkdtemp();
+    return g_dir ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tu_rmtree(g_dir);
+    free(g_dir);
+    g_dir = NULL;
+    return 0;
+}
+
+static const char *write_yaml(const char *name, const char *text)
+{
+    const char *p = tu_path(g_dir, name);
+    assert_int_equal(tu_write_file(p, text, strlen(text)), 0);
+    return p;
+}
+
+static void assert_error_contains(const char *needle)
+{
+    const char *msg = shs_last_error();
+    if (!strstr(msg, needle))
+        fail_msg("error message '%s' does not contain '%s'", msg, needle);
+}
+
+/* Field-by-field equality, strings by content. */
+static void assert_config_equal(const shs_config *a, const shs_config *b)
+{
+    assert_int_equal(a->version, b->version);
+    assert_int_equal(a->enable_save, b->enable_save);
+    assert_string_equal(a->save_path, b->save_path);
+    assert_int_equal(a->save_interleaved_steps, b->save_interleaved_steps);
+    assert_int_equal(a->save_max, b->save_max);
+    assert_int_equal(a->keep_latest_k, b->keep_latest_k);
+    assert_string_equal(a->prefix, b->prefix);
+    assert_int_equal(a->no_save_optim, b->no_save_optim);
+    assert_int_equal(a->async_save, b->async_save);
+    assert_int_equal(a->remove_redundancy, b->remove_redundancy);
+    assert_int_equal(a->save_global_layout_cache, b->save_global_layout_cache);
+    assert_int_equal(a->enable_first_step_checkpoint,
+                     b->enable_first_step_checkpoint);
+    assert_int_equal(a->last_save_model_only, b->last_save_model_only);
+    assert_int_equal(a->incremental, b->incremental);
+    assert_int_equal(a->fsync, b->fsync);
+    assert_int_equal(a->load_only, b->load_only);
+    assert_string_equal(a->load_path, b->load_path);
+    assert_int_equal(a->load_step, b->load_step);
+    assert_int_equal(a->no_load_optim, b->no_load_optim);
+    assert_int_equal(a->exclude_from_loading, b->exclude_from_loading);
+    assert_string_equal(a->initial_load_path, b->initial_load_path);
+    assert_int_equal(a->initial_load_model_only, b->initial_load_model_only);
+    assert_int_equal(a->load_balanced, b->load_balanced);
+    assert_int_equal(a->load_worker_number, b->load_worker_number);
+    assert_int_equal(a->strict, b->strict);
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    shs_config c;
+    memset(&c, 0xAB, sizeof c);
+    shs_config_init(&c);
+    assert_int_equal(c.version, SHS_CONFIG_VERSION);
+    assert_int_equal(c.enable_save, 1);
+    assert_string_equal(c.save_path, "");
+    assert_int_equal(c.save_interleaved_steps, 1000);
+    assert_int_equal(c.save_max, 5);
+    assert_int_equal(c.keep_latest_k, 0);
+    assert_string_equal(c.prefix, "checkpoint");
+    assert_int_equal(c.no_save_optim, 0);
+    assert_int_equal(c.async_save, 0);
+    assert_int_equal(c.remove_redundancy, 0);
+    assert_int_equal(c.save_global_layout_cache, 1);
+    assert_int_equal(c.enable_first_step_checkpoint, 0);
+    assert_int_equal(c.last_save_model_only, 0);
+    assert_int_equal(c.incremental, 0);
+    assert_int_equal(c.fsync, 1);
+    assert_int_equal(c.load_only, 0);
+    assert_string_equal(c.load_path, "");
+    assert_int_equal(c.load_step, -1);
+    assert_int_equal(c.no_load_optim, 0);
+    assert_int_equal(c.exclude_from_loading, 0);
+    assert_string_equal(c.initial_load_path, "");
+    assert_int_equal(c.initial_load_model_only, 1);
+    assert_int_equal(c.load_balanced, 0);
+    assert_int_equal(c.load_worker_number, 1);
+    assert_int_equal(c.strict, 1);
+    assert_null(c.owned_);
+    /* release of a config that owns nothing, twice, and of NULL */
+    shs_config_release(&c);
+    shs_config_release(&c);
+    shs_config_release(NULL);
+    shs_config_init(NULL);
+    assert_string_equal(c.prefix, "checkpoint");
+}
+
+static void set_ok(shs_config *c, const char *k, const char *v)
+{
+    int rc = shs_config_set(c, k, v);
+    if (rc != SHS_OK)
+        fail_msg("set %s=%s: %d %s", k, v, rc, shs_last_error());
+}
+
+static void test_set_every_field(void **state)
+{
+    (void)state;
+    shs_config c;
+    shs_config_init(&c);
+    /* every flag, both ways, flipped from its default */
+    static const char *flags[] = {
+        "enable_save", "no_save_optim", "async_save", "remove_redundancy",
+        "save_global_layout_cache", "enable_first_step_checkpoint",
+        "last_save_model_only", "incremental", "fsync", "load_only",
+        "no_load_optim", "initial_load_model_only", "load_balanced", "strict",
+    };
+    int *ptrs[] = {
+        &c.enable_save, &c.no_save_optim, &c.async_save, &c.remove_redundancy,
+        &c.save_global_layout_cache, &c.enable_first_step_checkpoint,
+        &c.last_save_model_only, &c.incremental, &c.fsync, &c.load_only,
+        &c.no_load_optim, &c.initial_load_model_only, &c.load_balanced,
+        &c.strict,
+    };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        int def = *ptrs[i];
+        set_ok(&c, flags[i], def ? "false" : "true");
+        assert_int_equal(*ptrs[i], !def);
+        set_ok(&c, flags[i], def ? "1" : "0");
+        assert_int_equal(*ptrs[i], def);
+    }
+    static const struct { const char *v; int want; } spell[] = {
+        { "true", 1 }, { "True", 1 }, { "TRUE", 1 }, { "yes", 1 }, { "Yes", 1 },
+        { "1", 1 }, { "false", 0 }, { "False", 0 }, { "FALSE", 0 },
+        { "no", 0 }, { "NO", 0 }, { "0", 0 },
+    };
+    for (size_t i = 0; i < sizeof spell / sizeof spell[0]; i++) {
+        c.async_save = !spell[i].want;
+        set_ok(&c, "async_save", spell[i].v);
+        assert_int_equal(c.async_save, spell[i].want);
+    }
+
+    set_ok(&c, "save_path", "/ckpt/run1");
+    assert_string_equal(c.save_path, "/ckpt/run1");
+    set_ok(&c, "prefix", "llama");
+    assert_string_equal(c.prefix, "llama");
+    set_ok(&c, "load_path", "/ckpt/run0");
+    assert_string_equal(c.load_path, "/ckpt/run0");
+    set_ok(&c, "initial_load_path", "/hf/base");
+    assert_string_equal(c.initial_load_path, "/hf/base");
+
+    set_ok(&c, "save_interleaved_steps", "1");
+    assert_int_equal(c.save_interleaved_steps, 1);
+    set_ok(&c, "save_interleaved_steps", "9223372036854775807");
+    assert_true(c.save_interleaved_steps == INT64_MAX);
+    set_ok(&c, "save_max", "0");
+    assert_int_equal(c.save_max, 0);
+    set_ok(&c, "save_max", "2147483647");
+    assert_int_equal(c.save_max, 2147483647);
+    set_ok(&c, "keep_latest_k", "3");
+    assert_int_equal(c.keep_latest_k, 3);
+    set_ok(&c, "load_step", "-1");
+    assert_int_equal(c.load_step, -1);
+    set_ok(&c, "load_step", "123456789012");
+    assert_true(c.load_step == INT64_C(123456789012));
+    set_ok(&c, "load_worker_number", "8");
+    assert_int_equal(c.load_worker_number, 8);
+    set_ok(&c, "load_worker_number", "007");
+    assert_int_equal(c.load_worker_number, 7);
+    set_ok(&c, "exclude_from_loading", "optimizer,rng");
+    assert_int_equal(c.exclude_from_loading,
+                     SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_RNG);
+    shs_config_release(&c);
+    /* owned strings reset to defaults, everything else kept */
+    assert_string_equal(c.save_path, "");
+    assert_string_equal(c.prefix, "checkpoint");
+    assert_string_equal(c.load_path, "");
+    assert_string_equal(c.initial_load_path, "");
+    assert_null(c.owned_);
+    assert_int_equal(c.load_worker_number, 7);
+    shs_config_release(&c);
+}
+
+static void expect_reject(const char *key, const char *value,
+                          const char *needle)
+{
+    shs_config c, before;
+    shs_config_init(&c);
+    set_ok(&c, "save_path", "/keep");
+    before = c;
+    int rc = shs_config_set(&c, key, value);
+    if (rc != SHS_ECONFIG)
+        fail_msg("set %s=%s: expected SHS_ECONFIG, got %d", key, value, rc);
+    assert_error_contains(needle);
+    assert_config_equal(&c, &before);
+    assert_ptr_equal(c.save_path, before.save_path);
+    shs_config_release(&c);
+}
+
+static void test_rejections(void **state)
+{
+    (void)state;
+    expect_reject("save_max", "abc",
+                  "save_max: expected a non-negative integer, got 'abc'");
+    expect_reject("save_max", "-1", "save_max: expected a non-negative integer");
+    expect_reject("save_max", "5x", "got '5x'");
+    expect_reject("save_max", "", "save_max: expected a non-negative integer, got ''");
+    expect_reject("save_max", " 5", "got ' 5'");
+    expect_reject("save_max", "+5", "got '+5'");
+    expect_reject("save_max", "-", "got '-'");
+    expect_reject("save_max", "2147483648", "out of range");
+    expect_reject("save_max", "99999999999999999999", "out of range");
+    expect_reject("save_interleaved_steps", "99999999999999999999",
+                  "save_interleaved_steps");
+    expect_reject("save_interleaved_steps", "9223372036854775808", "out of range");
+    expect_reject("save_interleaved_steps", "0",
+                  "save_interleaved_steps: expected a positive integer, got '0'");
+    expect_reject("save_interleaved_steps", "-5", "got '-5'");
+    expect_reject("keep_latest_k", "-1", "keep_latest_k");
+    expect_reject("load_worker_number", "0", "load_worker_number");
+    expect_reject("load_step", "-2", "load_step: expected an integer >= -1");
+    expect_reject("load_step", "1.5", "got '1.5'");
+    expect_reject("load_step", "0x10", "got '0x10'");
+    expect_reject("async_save", "maybe", "async_save: expected a boolean");
+    expect_reject("async_save", "", "async_save");
+    expect_reject("async_save", "2", "got '2'");
+    expect_reject("async_save", "truee", "got 'truee'");
+    expect_reject("async_save", "on", "got 'on'");
+    expect_reject("foo", "1", "unknown checkpoint field 'foo'");
+    expect_reject("Save_Max", "1", "unknown checkpoint field 'Save_Max'");
+    expect_reject("checkpoint_path", "/x", "unknown checkpoint field");
+    expect_reject("folder", "/x", "unknown checkpoint field 'folder'");
+    expect_reject("exclude_from_loading", "optimizer,weights",
+                  "exclude_from_loading: unknown item 'weights'");
+    expect_reject("exclude_from_loading", "Optimizer", "unknown item 'Optimizer'");
+    expect_reject("exclude_from_loading", "[optimizer", "exclude_from_loading");
+
+    shs_config c;
+    shs_config_init(&c);
+    assert_int_equal(shs_config_set(&c, NULL, "1"), SHS_EINVAL);
+    assert_int_equal(shs_config_set(&c, "save_max", NULL), SHS_EINVAL);
+    assert_int_equal(shs_config_set(NULL, "save_max", "1"), SHS_EINVAL);
+}
+
+static void test_exclude_forms(void **state)
+{
+    (void)state;
+    static const struct { const char *text; unsigned want; } cases[] = {
+        { "", 0 },
+        { "[]", 0 },
+        { " [ ] ", 0 },
+        { "optimizer", SHS_EXCLUDE_OPTIMIZER },
+        { "optimizer,rng", SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_RNG },
+        { "optimizer, rng", SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_RNG },
+        { "optimizer rng", SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_RNG },
+        { "[optimizer, rng]", SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_RNG },
+        { "['optimizer', \"lr_scheduler\"]",
+          SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_LR_SCHEDULER },
+        { "dataloader,,train_state,", SHS_EXCLUDE_DATALOADER |
+                                          SHS_EXCLUDE_TRAIN_STATE },
+        { "rng,rng", SHS_EXCLUDE_RNG },
+        { "optimizer,lr_scheduler,dataloader,train_state,rng",
+          SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_LR_SCHEDULER |
+              SHS_EXCLUDE_DATALOADER | SHS_EXCLUDE_TRAIN_STATE |
+              SHS_EXCLUDE_RNG },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        shs_config c;
+        shs_config_init(&c);
+        c.exclude_from_loading = SHS_EXCLUDE_DATALOADER | 0x100;
+        set_ok(&c, "exclude_from_loading", cases[i].text);
+        if (c.exclude_from_loading != cases[i].want)
+            fail_msg("'%s': got %#x want %#x", cases[i].text,
+                     c.exclude_from_loading, cases[i].want);
+        shs_config_release(&c);
+    }
+}
+
+static void test_string_ownership(void **state)
+{
+    (void)state;
+    tu_failalloc_install();
+    long live0 = tu_failalloc_live();
+    shs_config c;
+    shs_config_init(&c);
+
+    char buf[64];
+    strcpy(buf, "/first");
+    set_ok(&c, "save_path", buf);
+    strcpy(buf, "XXXXXX");
+    assert_string_equal(c.save_path, "/first");     /* copied, not aliased */
+    long live1 = tu_failalloc_live();
+    for (int i = 0; i < 100; i++) {
+        snprintf(buf, sizeof buf, "/path/%d", i);
+        set_ok(&c, "save_path", buf);
+        set_ok(&c, "prefix", buf);
+    }
+    assert_string_equal(c.save_path, "/path/99");
+    assert_string_equal(c.prefix, "/path/99");
+    /* replaced strings were freed: one owned string per field */
+    assert_int_equal(tu_failalloc_live(), live1 + 1);
+
+    /* a string assigned directly is the caller's: never freed or reset */
+    static const char mine[] = "/caller/owned";
+    c.load_path = mine;
+    set_ok(&c, "prefix", "p2");
+
+    /* OOM in the setter leaves the field and ownership intact */
+    tu_failalloc_arm(1);
+    assert_int_equal(shs_config_set(&c, "save_path", "/oom"), SHS_ENOMEM);
+    tu_failalloc_arm(0);
+    assert_string_equal(c.save_path, "/path/99");
+
+    shs_config_release(&c);
+    assert_int_equal(tu_failalloc_live(), live0);
+    assert_string_equal(c.save_path, "");
+    assert_string_equal(c.prefix, "checkpoint");
+    assert_ptr_equal(c.load_path, mine);
+    shs_config_release(&c);
+    assert_int_equal(tu_failalloc_live(), live0);
+
+    /* set after release works and is again freed by release */
+    set_ok(&c, "initial_load_path", "/again");
+    shs_config_release(&c);
+    assert_int_equal(tu_failalloc_live(), live0);
+    tu_failalloc_uninstall();
+}
+
+static const char SEED_YAML[] =
+    "model:\n"
+    "  model_type: llama2\n"
+    "checkpoint:\n"
+    "  enable_save: True\n"
+    "  save_path: \"./output/ckpt\"\n"
+    "  save_interleaved_steps: 1000   # comment\n"
+    "  save_max: 5\n"
+    "  prefix: \"checkpoint\"\n"
+    "  no_save_optim: False\n"
+    "  async_save: False\n"
+    "  remove_redundancy: False\n"
+    "  save_global_layout_cache: True\n"
+    "  load_path: \"\"\n"
+    "  no_load_optim: False\n"
+    "  exclude_from_loading: [optimizer, rng]\n"
+    "train:\n"
+    "  epochs: 10\n";
+
+static void test_yaml_seed(void **state)
+{
+    (void)state;
+    const char *p = write_yaml("seed.yaml", SEED_YAML);
+    shs_config c;
+    shs_config_init(&c);
+    /* non-defaults, to see the file overwrite them */
+    c.enable_save = 0;
+    c.save_max = 9;
+    c.async_save = 1;
+    c.save_global_layout_cache = 0;
+    c.save_interleaved_steps = 7;
+    c.load_path = "/somewhere";
+    int rc = shs_config_load_yaml(&c, p);
+    if (rc != SHS_OK)
+        fail_msg("load: %d %s", rc, shs_last_error());
+    assert_int_equal(c.enable_save, 1);
+    assert_string_equal(c.save_path, "./output/ckpt");
+    assert_int_equal(c.save_interleaved_steps, 1000);
+    assert_int_equal(c.save_max, 5);
+    assert_string_equal(c.prefix, "checkpoint");
+    assert_int_equal(c.no_save_optim, 0);
+    assert_int_equal(c.async_save, 0);
+    assert_int_equal(c.remove_redundancy, 0);
+    assert_int_equal(c.save_global_layout_cache, 1);
+    assert_string_equal(c.load_path, "");
+    assert_int_equal(c.no_load_optim, 0);
+    assert_int_equal(c.exclude_from_loading,
+                     SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_RNG);
+    /* untouched fields keep their values */
+    assert_int_equal(c.load_step, -1);
+    assert_int_equal(c.fsync, 1);
+    assert_int_equal(c.strict, 1);
+    shs_config_release(&c);
+    assert_string_equal(c.save_path, "");
+}
+
+static void test_yaml_forms(void **state)
+{
+    (void)state;
+    const char *p = write_yaml(
+        "forms.yaml",
+        "# leading comment\n"
+        "train: {epochs: 3, lr: [1, 2]}\n"
+        "checkpoint:\n"
+        "  save_path: '/single/quoted'\n"
+        "  prefix: plain-prefix\n"
+        "  load_path:\n"
+        "  initial_load_path: ~\n"
+        "  save_max: \"7\"\n"
+        "  keep_latest_k: 2\n"
+        "  load_step: -1\n"
+        "  async_save: yes\n"
+        "  fsync: 0\n"
+        "  incremental: TRUE\n"
+        "  exclude_from_loading:\n"
+        "    - lr_scheduler\n"
+        "    - 'dataloader'\n"
+        "    - train_state\n"
+        "other:\n"
+        "  - &anchor {a: 1}\n"
+        "  - *anchor\n");
+    shs_config c;
+    shs_config_init(&c);
+    c.load_path = "/before";
+    c.initial_load_path = "/before2";
+    int rc = shs_config_load_yaml(&c, p);
+    if (rc != SHS_OK)
+        fail_msg("load: %d %s", rc, shs_last_error());
+    assert_string_equal(c.save_path, "/single/quoted");
+    assert_string_equal(c.prefix, "plain-prefix");
+    assert_string_equal(c.load_path, "");
+    assert_string_equal(c.initial_load_path, "");
+    assert_int_equal(c.save_max, 7);
+    assert_int_equal(c.keep_latest_k, 2);
+    assert_int_equal(c.async_save, 1);
+    assert_int_equal(c.fsync, 0);
+    assert_int_equal(c.incremental, 1);
+    assert_int_equal(c.exclude_from_loading,
+                     SHS_EXCLUDE_LR_SCHEDULER | SHS_EXCLUDE_DATALOADER |
+                         SHS_EXCLUDE_TRAIN_STATE);
+    shs_config_release(&c);
+
+    /* flow mapping for the section, empty flow list, quoted "null" */
+    p = write_yaml("flow.yaml",
+                   "checkpoint: {save_path: \"null\", exclude_from_loading: []}\n");
+    shs_config_init(&c);
+    c.exclude_from_loading = SHS_EXCLUDE_RNG;
+    assert_int_equal(shs_config_load_yaml(&c, p), SHS_OK);
+    assert_string_equal(c.save_path, "null");
+    assert_int_equal(c.exclude_from_loading, 0);
+    shs_config_release(&c);
+}
+
+static void test_yaml_no_section(void **state)
+{
+    (void)state;
+    static const char *texts[] = {
+        "model:\n  model_type: llama2\ntrain:\n  epochs: 1\n",
+        "",
+        "# only a comment\n",
+        "- a\n- b\n",
+        "just a scalar\n",
+        "checkpoint:\n",             /* null section: nothing to apply */
+    };
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        const char *p = write_yaml("nosec.yaml", texts[i]);
+        shs_config c, before;
+        shs_config_init(&c);
+        set_ok(&c, "save_path", "/kept");
+        c.save_max = 42;
+        before = c;
+        int rc = shs_config_load_yaml(&c, p);
+        if (rc != SHS_OK)
+            fail_msg("text %zu: %d %s", i, rc, shs_last_error());
+        assert_config_equal(&c, &before);
+        assert_ptr_equal(c.save_path, before.save_path);
+        shs_config_release(&c);
+    }
+}
+
+/* Loading `text` fails with `status`, a message containing each needle,
+   and a config exactly as before (same pointers, same owned list). */
+static void expect_yaml_error(const char *text, int status,
+                              const char *needle1, const char *needle2)
+{
+    const char *p = write_yaml("bad.yaml", text);
+    shs_config c, before;
+    shs_config_init(&c);
+    set_ok(&c, "save_path", "/kept");
+    set_ok(&c, "prefix", "keptprefix");
+    c.save_max = 42;
+    c.exclude_from_loading = SHS_EXCLUDE_DATALOADER;
+    before = c;
+    int rc = shs_config_load_yaml(&c, p);
+    if (rc != status)
+        fail_msg("expected %d, got %d (%s) for:\n%s", status, rc,
+                 shs_last_error(), text);
+    if (needle1)
+        assert_error_contains(needle1);
+    if (needle2)
+        assert_error_contains(needle2);
+    assert_config_equal(&c, &before);
+    assert_ptr_equal(c.save_path, before.save_path);
+    assert_ptr_equal(c.prefix, before.prefix);
+    assert_ptr_equal(c.owned_, before.owned_);
+    shs_config_release(&c);
+}
+
+static void test_yaml_errors(void **state)
+{
+    (void)state;
+    /* syntax error: unclosed flow sequence on line 4 */
+    expect_yaml_error("checkpoint:\n"
+                      "  save_max: 3\n"
+                      "  prefix: x\n"
+                      "  exclude_from_loading: [optimizer, rng\n"
+                      "train:\n"
+                      "  epochs: 1\n",
+                      SHS_ECONFIG, "bad.yaml:", "YAML syntax error");
+    /* syntax error with a precise line: bad indentation on line 3 */
+    expect_yaml_error("checkpoint:\n"
+                      "  save_max: 3\n"
+                      " prefix: x\n",
+                      SHS_ECONFIG, "bad.yaml:3:", "YAML syntax error");
+    expect_yaml_error("checkpoint:\n"
+                      "  save_max: \"unterminated\n",
+                      SHS_ECONFIG, "bad.yaml:", "YAML syntax error");
+    /* unknown key with line; valid fields before it not applied */
+    expect_yaml_error("model:\n  x: 1\n"
+                      "checkpoint:\n"
+                      "  save_max: 3\n"
+                      "  save_pth: /x\n",
+                      SHS_ECONFIG, "bad.yaml:5:", "unknown checkpoint field 'save_pth'");
+    expect_yaml_error("checkpoint:\n"
+                      "  save_max: 3\n"
+                      "  prefix: new\n"
+                      "  save_max: 4\n",
+                      SHS_ECONFIG, "bad.yaml:4:", "duplicate checkpoint field 'save_max'");
+    expect_yaml_error("checkpoint:\n  save_max: 3\ncheckpoint:\n  save_max: 4\n",
+                      SHS_ECONFIG, "duplicate key 'checkpoint'", NULL);
+    expect_yaml_error("checkpoint:\n"
+                      "  save_path: /new\n"
+                      "  async_save:\n"
+                      "    enabled: true\n",
+                      SHS_ECONFIG, "async_save", "nested mapping");
+    expect_yaml_error("checkpoint:\n  save_max: {a: 1}\n",
+                      SHS_ECONFIG, "save_max", "nested mapping");
+    expect_yaml_error("checkpoint:\n  save_max: [1, 2]\n",
+                      SHS_ECONFIG, "save_max", "list");
+    expect_yaml_error("checkpoint:\n  exclude_from_loading: [[optimizer]]\n",
+                      SHS_ECONFIG, "exclude_from_loading", NULL);
+    expect_yaml_error("checkpoint:\n  exclude_from_loading: [optimizer, weights]\n",
+                      SHS_ECONFIG, "bad.yaml:2:", "unknown item 'weights'");
+    /* aliases inside the section */
+    expect_yaml_error("defaults: &d /base\n"
+                      "checkpoint:\n"
+                      "  save_path: *d\n",
+                      SHS_ECONFIG, "aliases are not supported", "bad.yaml:3");
+    expect_yaml_error("base: &b {save_max: 1}\ncheckpoint: *b\n",
+                      SHS_ECONFIG, "aliases are not supported", NULL);
+    expect_yaml_error("x: &x rng\ncheckpoint:\n  exclude_from_loading: [*x]\n",
+                      SHS_ECONFIG, "aliases are not supported", NULL);
+    expect_yaml_error("x: &k save_max\ncheckpoint:\n  *k : 3\n",
+                      SHS_ECONFIG, "aliases are not supported", NULL);
+    /* checkpoint of the wrong shape */
+    expect_yaml_error("checkpoint:\n  - save_max: 3\n",
+                      SHS_ECONFIG, "'checkpoint' must be a mapping", NULL);
+    expect_yaml_error("checkpoint: yes\n",
+                      SHS_ECONFIG, "'checkpoint' must be a mapping", NULL);
+    /* bad values, with file:line and the field */
+    expect_yaml_error("checkpoint:\n  save_path: /new\n  save_max: abc\n",
+                      SHS_ECONFIG, "bad.yaml:3: save_max: expected a non-negative "
+                      "integer, got 'abc'", NULL);
+    expect_yaml_error("checkpoint:\n  save_max:\n",
+                      SHS_ECONFIG, "bad.yaml:2", "save_max");
+    expect_yaml_error("checkpoint:\n  async_save: ~\n",
+                      SHS_ECONFIG, "async_save", NULL);
+    expect_yaml_error("checkpoint:\n  async_save: maybe\n",
+                      SHS_ECONFIG, "async_save: expected a boolean", "'maybe'");
+    expect_yaml_error("checkpoint:\n  save_path: \"a\\0b\"\n",
+                      SHS_ECONFIG, "NUL", NULL);
+    expect_yaml_error("checkpoint:\n  save_max: 1\n---\ncheckpoint:\n  save_max: 2\n",
+                      SHS_ECONFIG, "more than one YAML document", NULL);
+}
+
+static void test_yaml_missing_and_large(void **state)
+{
+    (void)state;
+    shs_config c, before;
+    shs_config_init(&c);
+    set_ok(&c, "save_path", "/kept");
+    before = c;
+    const char *missing = tu_path(g_dir, "nope.yaml");
+    assert_int_equal(shs_config_load_yaml(&c, missing), SHS_ENOENT);
+    assert_error_contains("nope.yaml");
+    assert_config_equal(&c, &before);
+
+    /* directory instead of a file */
+    assert_true(shs_config_load_yaml(&c, g_dir) < 0);
+    assert_config_equal(&c, &before);
+
+    /* just over 1 MiB: a valid file padded with comments */
+    size_t n = (1u << 20) + 1;
+    char *big = malloc(n + 1);
+    assert_non_null(big);
+    memset(big, '#', n);
+    const char head[] = "checkpoint:\n  save_max: 1\n";
+    memcpy(big, head, sizeof head - 1);
+    for (size_t i = sizeof head - 1 + 100; i < n; i += 100)
+        big[i] = '\n';
+    big[n - 1] = '\n';
+    big[n] = 0;
+    const char *p = tu_path(g_dir, "big.yaml");
+    assert_int_equal(tu_write_file(p, big, n), 0);
+    assert_int_equal(shs_config_load_yaml(&c, p), SHS_ECONFIG);
+    assert_error_contains("too large");
+    assert_error_contains("big.yaml");
+    assert_config_equal(&c, &before);
+
+    /* exactly 1 MiB is accepted */
+    big[n - 2] = '\n';
+    assert_int_equal(tu_write_file(p, big, n - 1), 0);
+    int rc = shs_config_load_yaml(&c, p);
+    if (rc != SHS_OK)
+        fail_msg("1 MiB file: %d %s", rc, shs_last_error());
+    assert_int_equal(c.save_max, 1);
+    free(big);
+
+    assert_int_equal(shs_config_load_yaml(&c, NULL), SHS_EINVAL);
+    assert_int_equal(shs_config_load_yaml(NULL, p), SHS_EINVAL);
+    shs_config_release(&c);
+}
+
+/* Loading into a config that already owns strings: the ones the file does
+   not replace survive, the replaced ones are freed, nothing leaks. */
+static void test_yaml_ownership(void **state)
+{
+    (void)state;
+    tu_failalloc_install();
+    long live0 = tu_failalloc_live();
+    const char *p = write_yaml("own.yaml",
+                               "checkpoint:\n  save_path: /from/file\n");
+    shs_config c;
+    shs_config_init(&c);
+    set_ok(&c, "save_path", "/old/save");
+    set_ok(&c, "prefix", "oldprefix");
+    assert_int_equal(shs_config_load_yaml(&c, p), SHS_OK);
+    assert_string_equal(c.save_path, "/from/file");
+    assert_string_equal(c.prefix, "oldprefix");
+    assert_int_equal(tu_failalloc_live(), live0 + 2);
+    assert_int_equal(shs_config_load_yaml(&c, p), SHS_OK);
+    assert_int_equal(tu_failalloc_live(), live0 + 2);
+    set_ok(&c, "prefix", "newprefix");
+    assert_int_equal(tu_failalloc_live(), live0 + 2);
+    shs_config_release(&c);
+    assert_int_equal(tu_failalloc_live(), live0);
+    assert_string_equal(c.save_path, "");
+    assert_string_equal(c.prefix, "checkpoint");
+    tu_failalloc_uninstall();
+}
+
+static void test_yaml_oom(void **state)
+{
+    (void)state;
+    const char *p = write_yaml("seed.yaml", SEED_YAML);
+    tu_failalloc_install();
+    long live0 = tu_failalloc_live();
+    shs_config ref;
+    shs_config_init(&ref);
+    assert_int_equal(shs_config_load_yaml(&ref, p), SHS_OK);
+
+    int succeeded = 0;
+    long n;
+    for (n = 1; n < 1000 && !succeeded; n++) {
+        shs_config c, before;
+        shs_config_init(&c);
+        tu_failalloc_arm(0);
+        set_ok(&c, "prefix", "owned-before");
+        before = c;
+        long live_before = tu_failalloc_live();
+        tu_failalloc_arm(n);
+        int rc = shs_config_load_yaml(&c, p);
+        tu_failalloc_arm(0);
+        if (rc == SHS_OK) {
+            succeeded = 1;
+            assert_config_equal(&c, &ref);
+        } else {
+            if (rc != SHS_ENOMEM)
+                fail_msg("n=%ld: expected SHS_ENOMEM, got %d (%s)", n, rc,
+                         shs_last_error());
+            assert_config_equal(&c, &before);
+            assert_ptr_equal(c.owned_, before.owned_);
+            assert_int_equal(tu_failalloc_live(), live_before);
+        }
+        shs_config_release(&c);
+    }
+    assert_true(succeeded);
+    assert_true(n > 3); /* file buffer, three strings, the exclude list */
+    shs_config_release(&ref);
+    assert_int_equal(tu_failalloc_live(), live0);
+    tu_failalloc_uninstall();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_set_every_field),
+        cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_exclude_forms),
+        cmocka_unit_test(test_string_ownership),
+        cmocka_unit_test_setup_teardown(test_yaml_seed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_yaml_forms, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_yaml_no_section, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_yaml_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_yaml_missing_and_large, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_yaml_ownership, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_yaml_oom, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
