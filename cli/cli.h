@@ -32,6 +32,8 @@ enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 int cli_cmd_inspect(int argc, char **argv);
 int cli_cmd_verify(int argc, char **argv);
 int cli_cmd_convert(int argc, char **argv);
+int cli_cmd_ls(int argc, char **argv);
+int cli_cmd_prune(int argc, char **argv);
 
 /* ---- output (util.c) ---- */
 
@@ -183,5 +185,103 @@ int cli_walk(const char *path, const cli_walk_ops *ops, void *ctx);
 /* The library's message for a failure to open `path`, without a leading
    "<path>: " (the caller prints the path). */
 const char *cli_strip_path(const char *msg, const char *path);
+
+/* ---- save paths and step directories (ckpt.c) ---- */
+#define CLI_TRACKER "latest_checkpointed_iteration.txt"
+
+/* The step of "iteration_N" / "step-N" (N decimal, <= 18 digits), or -1. */
+int64_t cli_step_of_name(const char *name);
+/* ".tmp-*", ".trash-*" or the tracker's temporary file. */
+int cli_is_leftover_name(const char *name);
+/* A directory holding a regular metadata.json. */
+int cli_is_step_dir(const char *path);
+/* A directory that is not a step directory and holds the tracker or an
+   iteration_* / step-* directory. */
+int cli_is_save_path(const char *path);
+
+/* One entry of a save path: a step directory or a leftover. */
+typedef struct cli_entry {
+    char *name;           /* entry name */
+    char *path;           /* save_path/name */
+    int64_t step;         /* -1 for leftovers */
+    int committed;        /* metadata.json and common.json present */
+    int latest;           /* the committed directory the tracker names */
+    uint64_t bytes;       /* sum of the sizes of its files (recursive) */
+    uint64_t files;       /* number of files */
+    uint64_t shared;      /* files with a link count > 1 */
+} cli_entry;
+
+enum { CLI_TRACKER_OK, CLI_TRACKER_MISSING, CLI_TRACKER_MALFORMED };
+
+typedef struct cli_save {
+    const char *path;
+    cli_entry *steps;     /* sorted by step, then name */
+    size_t n_steps;
+    cli_entry *leftovers; /* sorted by name */
+    size_t n_leftovers;
+    int tracker;          /* CLI_TRACKER_* */
+    int64_t tracker_step; /* when CLI_TRACKER_OK */
+    char tracker_why[128];
+    cli_entry *latest;    /* NULL: no committed directory of tracker_step */
+} cli_save;
+
+/* Sizes of the files under a path (recursive, links not followed). */
+void cli_du(const char *path, uint64_t *bytes, uint64_t *files, uint64_t *shared);
+/* List a save path (CLI_FAIL, reported, when it cannot be read). */
+int cli_save_scan(cli_save *s, const char *path);
+/* The tracker problem as a message (caller frees), or NULL when the
+   tracker names a committed step directory. */
+char *cli_save_tracker_problem(const cli_save *s);
+void cli_save_release(cli_save *s);
+
+/* Remove a file or directory tree without following symbolic links.
+   -1 with the first problem in why on failure. */
+int cli_rmtree(const char *path, char *why, size_t cap);
+/* 16 random hex digits. */
+void cli_random_suffix(char out[17]);
+
+/* Read and parse a JSON file with JSON_REJECT_DUPLICATES (NULL with a
+   message in *why, caller frees). */
+json_t *cli_load_json(const char *path, size_t max, char **why);
+
+/* metadata.json of a step directory, validated for display (types,
+   ranges, plain file names).  Strings point into `root`. */
+typedef struct cli_mfile {
+    const char *name;
+    uint64_t rank;
+    int64_t size;         /* -1: missing */
+} cli_mfile;
+typedef struct cli_mtensor {
+    const char *name;
+    int kind;             /* 0 model, 1 opt */
+    shs_dtype dtype;
+    json_t *shape;        /* borrowed: array of non-negative integers */
+    size_t n_chunks;
+    uint64_t bytes;       /* sum of the chunks' byte ranges */
+} cli_mtensor;
+typedef struct cli_mblob {
+    const char *name;
+    size_t name_len;
+    uint64_t rank;
+    uint64_t bytes;
+} cli_mblob;
+typedef struct cli_meta {
+    json_t *root;
+    int64_t step;
+    uint64_t world_size;
+    cli_mfile *files;
+    size_t n_files;
+    cli_mtensor *tensors; /* sorted: model then opt, by name */
+    size_t n_tensors;
+    size_t n_kind[2];
+    uint64_t total_bytes;
+    cli_mblob *blobs;
+    size_t n_blobs;
+} cli_meta;
+int cli_meta_load(cli_meta *m, const char *dir, char **why);
+void cli_meta_release(cli_meta *m);
+
+/* `inspect STEP_DIR` (cmd_inspect.c calls it for a step directory). */
+int cli_inspect_checkpoint(const char *dir, int json);
 
 #endif

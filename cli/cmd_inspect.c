@@ -21,6 +21,10 @@ static const char k_help[] =
     "model.safetensors.index.json (every shard it names, and the index checked\n"
     "against the shards).\n"
     "\n"
+    "A checkpoint step directory (holding metadata.json) is shown as a checkpoint:\n"
+    "step, world_size, files, every tensor (name, kind, dtype, global shape,\n"
+    "chunks, bytes), the blobs and the values of common.json (--limit ignored).\n"
+    "\n"
     "Options:\n"
     "  --json       print one JSON document on stdout instead of text\n"
     "  --limit N    show at most N tensors per file (default: all)\n"
@@ -465,6 +469,8 @@ int cli_cmd_inspect(int argc, char **argv)
     }
     if (!path)
         return cli_usage_err("inspect", "missing PATH");
+    if (cli_is_step_dir(path))
+        return cli_inspect_checkpoint(path, c.json);
 
     c.single = cli_classify(path) == CLI_KIND_FILE;
     if (c.json && !c.single) {

@@ -14,9 +14,15 @@ static const char k_help[] =
     "\n"
     "Commands:\n"
     "  inspect PATH [--json] [--limit N]\n"
-    "                show the headers of a file, a directory or an index\n"
+    "                show the headers of a file, a directory or an index, or a\n"
+    "                checkpoint step directory\n"
     "  verify PATH... [--check-finite]\n"
-    "                validate files completely (header and every data byte)\n"
+    "                validate files completely (header and every data byte), step\n"
+    "                directories and save paths (every chunk's checksum)\n"
+    "  ls SAVE_PATH [--json]\n"
+    "                list the step directories of a save path, the tracker, leftovers\n"
+    "  prune SAVE_PATH --keep N [--dry-run]\n"
+    "                remove all but the newest N committed steps, and leftovers\n"
     "  convert IN OUT --dtype DTYPE [--only-float] [--align N] [--fsync]\n"
     "                convert floating-point tensors, streaming in bounded memory\n"
     "\n"
@@ -33,6 +39,8 @@ static const struct {
     { "inspect", cli_cmd_inspect },
     { "verify", cli_cmd_verify },
     { "convert", cli_cmd_convert },
+    { "ls", cli_cmd_ls },
+    { "prune", cli_cmd_prune },
 };
 
 int main(int argc, char **argv)

@@ -1678,7 +1678,17 @@ int shs_checkpoint_verify(const char *dir)
         if ((rc = chunk_locate(&L, b->file, b->key, b->b0, b->b1, &f, &idx)) < 0)
             break;
         const void *p = shs_file_tensor_data(f, idx);
-        if (p && XXH3_64bits(p, (size_t)(b->b1 - b->b0)) != b->hash)
+        if (!p) {
+            shs__free(buf);
+            if (!(buf = shs__malloc((size_t)(b->b1 - b->b0) + 1))) {
+                rc = shs__err(SHS_ENOMEM, "out of memory");
+                break;
+            }
+            if ((rc = shs_file_read(f, idx, buf, (size_t)(b->b1 - b->b0))) < 0)
+                break;
+            p = buf;
+        }
+        if (XXH3_64bits(p, (size_t)(b->b1 - b->b0)) != b->hash)
             rc = shs__err(SHS_ECHECKSUM, "%s: blob '%s' does not match its checksum", dir,
                           b->name);
     }
