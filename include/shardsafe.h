@@ -532,7 +532,10 @@ typedef struct shs_load_result {
 } shs_load_result;
 
 /*
- * Load per the config.  `progress` is in/out: its global_batch_size is the
+ * Load per the config.  Tensors are read straight into the registered
+ * buffers: if the load fails part-way (e.g. a checksum mismatch), some
+ * buffers may already hold checkpoint data -- treat the state as
+ * undefined and either retry or start fresh.  `progress` is in/out: its global_batch_size is the
  * current run's (for the rescaling rule); the rest is overwritten from the
  * checkpoint unless train_state is excluded or no_load_optim is set.
  * `result` may be NULL.

@@ -921,9 +921,13 @@ static int commit_dir(const char *tmp, const char *target, const char *save_path
 {
     struct stat st;
     if (lstat(target, &st) == 0) {
-        /* same step saved again: swap atomically, then drop the old one */
-        if (shs__io->exchange(tmp, target) == 0)
-            return shs__rmtree(tmp);
+        /* same step saved again: swap atomically, make the swap durable,
+           then drop the old one */
+        if (shs__io->exchange(tmp, target) == 0) {
+            int rc = do_fsync ? shs__io_fsync_dir(save_path) : SHS_OK;
+            int r2 = shs__rmtree(tmp);
+            return rc < 0 ? rc : r2;
+        }
         if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
             return shs__err_errno(errno, "cannot replace", target);
         /* no RENAME_EXCHANGE on this file system: a short window where the
@@ -1221,9 +1225,10 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_save_stats
     rc = tracker ? shs__write_file_atomic(tracker, num, (size_t)nlen, req->fsync)
                  : shs__err(SHS_ENOMEM, "out of memory");
     if (rc < 0) {
-        /* the directory is complete and committed; the tracker still names
-           the previous step, which stays loadable */
-        shs__err_prefix(rc, "step directory committed, tracker not updated");
+        /* the directory is complete and committed; the tracker names the
+           previous step (or, if only the final directory fsync failed, this
+           one): either way it names a complete directory */
+        shs__err_prefix(rc, "step directory committed; updating the tracker failed");
         goto done_committed;
     }
     if (out_dir)
