@@ -1,0 +1,395 @@
+#!/usr/bin/python3
+"""Collect machine facts and turn bench result lines into bench/results.md.
+
+    report.py machine TARGET_DIR [start|end]   print "@@" lines with machine facts
+    report.py render RAW_LOG [COMMAND]         print the markdown results table
+
+RAW_LOG holds the output of bench_io, bench_torch.py and run.sh's dd runs:
+machine-readable lines start with "@@ " followed by one JSON object
+{"mode", "key", "value", "unit", "label"}; other lines are human-readable.
+Standard library only.
+"""
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+
+def sh(*cmd):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True,
+                              check=False).stdout.strip()
+    except OSError:
+        return ""
+
+
+def emit(key, value, label=""):
+    print("@@ " + json.dumps({"mode": "machine", "key": key, "value": value,
+                              "unit": "", "label": label}))
+
+
+def machine(target, when):
+    if when == "start":
+        emit("date", time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+        emit("nproc", os.cpu_count())
+        cpu = ""
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+        emit("cpu", cpu)
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    emit("mem_gib", round(int(line.split()[1]) / 1024 / 1024, 1))
+        emit("kernel", platform.release())
+        emit("os", sh("sh", "-c", ". /etc/os-release && echo $PRETTY_NAME"))
+        fst = sh("df", "--output=fstype", target).splitlines()
+        emit("fs", fst[-1].strip() if fst else sh("stat", "-f", "-c", "%T", target))
+        src = sh("df", "--output=source", target).splitlines()
+        emit("fs_device", src[-1].strip() if src else "")
+        emit("target_dir", os.path.dirname(os.path.abspath(target)))
+        try:
+            with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+                emit("thp", f.read().strip())
+        except OSError:
+            pass
+        emit("cc", sh("cc", "--version").splitlines()[0] if sh("cc", "--version") else "")
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        head = sh("git", "-C", root, "rev-parse", "--short", "HEAD")
+        # the library and the benchmarks themselves (other trees may be dirty)
+        dirty = sh("git", "-C", root, "status", "--porcelain", "--", "src", "include",
+                   "bench", "CMakeLists.txt")
+        emit("commit", head + (" + uncommitted changes" if dirty else ""))
+    with open("/proc/loadavg") as f:
+        emit("loadavg_" + when, " ".join(f.read().split()[:3]))
+
+
+# ---------------------------------------------------------------------------
+
+def load(path):
+    res, human = {}, []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("@@ "):
+                r = json.loads(line[3:])
+                res[(r["mode"], r["key"])] = r
+            elif line.strip():
+                human.append(line.rstrip("\n"))
+    return res, human
+
+
+class R:
+    def __init__(self, res):
+        self.res = res
+
+    def __call__(self, mode, key, default=None):
+        r = self.res.get((mode, key))
+        return r["value"] if r else default
+
+    def has(self, mode, key):
+        return (mode, key) in self.res
+
+
+def gbs(v):
+    return "n/a" if v is None else f"{v:.2f} GB/s"
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def fr(x):
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def status(x, target, higher_is_better=True):
+    if x is None:
+        return "not measured"
+    ok = x >= target if higher_is_better else x < target
+    return "PASS" if ok else "**MISS**"
+
+
+def render(raw, command):
+    res, human = load(raw)
+    g = R(res)
+    out = []
+    w = out.append
+    m = lambda k: g("machine", k, "?")
+    w("# shardsafe benchmark results")
+    w("")
+    w(f"Reproduce: `{command}` (builds Release in `build-bench/`, runs every "
+      "benchmark, writes this file). See `bench/README.md` for what each row measures.")
+    w("")
+    w("| machine | |")
+    w("|---|---|")
+    w(f"| date | {m('date')} |")
+    w(f"| commit | {m('commit')} |")
+    w(f"| CPU | {m('cpu')}, nproc = {m('nproc')} |")
+    w(f"| memory | {m('mem_gib')} GiB |")
+    w(f"| kernel / OS | {m('kernel')} / {m('os')} |")
+    w(f"| target dir filesystem | {m('fs')} on {m('fs_device')} ({m('target_dir')}) |")
+    w(f"| transparent hugepages | {m('thp')} |")
+    w(f"| compiler | {m('cc')} |")
+    w(f"| benchmark priority | nice {g('machine', 'nice', 0)} |")
+    w(f"| load average at start / end | {m('loadavg_start')} / {m('loadavg_end')} |")
+    w("")
+    try:
+        busy = float(str(m("loadavg_start")).split()[0]) > 0.5 * float(m("nproc"))
+    except ValueError:
+        busy = False
+    if busy:
+        w("**The machine was busy during this run (1-minute load average above half the "
+          "cores): other processes compete for CPU and memory bandwidth, so absolute "
+          "numbers are low and noisy; ratios against baselines measured right next to "
+          "them (same process, interleaved runs) are the most reliable. Comparisons "
+          "across processes (section 2) suffer most.**")
+        w("")
+    w("All speeds are tensor payload bytes / best wall time of 5 runs (GB = 10^9 bytes); "
+      "every ratio divides by a baseline measured in the same run. "
+      "Read benchmarks read from a warm page cache. \"Ratio by CPU time\" uses the "
+      "process CPU time (user + system) of the same runs instead of wall time: it does "
+      "not count time spent waiting for a CPU, so it is the steadier number on a shared "
+      "machine (it also leaves out waiting for the disk, so for fsync rows it says "
+      "nothing about the device).")
+    w("")
+
+    # ---- 1. physical limits ----
+    w("## 1. shardsafe vs the physical limit")
+    w("")
+    w("| | what | shardsafe | baseline (same run) | ratio | ratio by CPU time | target "
+      "| status |")
+    w("|---|---|---|---|---|---|---|---|")
+
+    def row(tag, what, shs, base, r, target, st, cpu=None):
+        w(f"| {tag} | {what} | {shs} | {base} | {r} | {fr(cpu) if cpu else ''} | {target} "
+          f"| {st} |")
+
+    for fs, name in ((0, "no fsync"), (1, "+ fsync")):
+        tag = "fsync" if fs else "nofsync"
+        s, b = g("write", "shs_" + tag), g("write", "base_" + tag)
+        r = ratio(s, b)
+        row("a", f"write ~1 GiB, {name}", f"`shs_save_file`{' fsync=1' if fs else ''}: "
+            f"{gbs(s)}", f"write(2) same bytes{' + fsync' if fs else ''}: {gbs(b)}",
+            fr(r), "≥ 0.90", status(r, 0.9), g("write", "cpu_ratio_" + tag))
+        fa = g("write", "base_falloc_" + tag)
+        row("a", f"write, {name}: diagnostic baseline write(2) after "
+            "`fallocate(FALLOC_FL_KEEP_SIZE)` of the whole file (what numpy's `tofile` does)",
+            gbs(s), f"fallocate + write(2): {gbs(fa)}", fr(ratio(s, fa)), "—",
+            "(headroom, see notes)")
+        d = g("dd", "dd_" + tag)
+        row("a", f"write, {name}: reference `dd if=/dev/zero bs=8M count=128"
+            f"{' conv=fsync' if fs else ''}`", gbs(s), f"dd: {gbs(d)}", fr(ratio(s, d)),
+            "(reference)", "")
+    mc = g("read", "memcpy")
+    for key, what, target in (
+            ("shs_mmap", "read all tensors into pre-faulted buffers, default (mmap) path: "
+             "open + `shs_file_read` x64 + close", True),
+            ("shs_pread", "same with `SHS_OPEN_NO_MMAP` (pread path)", True),
+            ("raw_pread", "diagnostic: raw open + pread per tensor, no library", False),
+            ("shs_mmap_hot", "diagnostic: `shs_file_read` 2nd pass on an already-faulted "
+             "mapping", False),
+            ("raw_mmap", "diagnostic: raw mmap + memcpy + munmap, no library", False),
+            ("raw_mmap_populate", "diagnostic: raw mmap(MAP_POPULATE) + memcpy + munmap",
+             False)):
+        s = g("read", key)
+        r = ratio(s, mc)
+        st = status(r, 0.9) if target else ""
+        raw = ratio(g("read", "raw_pread"), mc)
+        if key == "shs_pread" and r is not None and r < 0.9 and raw is not None:
+            st += (f" (raw pread without the library: {raw:.2f}; the limit is the kernel's "
+                   "copy, see below)" if raw < 0.9 and r >= 0.95 * raw else "")
+        row("b", what, gbs(s), f"memcpy between pre-faulted buffers: {gbs(mc)}", fr(r),
+            "≥ 0.90" if target else "—", st,
+            ratio(g("read", key + "_cpu"), g("read", "memcpy_cpu")))
+    mca = g("read", "memcpy_alloc")
+    for key, what in (("shs_mmap_alloc", "read into fresh memory allocated inside the "
+                       "timing (like `torch.load`), mmap path"),
+                      ("shs_pread_alloc", "same, pread path")):
+        s = g("read", key)
+        row("b", what, gbs(s), f"fresh memory + memcpy: {gbs(mca)}", fr(ratio(s, mca)), "—",
+            "",
+            ratio(g("read", key + "_cpu"), g("read", "memcpy_alloc_cpu")))
+    sp, rp = g("read", "shs_pread"), g("read", "raw_pread")
+    row("b", "pread path: library overhead over raw pread", gbs(sp), f"raw pread: {gbs(rp)}",
+        fr(ratio(sp, rp)), "—", "", ratio(g("read", "shs_pread_cpu"),
+                                           g("read", "raw_pread_cpu")))
+    ob, ot = g("read", "open_big_median_us"), g("read", "open_tiny_median_us")
+    r = ratio(ob, ot)
+    st = "n/a"
+    if r is not None:
+        st = "PASS (O(header))" if r < 2.0 and ob < 1000 else "**MISS**"
+    row("c", f"`shs_file_open` + close of the {g('read', 'open_file_bytes', 0) / 2**30:.2f} "
+        "GiB file (median of 50; time ratio, lower is better)",
+        f"{fr(ob)} µs", f"same names, tiny data ({g('read', 'open_tiny_bytes', 0):.0f} B "
+        f"file): {fr(ot)} µs", fr(r), "≈ 1, µs", st)
+    ho, hm = g("header", "hdr_open_ms"), g("header", "hdr_open_median_ms")
+    js, jm = g("json", "json_loads_ms"), g("json", "json_loads_median_ms")
+    nt, hb = g("header", "hdr_tensors", 0), g("header", "hdr_bytes", 0)
+    hc, jc = g("header", "hdr_open_cpu_median_ms"), g("json", "json_loads_cpu_median_ms")
+    hst = status(hm, 70.0, higher_is_better=False)
+    if hm is not None and hc is not None and hm >= 70.0 and hc < 70.0:
+        hst = (f"**MISS** on wall time; PASS on CPU time ({hc:.1f} ms): the wall time "
+               "includes waiting for a CPU on this busy machine")
+    row("d", f"open + close of a {nt:.0f}-tensor file ({hb / 1e6:.1f} MB header); time "
+        "ratio, lower is better", f"best {fr(ho)} ms, median {fr(hm)} ms (CPU median "
+        f"{fr(hc)} ms)", f"Python `json.loads` of the same header: best {fr(js)} ms, "
+        f"median {fr(jm)} ms (CPU median {fr(jc)} ms)",
+        fr(ratio(hm, jm)), "< 70 ms (median)", hst, ratio(hc, jc))
+    for key, what in (("hdr_open_memory", "diagnostic: `shs_file_open_memory` (no I/O)"),
+                      ("hdr_pread", "diagnostic: pread of the header bytes"),
+                      ("hdr_utf8", "diagnostic: UTF-8 check of the header")):
+        v, vm = g("header", key + "_ms"), g("header", key + "_median_ms")
+        row("d", what, f"best {fr(v)} ms, median {fr(vm)} ms", "share of the full open",
+            fr(ratio(vm, hm)), "—", "", ratio(g("header", key + "_cpu_median_ms"), hc))
+    w("")
+    w("Reference implementation (Rust `safetensors`) on this machine for the 100k-tensor "
+      "header: about 140 ms (not measured in this run: it is not installed).")
+    w("")
+    fa0, b0 = g("write", "base_falloc_nofsync"), g("write", "base_nofsync")
+    if fa0 and b0:
+        w(f"Write path: reserving the file's extents before writing (`fallocate`) makes "
+          f"the same write(2) calls {fa0 / b0:.2f}x faster here (ext4 skips its per-page "
+          "delayed allocation); the writer knows the file size when it seals the header and "
+          "could do the same (and would then fail with ENOSPC before writing any data).")
+        w("")
+    slower = g("read", "mmap_slower_than_pread")
+    if slower is not None:
+        sm, spp = g("read", "shs_mmap"), g("read", "shs_pread")
+        if slower:
+            w(f"**Note for the read path: the mmap path ({gbs(sm)}) is SLOWER than the "
+              f"pread path ({gbs(spp)}) for whole-tensor reads into caller memory.**")
+        else:
+            w(f"Read path: the mmap path ({gbs(sm)}) is not slower than the pread path "
+              f"({gbs(spp)}) for whole-tensor reads in this run (fresh mapping each pass, "
+              "page faults and munmap included). The pread path is bound by the kernel's "
+              "copy to user memory (`_copy_to_iter`: ~97% of its samples in a `perf` profile, see bench/README.md), which "
+              "is slower than glibc's memcpy; the mmap path's page faults are a few percent "
+              "of its time on this kernel (large page-cache folios). Older kernels fault "
+              "in smaller pieces: re-check there before switching large copies to pread.")
+        w("")
+
+    # ---- 2. vs torch / numpy ----
+    w("## 2. shardsafe vs PyTorch and NumPy (what users do today)")
+    w("")
+    w("shardsafe numbers come from `bench_io` (C), the others from `bench_torch.py` "
+      "(`/usr/bin/python3`), in the same run, on the same 64 tensors. Each side also "
+      "measures the same physical baseline in its own process (write(2) of the same "
+      "buffers; allocate + memcpy for loads). **direct** = shardsafe speed / other speed; "
+      "**normalised** = (shardsafe / its baseline) / (other / its baseline), which cancels "
+      "the drift between the two processes. > 1: shardsafe is faster.")
+    w("")
+    w("| operation | shardsafe | C baseline | torch or numpy | Python baseline | direct "
+      "| normalised |")
+    w("|---|---|---|---|---|---|---|")
+    W = lambda k: g("write", k)
+    Rd = lambda k: g("read", k)
+
+    def cmp(op, sname, skey, bname, bval, oname, oval, pname, pval):
+        sval = skey
+        norm = None
+        if None not in (sval, bval, oval, pval):
+            norm = (sval / bval) / (oval / pval)
+        w(f"| {op} | {sname} {gbs(sval)} | {bname} {gbs(bval)} | {oname} {gbs(oval)} | "
+          f"{pname} {gbs(pval)} | {fr(ratio(sval, oval))} | {fr(norm)} |")
+
+    t = lambda k: g("torch", k)
+    n = lambda k: g("numpy", k)
+    cmp("save, no fsync", "`shs_save_file`", W("shs_nofsync"), "write(2)", W("base_nofsync"),
+        "`torch.save`", t("torch_save"), "os.write", t("base_write"))
+    cmp("save + fsync", "`shs_save_file` fsync=1", W("shs_fsync"), "write(2)+fsync",
+        W("base_fsync"), "`torch.save` + fsync", t("torch_save_fsync"), "os.write+fsync",
+        t("base_write_fsync"))
+    cmp("load into new memory (warm cache)", "open + `shs_file_read` into fresh memory",
+        Rd("shs_mmap_alloc"), "fresh memory + memcpy", Rd("memcpy_alloc"), "`torch.load`",
+        t("torch_load"), "`tensor.clone()`", t("base_clone"))
+    cmp("save, no fsync", "`shs_save_file`", W("shs_nofsync"), "write(2)", W("base_nofsync"),
+        "`np.save` x64, one file", n("np_save"), "os.write", n("base_write"))
+    cmp("save, no fsync", "`shs_save_file`", W("shs_nofsync"), "write(2)", W("base_nofsync"),
+        "`np.savez`", n("np_savez"), "os.write", n("base_write"))
+    cmp("save + fsync", "`shs_save_file` fsync=1", W("shs_fsync"), "write(2)+fsync",
+        W("base_fsync"), "`np.save` + fsync", n("np_save_fsync"), "os.write+fsync",
+        n("base_write_fsync"))
+    cmp("load into new memory (warm cache)", "open + `shs_file_read` into fresh memory",
+        Rd("shs_mmap_alloc"), "fresh memory + memcpy", Rd("memcpy_alloc"), "`np.load` x64",
+        n("np_load"), "`ndarray.copy()`", n("base_copy"))
+    cmp("load into new memory (warm cache)", "same", Rd("shs_mmap_alloc"),
+        "fresh memory + memcpy", Rd("memcpy_alloc"), "`np.load(npz)`", n("np_load_npz"),
+        "`ndarray.copy()`", n("base_copy"))
+    w(f"| load into pre-faulted buffers (no Python equivalent) | `shs_file_read` "
+      f"{gbs(Rd('shs_mmap'))} | memcpy {gbs(Rd('memcpy'))} | `torch.load` "
+      f"{gbs(t('torch_load'))} / `np.load` {gbs(n('np_load'))} | | "
+      f"{fr(ratio(Rd('shs_mmap'), t('torch_load')))} / "
+      f"{fr(ratio(Rd('shs_mmap'), n('np_load')))} | |")
+    w("")
+    w("`np.save` reserves the file's extents with `fallocate` before writing "
+      "(numpy's `tofile`), which is why it beats plain write(2) here; see the fallocate "
+      "row of section 1 for what the same would give shardsafe.")
+    w("")
+    w("Loads into new memory: the time goes mostly to first-touch page faults of the "
+      "destination (the kernel zeroing pages), which depends on the allocator and, on "
+      "this VM, on the hypervisor backing guest memory: the shardsafe side allocates "
+      "fresh anonymous memory for every run; Python's allocators recycle memory between "
+      "runs (glibc) and numpy asks for huge pages. Compare those rows by the "
+      "**normalised** ratio, which sets each load against a copy into the same kind of "
+      "memory in the same process. Reading into reused buffers avoids the cost entirely "
+      "(last row).")
+    w("")
+
+    # ---- 3. peak RSS ----
+    w("## 3. Peak RSS (ru_maxrss, one process per mode)")
+    w("")
+    w("Baseline: the tensor payload the process must hold (its in-memory state).")
+    w("")
+    w("| process | peak RSS | baseline | ratio | what it holds |")
+    w("|---|---|---|---|---|")
+    pay = g("write", "bytes", 0) / 2**20
+    w(f"| `bench_io write` | {fr(g('write', 'peak_rss'))} MiB | state {pay:.0f} MiB | "
+      f"{fr(ratio(g('write', 'peak_rss'), pay))} | state; writer adds its 1 MiB buffer |")
+    w(f"| `bench_io read` | {fr(g('read', 'peak_rss'))} MiB | state + destination "
+      f"{2 * pay:.0f} MiB | {fr(ratio(g('read', 'peak_rss'), 2 * pay))} | state, "
+      "destination buffers and, during an mmap-path pass, the mapped file pages |")
+    rb, rpp, rmm = (g("read", k) for k in ("rss_before_read_mib", "rss_pread_pass_mib",
+                                           "rss_mmap_pass_mib"))
+    w(f"| ↳ one pread-path pass (VmHWM) | {fr(rpp)} MiB | before the pass {fr(rb)} MiB | "
+      f"{fr(ratio(rpp, rb))} | |")
+    w(f"| ↳ one mmap-path pass (VmHWM) | {fr(rmm)} MiB | before the pass {fr(rb)} MiB | "
+      f"{fr(ratio(rmm, rb))} | mapped page-cache pages count in RSS (shared, reclaimable) |")
+    hbm = g("header", "hdr_bytes", 0) / 2**20
+    w(f"| `bench_io header` | {fr(g('header', 'peak_rss'))} MiB | header {hbm:.1f} MiB | "
+      f"{fr(ratio(g('header', 'peak_rss'), hbm))} | 100k views + file image + header copy "
+      "+ parsed tables |")
+    w(f"| `bench_torch.py json` | {fr(g('json', 'peak_rss'))} MiB | header {hbm:.1f} MiB | "
+      f"{fr(ratio(g('json', 'peak_rss'), hbm))} | Python + parsed dict |")
+    w(f"| `bench_torch.py torch` | {fr(g('torch', 'peak_rss'))} MiB | state {pay:.0f} MiB | "
+      f"{fr(ratio(g('torch', 'peak_rss'), pay))} | state + one `torch.load` result + "
+      "libtorch |")
+    w(f"| `bench_torch.py numpy` | {fr(g('numpy', 'peak_rss'))} MiB | state {pay:.0f} MiB | "
+      f"{fr(ratio(g('numpy', 'peak_rss'), pay))} | state + one `np.load` result |")
+    w("")
+    w("<details><summary>Raw output of this run</summary>")
+    w("")
+    w("```")
+    out.extend(human)
+    w("```")
+    w("")
+    w("</details>")
+    print("\n".join(out))
+
+
+def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "machine":
+        machine(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "start")
+    elif len(sys.argv) >= 3 and sys.argv[1] == "render":
+        render(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "bench/run.sh")
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
