@@ -1,0 +1,1410 @@
+/*
+ * test_checkpoint.c -- the step-directory engine through the public API:
+ * round trips of every kind of tensor and blob, the on-disk layout,
+ * hostile metadata/common.json/tracker/data files, path resolution
+ * (tracker, newest, explicit step, step-N, plain directories), resharding
+ * within one process, state/checkpoint mismatches, and I/O fault injection
+ * at every write/fsync/rename/open/mkdir/link/exchange of a save.
+ */
+#include "testutil.h"
+
+#include "checkpoint.h"
+#include "io.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char *g_root;
+
+static int setup(void **state)
+{
+    (void)state;
+    g_root = tu_mkdtemp();
+    return g_root ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tu_rmtree(g_root);
+    free(g_root);
+    return 0;
+}
+
+/* A new (not yet existing) path under the test root; caller frees. */
+static char *subpath(const char *name)
+{
+    return strdup(tu_path(g_root, name));
+}
+
+static char *subdir(const char *name)
+{
+    char *p = subpath(name);
+    assert_int_equal(mkdir(p, 0755), 0);
+    return p;
+}
+
+#define ASSERT_MSG_HAS(needle)                                                        \
+    do {                                                                              \
+        if (!strstr(shs_last_error(), (needle)))                                      \
+            fail_msg("error message lacks '%s': %s", (needle), shs_last_error());    \
+    } while (0)
+
+static void cfg_saving(shs_config *c, const char *save_path)
+{
+    shs_config_init(c);
+    c->save_path = save_path;
+    c->save_max = 0;
+    c->fsync = 0;
+    c->save_interleaved_steps = 1000000;
+}
+
+/* Save `st` once at p->global_step into save_path. */
+static int save_once(const char *save_path, shs_state *st, const shs_progress *p, int fsync_on)
+{
+    shs_config c;
+    cfg_saving(&c, save_path);
+    c.fsync = fsync_on;
+    shs_manager *m = NULL;
+    int rc = shs_manager_create(&m, &c, st);
+    if (rc < 0)
+        return rc;
+    rc = shs_manager_save(m, p, 0);
+    if (rc == SHS_OK)
+        rc = shs_manager_wait(m);
+    shs_manager_free(m);
+    return rc;
+}
+
+/* Load `path` (save path or step directory) into `st` through a manager. */
+static int load_from(const char *path, shs_state *st, shs_progress *p, shs_load_result *res,
+                     int strict, int64_t step)
+{
+    shs_config c;
+    shs_config_init(&c);
+    c.enable_save = 0;
+    c.load_path = path;
+    c.strict = strict;
+    c.load_step = step;
+    shs_manager *m = NULL;
+    int rc = shs_manager_create(&m, &c, st);
+    if (rc < 0)
+        return rc;
+    shs_progress local = { 0 };
+    rc = shs_manager_load(m, p ? p : &local, res);
+    shs_manager_free(m);
+    return rc;
+}
+
+static int path_exists(const char *p)
+{
+    struct stat st;
+    return lstat(p, &st) == 0;
+}
+
+/* Number of entries of `dir` whose name starts with `prefix`. */
+static int count_prefixed(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+static int count_leftovers(const char *dir)
+{
+    return count_prefixed(dir, ".tmp-") + count_prefixed(dir, ".trash-") +
+           count_prefixed(dir, SHS__TRACKER ".tmp");
+}
+
+/* Name of the first file in `dir` containing `part` (static buffer). */
+static const char *find_file_with(const char *dir, const char *part)
+{
+    static char name[512];
+    DIR *d = opendir(dir);
+    if (!d)
+        return NULL;
+    struct dirent *e;
+    const char *r = NULL;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, part)) {
+            snprintf(name, sizeof name, "%s", e->d_name);
+            r = name;
+            break;
+        }
+    closedir(d);
+    return r;
+}
+
+/* ------------------------------------------------------------------ */
+/* A state with many kinds of tensors                                 */
+/* ------------------------------------------------------------------ */
+
+typedef struct tdef {
+    const char *name;
+    shs_kind kind;
+    shs_dtype dtype;
+    size_t ndim;
+    uint64_t shape[4];
+} tdef;
+
+static const tdef k_defs[] = {
+    { "model.layers.0.w", SHS_KIND_MODEL, SHS_F32, 2, { 4, 5 } },
+    { "model.layers.0.b", SHS_KIND_MODEL, SHS_BF16, 1, { 7 } },
+    { "model.emb", SHS_KIND_MODEL, SHS_F16, 3, { 3, 2, 2 } },
+    { "model.scale", SHS_KIND_MODEL, SHS_F64, 0, { 0 } },          /* scalar */
+    { "model.empty", SHS_KIND_MODEL, SHS_F32, 1, { 0 } },          /* empty */
+    { "model.q", SHS_KIND_MODEL, SHS_I8, 1, { 9 } },
+    { "model.ids", SHS_KIND_MODEL, SHS_U64, 1, { 2 } },
+    { "model.mask", SHS_KIND_MODEL, SHS_BOOL, 2, { 1, 5 } },
+    { "model.fp8", SHS_KIND_MODEL, SHS_F8_E4M3, 1, { 6 } },
+    /* optimizer: only some parameters have state; one is empty */
+    { "optimizer.model.layers.0.w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, { 4, 5 } },
+    { "optimizer.model.layers.0.w.exp_avg_sq", SHS_KIND_OPTIMIZER, SHS_F32, 2, { 4, 5 } },
+    { "optimizer.model.layers.0.b.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 1, { 7 } },
+    { "optimizer.model.empty.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 1, { 0 } },
+    { "optimizer.step", SHS_KIND_OPTIMIZER, SHS_I64, 0, { 0 } },
+};
+#define NDEFS (sizeof k_defs / sizeof *k_defs)
+
+static const uint8_t k_rng[] = { 0, 1, 2, 0xff, 0, 0, 0x80, 0x7f, 0, 9, 0, 0, 0, 0, 0, 1 };
+static const char k_lr[] = "{\"last_epoch\": 5, \"base_lrs\": [0.001], \"_step_count\": 6}";
+static const char k_dl[] = "{\"cursor\": 12345, \"epoch\": 2}";
+
+typedef struct bundle {
+    shs_state *st;
+    uint8_t *buf[NDEFS];
+    size_t nb[NDEFS];
+} bundle;
+
+static size_t def_nbytes(const tdef *d)
+{
+    uint64_t n = 0;
+    assert_int_equal(shs_tensor_nbytes(&n, d->dtype, d->ndim, d->shape), SHS_OK);
+    return (size_t)n;
+}
+
+/* seed 0: zero-filled buffers and no blobs (a "fresh" state). */
+static void bundle_make(bundle *b, unsigned seed)
+{
+    memset(b, 0, sizeof *b);
+    assert_int_equal(shs_state_create(&b->st), SHS_OK);
+    for (size_t k = 0; k < NDEFS; k++) {
+        const tdef *d = &k_defs[k];
+        b->nb[k] = def_nbytes(d);
+        b->buf[k] = calloc(1, b->nb[k] + 1);
+        assert_non_null(b->buf[k]);
+        for (size_t i = 0; seed && i < b->nb[k]; i++) {
+            uint8_t v = (uint8_t)(seed * 131u + k * 17u + i * 7u + 1u);
+            if (d->dtype == SHS_BOOL)
+                v &= 1;
+            b->buf[k][i] = v;
+        }
+        shs_tensor_spec sp = SHS_TENSOR_SPEC_INIT;
+        sp.name = d->name;
+        sp.kind = d->kind;
+        sp.dtype = d->dtype;
+        sp.ndim = d->ndim;
+        sp.shape = d->shape;
+        sp.data = b->buf[k];
+        assert_int_equal(shs_state_add_tensor(b->st, &sp), SHS_OK);
+    }
+    if (seed) {
+        assert_int_equal(shs_state_set_blob(b->st, "rng", k_rng, sizeof k_rng), SHS_OK);
+        assert_int_equal(shs_state_set_blob(b->st, "lr_scheduler", k_lr, strlen(k_lr)), SHS_OK);
+        assert_int_equal(shs_state_set_blob(b->st, "dataloader", k_dl, strlen(k_dl)), SHS_OK);
+    }
+}
+
+static void bundle_free(bundle *b)
+{
+    shs_state_free(b->st);
+    for (size_t k = 0; k < NDEFS; k++)
+        free(b->buf[k]);
+}
+
+static void bundle_assert_equal(const bundle *a, const bundle *b, int with_optim)
+{
+    for (size_t k = 0; k < NDEFS; k++) {
+        if (k_defs[k].kind == SHS_KIND_OPTIMIZER && !with_optim)
+            continue;
+        assert_int_equal(a->nb[k], b->nb[k]);
+        if (memcmp(a->buf[k], b->buf[k], a->nb[k]) != 0)
+            fail_msg("tensor '%s' differs after load", k_defs[k].name);
+    }
+}
+
+static void assert_blob(shs_state *st, const char *name, const void *want, size_t len)
+{
+    const void *d = NULL;
+    size_t n = 0;
+    if (shs_state_get_blob(st, name, &d, &n) != SHS_OK)
+        fail_msg("blob '%s' missing: %s", name, shs_last_error());
+    assert_int_equal(n, len);
+    if (len)
+        assert_memory_equal(d, want, len);
+}
+
+static shs_progress progress_sample(int64_t step)
+{
+    shs_progress p = { 0 };
+    p.epoch_num = 2;
+    p.step_num = 17;
+    p.global_step = step;
+    p.loss_scale = 65536.5;
+    p.global_batch_size = 32;
+    p.consumed_samples = step * 32;
+    return p;
+}
+
+/* ------------------------------------------------------------------ */
+/* Round trip and layout                                              */
+/* ------------------------------------------------------------------ */
+
+static void test_roundtrip(void **state)
+{
+    (void)state;
+    char *sp = subpath("rt");
+    bundle a, b;
+    bundle_make(&a, 3);
+    shs_progress p = progress_sample(123);
+    assert_int_equal(save_once(sp, a.st, &p, 1), SHS_OK);
+
+    bundle_make(&b, 0);
+    shs_progress q = { 0 };
+    q.global_batch_size = 32;
+    shs_load_result res;
+    int rc = load_from(sp, b.st, &q, &res, 1, -1);
+    if (rc != SHS_OK)
+        fail_msg("load: %d %s", rc, shs_last_error());
+    assert_int_equal(res.loaded, 1);
+    assert_int_equal(res.step, 123);
+    assert_true(res.optimizer_loaded);
+    assert_true(res.progress_loaded);
+    assert_true(res.rank_state_restored);
+    assert_int_equal(res.batch_size_changed, 0);
+    assert_int_equal(res.n_skipped, 0);
+    assert_non_null(strstr(res.path, "iteration_00000123"));
+    bundle_assert_equal(&a, &b, 1);
+    assert_blob(b.st, "rng", k_rng, sizeof k_rng);
+    assert_blob(b.st, "lr_scheduler", k_lr, strlen(k_lr));
+    assert_blob(b.st, "dataloader", k_dl, strlen(k_dl));
+    assert_int_equal(q.epoch_num, 2);
+    assert_int_equal(q.step_num, 17);
+    assert_int_equal(q.global_step, 123);
+    assert_true(q.loss_scale == 65536.5);
+    assert_int_equal(q.global_batch_size, 32);
+    assert_int_equal(q.consumed_samples, 123 * 32);
+    assert_string_equal(q.ckpt_status, "");
+
+    /* ckpt_status "" is written as null, a string round trips */
+    size_t len;
+    char *dir = strdup(tu_path(sp, "iteration_00000123"));
+    char *common = tu_read_file(tu_path(dir, "common.json"), &len);
+    assert_non_null(common);
+    json_error_t je;
+    json_t *o = json_loads(common, 0, &je);
+    assert_non_null(o);
+    assert_true(json_is_null(json_object_get(o, "ckpt_status")));
+    json_decref(o);
+    free(common);
+
+    p = progress_sample(124);
+    snprintf(p.ckpt_status, sizeof p.ckpt_status, "%s", "saved");
+    p.loss_scale = 0.125;
+    assert_int_equal(save_once(sp, a.st, &p, 0), SHS_OK);
+    memset(&q, 0, sizeof q);
+    assert_int_equal(load_from(sp, b.st, &q, NULL, 1, -1), SHS_OK);
+    assert_string_equal(q.ckpt_status, "saved");
+    assert_true(q.loss_scale == 0.125);
+    assert_int_equal(q.global_step, 124);
+
+    bundle_free(&a);
+    bundle_free(&b);
+    free(dir);
+    free(sp);
+}
+
+static void test_layout(void **state)
+{
+    (void)state;
+    char *sp = subpath("layout");
+    bundle a;
+    bundle_make(&a, 5);
+    shs_progress p = progress_sample(7);
+    assert_int_equal(save_once(sp, a.st, &p, 0), SHS_OK);
+    char *dir = strdup(tu_path(sp, "iteration_00000007"));
+    struct stat sb;
+    assert_int_equal(stat(dir, &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+
+    size_t len;
+    char *tr = tu_read_file(tu_path(sp, SHS__TRACKER), &len);
+    assert_non_null(tr);
+    assert_true(strcmp(tr, "7") == 0 || strcmp(tr, "7\n") == 0);
+    free(tr);
+
+    /* common.json: exactly the seven keys */
+    char *common = tu_read_file(tu_path(dir, "common.json"), &len);
+    assert_non_null(common);
+    json_error_t je;
+    json_t *o = json_loads(common, JSON_REJECT_DUPLICATES, &je);
+    assert_non_null(o);
+    assert_int_equal(json_object_size(o), 7);
+    static const char *const keys[] = { "epoch_num", "step_num", "global_step", "loss_scale",
+                                        "global_batch_size", "consumed_samples", "ckpt_status" };
+    for (size_t i = 0; i < 7; i++)
+        if (!json_object_get(o, keys[i]))
+            fail_msg("common.json lacks '%s': %s", keys[i], common);
+    assert_int_equal(json_integer_value(json_object_get(o, "global_step")), 7);
+    assert_true(json_is_number(json_object_get(o, "loss_scale")));
+    json_decref(o);
+    free(common);
+
+    /* metadata.json names the data files; each is a safetensors file
+       holding the tensors under their full names */
+    char *meta = tu_read_file(tu_path(dir, "metadata.json"), &len);
+    assert_non_null(meta);
+    json_t *mj = json_loads(meta, 0, &je);
+    assert_non_null(mj);
+    json_t *files = json_object_get(mj, "files");
+    assert_true(json_is_array(files));
+    assert_true(json_array_size(files) >= 2);
+    int found[NDEFS] = { 0 };
+    int saw_model = 0, saw_opt = 0;
+    for (size_t i = 0; i < json_array_size(files); i++) {
+        const char *fname = json_string_value(json_object_get(json_array_get(files, i), "name"));
+        assert_non_null(fname);
+        shs_file *f = NULL;
+        int rc = shs_file_open(&f, tu_path(dir, fname), NULL);
+        if (rc != SHS_OK)
+            fail_msg("%s does not open: %s", fname, shs_last_error());
+        int is_model = strstr(fname, "checkpoint-model-") != NULL;
+        int is_opt = strstr(fname, "checkpoint-opt-") != NULL;
+        saw_model |= is_model;
+        saw_opt |= is_opt;
+        for (size_t k = 0; k < NDEFS; k++) {
+            size_t idx;
+            if (shs_file_find(&idx, f, k_defs[k].name) != SHS_OK)
+                continue;
+            found[k]++;
+            /* model tensors in model files, optimizer tensors in opt files */
+            if (k_defs[k].kind == SHS_KIND_MODEL)
+                assert_true(is_model);
+            else
+                assert_true(is_opt);
+            const shs_tensor_info *ti = shs_file_tensor(f, idx);
+            assert_int_equal(ti->dtype, k_defs[k].dtype);
+            assert_int_equal(ti->ndim, k_defs[k].ndim);
+            assert_int_equal(ti->nbytes, a.nb[k]);
+            uint8_t *got = malloc(a.nb[k] + 1);
+            assert_int_equal(shs_file_read(f, idx, got, a.nb[k]), SHS_OK);
+            if (a.nb[k])
+                assert_memory_equal(got, a.buf[k], a.nb[k]);
+            free(got);
+        }
+        shs_file_close(f);
+    }
+    assert_true(saw_model);
+    assert_true(saw_opt);
+    for (size_t k = 0; k < NDEFS; k++)
+        if (found[k] != 1)
+            fail_msg("tensor '%s' found in %d data files", k_defs[k].name, found[k]);
+    json_decref(mj);
+    free(meta);
+    assert_true(path_exists(tu_path(dir, "metadata.json")));
+    int rc = shs_checkpoint_verify(dir);
+    if (rc != SHS_OK)
+        fail_msg("verify: %s", shs_last_error());
+    /* no temporary entries left behind */
+    assert_int_equal(count_leftovers(sp), 0);
+    assert_int_equal(count_prefixed(dir, ".") , 2); /* "." and ".." only */
+    bundle_free(&a);
+    free(dir);
+    free(sp);
+}
+
+/* ------------------------------------------------------------------ */
+/* A small state for the hostile-input, resolve and mismatch tests   */
+/* ------------------------------------------------------------------ */
+
+typedef struct small {
+    shs_state *st;
+    float w[12], b[3], wm[12];
+} small;
+
+static const uint64_t k_w_shape[2] = { 4, 3 }, k_b_shape[1] = { 3 };
+
+static void small_add(shs_state *st, const char *name, shs_kind kind, shs_dtype dt, size_t nd,
+                      const uint64_t *shape, void *data)
+{
+    shs_tensor_spec sp = SHS_TENSOR_SPEC_INIT;
+    sp.name = name;
+    sp.kind = kind;
+    sp.dtype = dt;
+    sp.ndim = nd;
+    sp.shape = shape;
+    sp.data = data;
+    assert_int_equal(shs_state_add_tensor(st, &sp), SHS_OK);
+}
+
+static void small_make(small *s, float base)
+{
+    memset(s, 0, sizeof *s);
+    for (int i = 0; i < 12; i++) {
+        s->w[i] = base + (float)i;
+        s->wm[i] = base * 2 + (float)i * 0.5f;
+    }
+    for (int i = 0; i < 3; i++)
+        s->b[i] = base - (float)i;
+    assert_int_equal(shs_state_create(&s->st), SHS_OK);
+    small_add(s->st, "w", SHS_KIND_MODEL, SHS_F32, 2, k_w_shape, s->w);
+    small_add(s->st, "b", SHS_KIND_MODEL, SHS_F32, 1, k_b_shape, s->b);
+    small_add(s->st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w_shape, s->wm);
+    if (base != 0) {
+        uint8_t rng[8] = { 1, 2, 3, 4, 5, 6, 7, (uint8_t)base };
+        assert_int_equal(shs_state_set_blob(s->st, "rng", rng, sizeof rng), SHS_OK);
+    }
+}
+
+static void small_free(small *s)
+{
+    shs_state_free(s->st);
+}
+
+/* A save path holding one committed checkpoint of `small` at `step`;
+   returns the step directory (caller frees), *save_path set too. */
+static char *make_ckpt(const char *name, int64_t step, float base, char **save_path)
+{
+    char *sp = subpath(name);
+    small s;
+    small_make(&s, base);
+    shs_progress p = progress_sample(step);
+    int rc = save_once(sp, s.st, &p, 0);
+    if (rc != SHS_OK)
+        fail_msg("save: %s", shs_last_error());
+    small_free(&s);
+    char buf[64];
+    snprintf(buf, sizeof buf, "iteration_%08lld", (long long)step);
+    char *dir = strdup(tu_path(sp, buf));
+    if (save_path)
+        *save_path = sp;
+    else
+        free(sp);
+    return dir;
+}
+
+/* Load `dir` into a fresh small state; returns the status. */
+static int load_small(const char *dir)
+{
+    small s;
+    small_make(&s, 0);
+    shs_progress p = { 0 };
+    int rc = load_from(dir, s.st, &p, NULL, 1, -1);
+    small_free(&s);
+    return rc;
+}
+
+static json_t *read_json(const char *path)
+{
+    json_error_t je;
+    json_t *o = json_load_file(path, 0, &je);
+    if (!o)
+        fail_msg("%s: %s", path, je.text);
+    return o;
+}
+
+static void write_json(const char *path, json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT);
+    assert_non_null(s);
+    assert_int_equal(tu_write_file(path, s, strlen(s)), 0);
+    free(s);
+}
+
+static void write_text(const char *path, const char *s)
+{
+    assert_int_equal(tu_write_file(path, s, strlen(s)), 0);
+}
+
+/* Expect load and verify of `dir` to fail with `status` (0: any error) and
+   messages containing `needle`. */
+static void expect_bad(const char *dir, int status, const char *needle, const char *what)
+{
+    int rc = load_small(dir);
+    if (rc == SHS_OK || (status && rc != status))
+        fail_msg("%s: load gave %d (%s), expected %d", what, rc, shs_last_error(), status);
+    if (needle && !strstr(shs_last_error(), needle))
+        fail_msg("%s: load message lacks '%s': %s", what, needle, shs_last_error());
+    rc = shs_checkpoint_verify(dir);
+    if (rc == SHS_OK || (status && rc != status))
+        fail_msg("%s: verify gave %d (%s), expected %d", what, rc, shs_last_error(), status);
+    if (needle && !strstr(shs_last_error(), needle))
+        fail_msg("%s: verify message lacks '%s': %s", what, needle, shs_last_error());
+}
+
+typedef void (*meta_edit)(json_t *root);
+
+static void edit_file0_dotdot(json_t *r)
+{
+    json_object_set_new(json_array_get(json_object_get(r, "files"), 0), "name",
+                        json_string("../x.safetensors"));
+}
+static void edit_file0_abs(json_t *r)
+{
+    json_object_set_new(json_array_get(json_object_get(r, "files"), 0), "name",
+                        json_string("/etc/passwd"));
+}
+static void edit_file0_hidden(json_t *r)
+{
+    json_object_set_new(json_array_get(json_object_get(r, "files"), 0), "name",
+                        json_string(".hidden"));
+}
+static void edit_version(json_t *r)
+{
+    json_object_set_new(r, "version", json_integer(2));
+}
+static json_t *w_chunk0(json_t *r)
+{
+    return json_array_get(json_object_get(json_object_get(json_object_get(r, "tensors"), "w"),
+                                          "chunks"),
+                          0);
+}
+static void edit_chunk_outside(json_t *r)
+{
+    json_t *off = json_array(); /* [1, 0] with shape [4, 3] in a [4, 3] tensor */
+    json_array_append_new(off, json_integer(1));
+    json_array_append_new(off, json_integer(0));
+    json_object_set_new(w_chunk0(r), "offset", off);
+}
+static void edit_byte_range(json_t *r)
+{
+    json_t *br = json_object_get(w_chunk0(r), "byte_range");
+    json_array_set_new(br, 1, json_integer(json_integer_value(json_array_get(br, 1)) + 4));
+}
+
+static void test_hostile_metadata(void **state)
+{
+    (void)state;
+    struct {
+        meta_edit fn;
+        const char *needle;
+        const char *what;
+    } cases[] = {
+        { edit_file0_dotdot, "../x.safetensors", "file ../x" },
+        { edit_file0_abs, "/etc/passwd", "file /etc/passwd" },
+        { edit_file0_hidden, ".hidden", "file .hidden" },
+        { edit_version, "version", "version 2" },
+        { edit_chunk_outside, "'w'", "chunk outside" },
+        { edit_byte_range, "'w'", "byte_range" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "hm%zu", i);
+        char *dir = make_ckpt(name, 5, 1.0f, NULL);
+        char *mp = strdup(tu_path(dir, "metadata.json"));
+        assert_int_equal(shs_checkpoint_verify(dir), SHS_OK);
+        json_t *r = read_json(mp);
+        cases[i].fn(r);
+        write_json(mp, r);
+        json_decref(r);
+        expect_bad(dir, SHS_ECORRUPT, cases[i].needle, cases[i].what);
+        expect_bad(dir, SHS_ECORRUPT, "metadata.json", cases[i].what);
+        free(mp);
+        free(dir);
+    }
+
+    /* invalid JSON */
+    char *dir = make_ckpt("hm_json", 5, 1.0f, NULL);
+    char *mp = strdup(tu_path(dir, "metadata.json"));
+    size_t len;
+    char *text = tu_read_file(mp, &len);
+    assert_int_equal(tu_write_file(mp, text, len / 2), 0);
+    expect_bad(dir, SHS_ECORRUPT, "metadata.json", "truncated JSON");
+    /* a duplicate key */
+    assert_true(text[0] == '{');
+    char *dup = malloc(len + 64);
+    snprintf(dup, len + 64, "{\"step\": 5, %s", text + 1);
+    write_text(mp, dup);
+    expect_bad(dir, SHS_ECORRUPT, "metadata.json", "duplicate key");
+    /* not an object, empty */
+    write_text(mp, "[]");
+    expect_bad(dir, SHS_ECORRUPT, "metadata.json", "array");
+    write_text(mp, "");
+    expect_bad(dir, SHS_ECORRUPT, "metadata.json", "empty");
+    /* the original again: loads */
+    assert_int_equal(tu_write_file(mp, text, len), 0);
+    assert_int_equal(load_small(dir), SHS_OK);
+    assert_int_equal(shs_checkpoint_verify(dir), SHS_OK);
+    free(dup);
+    free(text);
+    free(mp);
+    free(dir);
+}
+
+static void test_hostile_data_files(void **state)
+{
+    (void)state;
+    /* truncated data file */
+    char *dir = make_ckpt("hd_trunc", 5, 1.0f, NULL);
+    const char *model = find_file_with(dir, "-model-");
+    assert_non_null(model);
+    char *mf = strdup(tu_path(dir, model));
+    char *mname = strdup(model);
+    struct stat sb;
+    assert_int_equal(stat(mf, &sb), 0);
+    assert_int_equal(truncate(mf, sb.st_size - 1), 0);
+    expect_bad(dir, 0, mname, "truncated data file");
+    free(mf);
+    free(mname);
+    free(dir);
+
+    /* one byte of tensor data flipped */
+    dir = make_ckpt("hd_flip", 5, 1.0f, NULL);
+    model = find_file_with(dir, "-model-");
+    mf = strdup(tu_path(dir, model));
+    shs_file *f = NULL;
+    assert_int_equal(shs_file_open(&f, mf, NULL), SHS_OK);
+    size_t idx;
+    assert_int_equal(shs_file_find(&idx, f, "w"), SHS_OK);
+    uint64_t at = shs_file_data_start(f) + shs_file_tensor(f, idx)->offset + 5;
+    shs_file_close(f);
+    size_t len;
+    uint8_t *bytes = tu_read_file(mf, &len);
+    bytes[at] ^= 0x10;
+    assert_int_equal(tu_write_file(mf, bytes, len), 0);
+    free(bytes);
+    expect_bad(dir, SHS_ECHECKSUM, "'w'", "flipped byte");
+    free(mf);
+    free(dir);
+
+    /* a flipped byte in a blob */
+    dir = make_ckpt("hd_blob", 5, 1.0f, NULL);
+    const char *sf = find_file_with(dir, "-state-");
+    assert_non_null(sf);
+    mf = strdup(tu_path(dir, sf));
+    bytes = tu_read_file(mf, &len);
+    bytes[len - 1] ^= 0x01;
+    assert_int_equal(tu_write_file(mf, bytes, len), 0);
+    free(bytes);
+    expect_bad(dir, SHS_ECHECKSUM, "rng", "flipped blob byte");
+    free(mf);
+    free(dir);
+
+    /* a referenced file missing */
+    dir = make_ckpt("hd_missing", 5, 1.0f, NULL);
+    const char *opt = find_file_with(dir, "-opt-");
+    assert_non_null(opt);
+    char *oname = strdup(opt);
+    assert_int_equal(unlink(tu_path(dir, oname)), 0);
+    expect_bad(dir, SHS_ECORRUPT, oname, "missing file");
+    free(oname);
+    free(dir);
+}
+
+typedef void (*common_edit)(json_t *o);
+static void ce_gs_string(json_t *o) { json_object_set_new(o, "global_step", json_string("100")); }
+static void ce_extra(json_t *o) { json_object_set_new(o, "foo_unknown", json_integer(1)); }
+static void ce_missing(json_t *o) { json_object_del(o, "consumed_samples"); }
+static void ce_negative(json_t *o) { json_object_set_new(o, "epoch_num", json_integer(-1)); }
+static void ce_ls_string(json_t *o) { json_object_set_new(o, "loss_scale", json_string("1.0")); }
+static void ce_ls_bad(json_t *o) { json_object_set_new(o, "loss_scale", json_string("abc")); }
+
+static void test_hostile_common(void **state)
+{
+    (void)state;
+    struct {
+        common_edit fn;
+        const char *needle;
+    } bad[] = {
+        { ce_gs_string, "global_step" },
+        { ce_extra, "foo_unknown" },
+        { ce_missing, "consumed_samples" },
+        { ce_negative, "epoch_num" },
+        { ce_ls_bad, "loss_scale" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "hc%zu", i);
+        char *dir = make_ckpt(name, 5, 1.0f, NULL);
+        char *cp = strdup(tu_path(dir, "common.json"));
+        json_t *o = read_json(cp);
+        bad[i].fn(o);
+        write_json(cp, o);
+        json_decref(o);
+        expect_bad(dir, SHS_ECORRUPT, bad[i].needle, bad[i].needle);
+        expect_bad(dir, SHS_ECORRUPT, "common.json", bad[i].needle);
+        free(cp);
+        free(dir);
+    }
+    /* MindSpore writes loss_scale as a string: accepted */
+    char *dir = make_ckpt("hc_ls", 5, 1.0f, NULL);
+    char *cp = strdup(tu_path(dir, "common.json"));
+    json_t *o = read_json(cp);
+    ce_ls_string(o);
+    write_json(cp, o);
+    json_decref(o);
+    small s;
+    small_make(&s, 0);
+    shs_progress p = { 0 };
+    p.loss_scale = 7;
+    int rc = load_from(dir, s.st, &p, NULL, 1, -1);
+    if (rc != SHS_OK)
+        fail_msg("loss_scale \"1.0\" refused: %s", shs_last_error());
+    assert_true(p.loss_scale == 1.0);
+    assert_int_equal(p.global_step, 5);
+    assert_int_equal(shs_checkpoint_verify(dir), SHS_OK);
+    small_free(&s);
+    free(cp);
+    free(dir);
+}
+
+static void test_hostile_tracker(void **state)
+{
+    (void)state;
+    char *sp = NULL;
+    char *dir = make_ckpt("ht", 5, 1.0f, &sp);
+    char *tp = strdup(tu_path(sp, SHS__TRACKER));
+    char out[4096];
+    const char *bad[] = { "abc", "12x", "", "-5", " 5", "5\n\n", "99999999999999999999" };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_text(tp, bad[i]);
+        int rc = shs_checkpoint_resolve(out, sizeof out, sp, -1);
+        if (rc != SHS_ECORRUPT)
+            fail_msg("tracker '%s': resolve gave %d (%s)", bad[i], rc, shs_last_error());
+        ASSERT_MSG_HAS(SHS__TRACKER);
+        /* and a load through the manager fails the same way */
+        assert_int_equal(load_small(sp), SHS_ECORRUPT);
+    }
+    /* a step with no directory */
+    write_text(tp, "42");
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_ECORRUPT);
+    ASSERT_MSG_HAS("42");
+    /* a step whose directory is incomplete */
+    assert_int_equal(mkdir(tu_path(sp, "iteration_00000042"), 0755), 0);
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_ECORRUPT);
+    ASSERT_MSG_HAS("42");
+    /* the good tracker, with or without newline */
+    write_text(tp, "5\n");
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_OK);
+    assert_string_equal(out, dir);
+    write_text(tp, "5");
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_OK);
+    assert_string_equal(out, dir);
+
+    /* only incomplete directories: no checkpoint */
+    char *sp2 = subdir("ht_incomplete");
+    assert_int_equal(mkdir(tu_path(sp2, "iteration_00000003"), 0755), 0);
+    write_text(tu_path(sp2, "iteration_00000003/common.json"), "{}");
+    assert_int_equal(mkdir(tu_path(sp2, "step-4"), 0755), 0);
+    int rc = shs_checkpoint_resolve(out, sizeof out, sp2, -1);
+    if (rc != SHS_ENOCHECKPOINT)
+        fail_msg("incomplete dirs: resolve gave %d (%s)", rc, shs_last_error());
+    ASSERT_MSG_HAS("ht_incomplete");
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp2, 3), SHS_ENOCHECKPOINT);
+    /* a missing path */
+    rc = shs_checkpoint_resolve(out, sizeof out, tu_path(sp2, "nope"), -1);
+    assert_true(rc < 0);
+    ASSERT_MSG_HAS("nope");
+    free(sp2);
+    free(tp);
+    free(sp);
+    free(dir);
+}
+
+/* ------------------------------------------------------------------ */
+/* Resolve                                                            */
+/* ------------------------------------------------------------------ */
+
+static void test_resolve(void **state)
+{
+    (void)state;
+    char *sp = subpath("res");
+    small s;
+    for (int step = 1; step <= 3; step++) {
+        small_make(&s, (float)step * 10);
+        shs_progress p = progress_sample(step);
+        assert_int_equal(save_once(sp, s.st, &p, 0), SHS_OK);
+        small_free(&s);
+    }
+    char out[4096];
+    char *d1 = strdup(tu_path(sp, "iteration_00000001"));
+    char *d2 = strdup(tu_path(sp, "iteration_00000002"));
+    char *d3 = strdup(tu_path(sp, "iteration_00000003"));
+    /* tracker */
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_OK);
+    assert_string_equal(out, d3);
+    write_text(tu_path(sp, SHS__TRACKER), "2");
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_OK);
+    assert_string_equal(out, d2);
+    /* the manager loads what the tracker says */
+    small_make(&s, 0);
+    shs_progress p = { 0 };
+    assert_int_equal(load_from(sp, s.st, &p, NULL, 1, -1), SHS_OK);
+    assert_true(s.w[0] == 20.0f);
+    assert_int_equal(p.global_step, 2);
+    small_free(&s);
+    /* explicit step wins over the tracker */
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, 1), SHS_OK);
+    assert_string_equal(out, d1);
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, 3), SHS_OK);
+    assert_string_equal(out, d3);
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, 4), SHS_ENOCHECKPOINT);
+    ASSERT_MSG_HAS("4");
+    /* no tracker: the newest complete directory (an incomplete newer one
+       and a temporary one are ignored) */
+    assert_int_equal(unlink(tu_path(sp, SHS__TRACKER)), 0);
+    assert_int_equal(mkdir(tu_path(sp, "iteration_00000009"), 0755), 0);
+    assert_int_equal(mkdir(tu_path(sp, ".tmp-iteration_00000010-abc"), 0755), 0);
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_OK);
+    assert_string_equal(out, d3);
+    /* a step directory passed directly */
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, d1, -1), SHS_OK);
+    assert_string_equal(out, d1);
+    small_make(&s, 0);
+    memset(&p, 0, sizeof p);
+    assert_int_equal(load_from(d1, s.st, &p, NULL, 1, -1), SHS_OK);
+    assert_true(s.w[3] == 13.0f);
+    assert_int_equal(p.global_step, 1);
+    small_free(&s);
+
+    /* torchtitan-style step-N directories */
+    char *sp2 = subdir("res_stepn");
+    assert_int_equal(rename(d2, tu_path(sp2, "step-2")), 0);
+    assert_int_equal(rename(d3, tu_path(sp2, "step-30")), 0);
+    /* step-30 holds step 3's data, but the name is what counts */
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp2, -1), SHS_OK);
+    assert_string_equal(out, tu_path(sp2, "step-30"));
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp2, 2), SHS_OK);
+    assert_string_equal(out, tu_path(sp2, "step-2"));
+    write_text(tu_path(sp2, SHS__TRACKER), "2");
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp2, -1), SHS_OK);
+    assert_string_equal(out, tu_path(sp2, "step-2"));
+    small_make(&s, 0);
+    assert_int_equal(load_from(sp2, s.st, NULL, NULL, 1, -1), SHS_OK);
+    assert_true(s.w[1] == 21.0f);
+    assert_true(s.b[2] == 18.0f);
+    small_free(&s);
+    assert_int_equal(shs_checkpoint_verify(tu_path(sp2, "step-2")), SHS_OK);
+
+    /* a plain directory of safetensors files */
+    char *pd = subdir("res_plain");
+    float w[12], b[3];
+    for (int i = 0; i < 12; i++)
+        w[i] = (float)i * 1.5f;
+    for (int i = 0; i < 3; i++)
+        b[i] = -(float)i;
+    shs_tensor_view v1 = { "w", SHS_F32, 2, k_w_shape, w };
+    shs_tensor_view v2 = { "b", SHS_F32, 1, k_b_shape, b };
+    assert_int_equal(shs_save_file(tu_path(pd, "model-00001-of-00002.safetensors"), &v1, 1, NULL,
+                                   0, NULL),
+                     SHS_OK);
+    assert_int_equal(shs_save_file(tu_path(pd, "model-00002-of-00002.safetensors"), &v2, 1, NULL,
+                                   0, NULL),
+                     SHS_OK);
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, pd, -1), SHS_OK);
+    assert_string_equal(out, pd);
+    shs_state *ps;
+    float gw[12] = { 0 }, gb[3] = { 0 };
+    assert_int_equal(shs_state_create(&ps), SHS_OK);
+    small_add(ps, "w", SHS_KIND_MODEL, SHS_F32, 2, k_w_shape, gw);
+    small_add(ps, "b", SHS_KIND_MODEL, SHS_F32, 1, k_b_shape, gb);
+    shs_load_result res;
+    memset(&p, 0, sizeof p);
+    p.global_step = 77;
+    int rc = load_from(pd, ps, &p, &res, 1, -1);
+    if (rc != SHS_OK)
+        fail_msg("plain dir: %s", shs_last_error());
+    assert_memory_equal(gw, w, sizeof w);
+    assert_memory_equal(gb, b, sizeof b);
+    assert_int_equal(res.progress_loaded, 0);
+    assert_int_equal(p.global_step, 77);
+    shs_state_free(ps);
+    /* a name in two files of a plain directory */
+    assert_int_equal(shs_save_file(tu_path(pd, "model-extra.safetensors"), &v2, 1, NULL, 0,
+                                   NULL),
+                     SHS_OK);
+    assert_int_equal(shs_state_create(&ps), SHS_OK);
+    small_add(ps, "w", SHS_KIND_MODEL, SHS_F32, 2, k_w_shape, gw);
+    small_add(ps, "b", SHS_KIND_MODEL, SHS_F32, 1, k_b_shape, gb);
+    rc = load_from(pd, ps, NULL, NULL, 1, -1);
+    assert_int_equal(rc, SHS_ECORRUPT);
+    ASSERT_MSG_HAS("'b'");
+    shs_state_free(ps);
+
+    free(pd);
+    free(sp2);
+    free(d1);
+    free(d2);
+    free(d3);
+    free(sp);
+}
+
+/* ------------------------------------------------------------------ */
+/* Reshard within one process                                         */
+/* ------------------------------------------------------------------ */
+
+static void test_reshard(void **state)
+{
+    (void)state;
+    char *sp = subpath("reshard");
+    float whole[60];
+    for (int i = 0; i < 60; i++)
+        whole[i] = (float)i + 0.25f;
+    static const uint64_t gshape[2] = { 10, 6 };
+    shs_state *st;
+    assert_int_equal(shs_state_create(&st), SHS_OK);
+    small_add(st, "t", SHS_KIND_MODEL, SHS_F32, 2, gshape, whole);
+    shs_progress p = progress_sample(4);
+    assert_int_equal(save_once(sp, st, &p, 0), SHS_OK);
+    shs_state_free(st);
+
+    /* a [4, 3] chunk at [3, 2] of the global [10, 6] */
+    float chunk[12];
+    memset(chunk, 0xff, sizeof chunk);
+    static const uint64_t off[2] = { 3, 2 }, cshape[2] = { 4, 3 };
+    assert_int_equal(shs_state_create(&st), SHS_OK);
+    shs_tensor_spec spec = SHS_TENSOR_SPEC_INIT;
+    spec.name = "t";
+    spec.dtype = SHS_F32;
+    spec.ndim = 2;
+    spec.shape = cshape;
+    spec.global_shape = gshape;
+    spec.global_offset = off;
+    spec.data = chunk;
+    assert_int_equal(shs_state_add_tensor(st, &spec), SHS_OK);
+    int rc = load_from(sp, st, NULL, NULL, 1, -1);
+    if (rc != SHS_OK)
+        fail_msg("chunk load: %s", shs_last_error());
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 3; c++)
+            if (chunk[r * 3 + c] != whole[(r + 3) * 6 + (c + 2)])
+                fail_msg("chunk[%d][%d] = %g, want %g", r, c, chunk[r * 3 + c],
+                         whole[(r + 3) * 6 + c + 2]);
+    shs_state_free(st);
+
+    /* save only a chunk [5, 6] at [0, 0]; loading the whole tensor is not
+       covered */
+    char *sp2 = subpath("reshard_partial");
+    static const uint64_t hshape[2] = { 5, 6 }, hoff[2] = { 0, 0 };
+    assert_int_equal(shs_state_create(&st), SHS_OK);
+    spec.shape = hshape;
+    spec.global_offset = hoff;
+    spec.data = whole;
+    assert_int_equal(shs_state_add_tensor(st, &spec), SHS_OK);
+    assert_int_equal(save_once(sp2, st, &p, 0), SHS_OK);
+    shs_state_free(st);
+    float all[60];
+    assert_int_equal(shs_state_create(&st), SHS_OK);
+    small_add(st, "t", SHS_KIND_MODEL, SHS_F32, 2, gshape, all);
+    rc = load_from(sp2, st, NULL, NULL, 1, -1);
+    if (rc != SHS_ECORRUPT)
+        fail_msg("uncovered chunk: got %d (%s)", rc, shs_last_error());
+    ASSERT_MSG_HAS("cover");
+    ASSERT_MSG_HAS("'t'");
+    shs_state_free(st);
+    /* but the covered half loads */
+    float half[30];
+    assert_int_equal(shs_state_create(&st), SHS_OK);
+    spec.data = half;
+    assert_int_equal(shs_state_add_tensor(st, &spec), SHS_OK);
+    assert_int_equal(load_from(sp2, st, NULL, NULL, 1, -1), SHS_OK);
+    assert_memory_equal(half, whole, sizeof half);
+    shs_state_free(st);
+    free(sp2);
+    free(sp);
+}
+
+/* ------------------------------------------------------------------ */
+/* Mismatches                                                         */
+/* ------------------------------------------------------------------ */
+
+/* `name` appears in `msg` delimited by non-name characters. */
+static int has_token(const char *msg, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = strstr(msg, name); p; p = strstr(p + 1, name)) {
+        int before = p == msg || !(p[-1] == '_' || p[-1] == '.' ||
+                                   (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= '0' && p[-1] <= '9'));
+        char a = p[n];
+        int after = !(a == '_' || a == '.' || (a >= 'a' && a <= 'z') || (a >= '0' && a <= '9'));
+        if (before && after)
+            return 1;
+    }
+    return 0;
+}
+
+static int load_nonstrict(const char *path, shs_state *st, shs_load_result *res)
+{
+    return load_from(path, st, NULL, res, 0, -1);
+}
+
+static void test_mismatch(void **state)
+{
+    (void)state;
+    char *sp = NULL;
+    char *dir = make_ckpt("mm", 5, 3.0f, &sp);
+    float w[12], b[3], wm[12], extra[2], w16[12];
+    shs_state *st;
+
+    /* registered tensor missing from the checkpoint */
+    assert_int_equal(shs_state_create(&st), SHS_OK);
+    small_add(st, "w", SHS_KIND_MODEL, SHS_F32, 2, k_w_shape, w);
+    small_add(st, "b", SHS_KIND_MODEL, SHS_F32, 1, k_b_shape, b);
+    small_add(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w_shape, wm);
+    static const uint64_t two[1] = { 2 };
+    small_add(st, "extra_registered", SHS_KIND_MODEL, SHS_F32, 1, two, extra);
+    assert_int_equal(load_from(sp, st, NULL, NULL, 1, -1), SHS_EMISMATCH);
+    ASSERT_MSG_HAS("extra_registered");
+    shs_state_free(st);
+
+    /* tensor in the checkpoint not registered */
+    assert_int_equal(shs_state_create(&st), SHS_OK);
+    small_add(st, "w", SHS_KIND_MODEL, SHS_F32, 2, k_w_shape, w);
+    small_add(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w_shape, wm);
+    assert_int_equal(load_from(sp, st, NULL, NULL, 1, -1), SHS_EMISMATCH);
+    if (!has_token(shs_last_error(), "b"))
+        fail_msg("extra tensor 'b' not named: %s", shs_last_error());
+    if (!strstr(shs_last_error(), "not registered"))
+        fail_msg("extra tensor: %s", shs_last_error());
+    shs_state_free(st);
+
+    /* mis-shaped */
+    static const uint64_t t34[2] = { 3, 4 };
+    assert_int_equal(shs_state_create(&st), SHS_OK);
+    small_add(st, "w", SHS_KIND_MODEL, SHS_F32, 2, t34, w);
+    small_add(st, "b", SHS_KIND_MODEL, SHS_F32, 1, k_b_shape, b);
+    small_add(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w_shape, wm);
+    assert_int_equal(load_from(sp, st, NULL, NULL, 1, -1), SHS_EMISMATCH);
+    ASSERT_MSG_HAS("'w'");
+    ASSERT_MSG_HAS("3,4");
+    ASSERT_MSG_HAS("4,3");
+    shs_state_free(st);
+
+    /* wrong dtype */
+    assert_int_equal(shs_state_create(&st), SHS_OK);
+    small_add(st, "w", SHS_KIND_MODEL, SHS_F16, 2, k_w_shape, w16);
+    small_add(st, "b", SHS_KIND_MODEL, SHS_F32, 1, k_b_shape, b);
+    small_add(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w_shape, wm);
+    assert_int_equal(load_from(sp, st, NULL, NULL, 1, -1), SHS_EMISMATCH);
+    ASSERT_MSG_HAS("'w'");
+    ASSERT_MSG_HAS("F16");
+    ASSERT_MSG_HAS("F32");
+    shs_state_free(st);
+
+    /* non-strict: loads the rest, reports what it skipped */
+    memset(w, 0, sizeof w);
+    memset(wm, 0, sizeof wm);
+    assert_int_equal(shs_state_create(&st), SHS_OK);
+    small_add(st, "w", SHS_KIND_MODEL, SHS_F32, 2, k_w_shape, w);
+    small_add(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w_shape, wm);
+    extra[0] = 42.0f;
+    extra[1] = 43.0f;
+    small_add(st, "extra_registered", SHS_KIND_MODEL, SHS_F32, 1, two, extra);
+    shs_load_result res;
+    int rc = load_nonstrict(sp, st, &res);
+    if (rc != SHS_OK)
+        fail_msg("non-strict: %s", shs_last_error());
+    assert_int_equal(res.n_skipped, 2);
+    assert_non_null(strstr(res.skipped, "extra_registered"));
+    if (!has_token(res.skipped, "b"))
+        fail_msg("skipped list lacks 'b': %s", res.skipped);
+    for (int i = 0; i < 12; i++) {
+        assert_true(w[i] == 3.0f + (float)i);
+        assert_true(wm[i] == 6.0f + (float)i * 0.5f);
+    }
+    assert_true(extra[0] == 42.0f && extra[1] == 43.0f); /* untouched */
+    shs_state_free(st);
+    free(dir);
+    free(sp);
+}
+
+/* ------------------------------------------------------------------ */
+/* Fault injection                                                    */
+/* ------------------------------------------------------------------ */
+
+static long g_calls, g_fail_at;
+static int g_errno, g_tracker_renamed;
+static char g_failed_op[32];
+
+static int count_fail(const char *op)
+{
+    if (g_fail_at && ++g_calls == g_fail_at) {
+        snprintf(g_failed_op, sizeof g_failed_op, "%s", op);
+        errno = g_errno;
+        return 1;
+    }
+    return 0;
+}
+static ssize_t f_pwrite(int fd, const void *b, size_t n, off_t o)
+{
+    return count_fail("pwrite") ? -1 : shs__io_posix.pwrite(fd, b, n, o);
+}
+static int f_fsync(int fd) { return count_fail("fsync") ? -1 : shs__io_posix.fsync(fd); }
+static int f_rename(const char *a, const char *b)
+{
+    if (count_fail("rename"))
+        return -1;
+    int r = shs__io_posix.rename(a, b);
+    size_t lb = strlen(b), lt = strlen(SHS__TRACKER);
+    if (r == 0 && lb >= lt && strcmp(b + lb - lt, SHS__TRACKER) == 0)
+        g_tracker_renamed = 1;
+    return r;
+}
+/* Opens for writing and directory opens (fsync) fail; a read-only open of
+   a file (the previous save's metadata.json, read for an incremental
+   save) is not a write-path call: its failure may degrade to a full
+   save. */
+static int f_open(const char *p, int fl, mode_t m)
+{
+    int writes = (fl & (O_WRONLY | O_RDWR | O_CREAT)) || (fl & O_DIRECTORY);
+    return writes && count_fail("open") ? -1 : shs__io_posix.open(p, fl, m);
+}
+static int f_mkdir(const char *p, mode_t m)
+{
+    return count_fail("mkdir") ? -1 : shs__io_posix.mkdir(p, m);
+}
+static int f_link(const char *a, const char *b)
+{
+    return count_fail("link") ? -1 : shs__io_posix.link(a, b);
+}
+static int f_exchange(const char *a, const char *b)
+{
+    return count_fail("exchange") ? -1 : shs__io_posix.exchange(a, b);
+}
+
+static shs__io_ops g_fops;
+static void fops_init(void)
+{
+    g_fops = shs__io_posix;
+    g_fops.pwrite = f_pwrite;
+    g_fops.fsync = f_fsync;
+    g_fops.rename = f_rename;
+    g_fops.open = f_open;
+    g_fops.mkdir = f_mkdir;
+    g_fops.link = f_link;
+    g_fops.exchange = f_exchange;
+}
+
+static char *read_tracker_text(const char *sp)
+{
+    size_t len;
+    char *t = tu_read_file(tu_path(sp, SHS__TRACKER), &len);
+    if (t && len && t[len - 1] == '\n')
+        t[len - 1] = 0;
+    return t;
+}
+
+/* One failure run: good saves (step 1; with incremental also step 2, so
+   that the faulty save hard-links the frozen file), then a save with the
+   N-th I/O call failing: of the next step, or (resave) of the last good
+   step again (the exchange path).  Each save adds 100 to w; b and the
+   blob never change.  Returns 1 when the faulty save succeeded. */
+static int fault_run(const char *name, long n, int err, int incremental, int resave,
+                     long *calls_out)
+{
+    char *sp = subpath(name);
+    small s;
+    small_make(&s, 1.0f);
+    shs_config c;
+    cfg_saving(&c, sp);
+    c.fsync = 1;
+    c.incremental = incremental;
+    shs_manager *m;
+    assert_int_equal(shs_manager_create(&m, &c, s.st), SHS_OK);
+    int64_t good = incremental ? 2 : 1;
+    for (int64_t k = 1; k <= good; k++) {
+        if (k > 1)
+            for (int i = 0; i < 12; i++)
+                s.w[i] += 100.0f;
+        shs_progress pk = progress_sample(k);
+        assert_int_equal(shs_manager_save(m, &pk, 0), SHS_OK);
+    }
+    float good_off = 100.0f * (float)(good - 1), new_off = good_off + 100.0f;
+    for (int i = 0; i < 12; i++)
+        s.w[i] += 100.0f;
+    int64_t fstep = resave ? good : good + 1;
+    shs_progress p2 = progress_sample(fstep);
+    g_calls = 0;
+    g_fail_at = n;
+    g_errno = err;
+    g_tracker_renamed = 0;
+    g_failed_op[0] = 0;
+    shs__io_set(&g_fops);
+    int rc = shs_manager_save(m, &p2, 0);
+    if (rc == SHS_OK)
+        rc = shs_manager_wait(m);
+    shs__io_set(NULL);
+    long calls = g_calls;
+    g_fail_at = 0;
+    *calls_out = calls;
+    int ok = rc == SHS_OK;
+    char good_s[32], new_s[32];
+    snprintf(good_s, sizeof good_s, "%lld", (long long)good);
+    snprintf(new_s, sizeof new_s, "%lld", (long long)fstep);
+    if (ok) {
+        /* success only when no call failed, or when the failed call was a
+           hard link (incremental falls back to writing the data) */
+        if (calls >= n && strcmp(g_failed_op, "link") != 0)
+            fail_msg("%s: N=%ld: %s failed, but the save reported success", name, n,
+                     g_failed_op);
+    } else {
+        int want = err == ENOSPC ? SHS_ENOSPC : SHS_EIO;
+        if (rc != want)
+            fail_msg("%s: N=%ld (%s) gave %d (%s), expected %d", name, n, g_failed_op, rc,
+                     shs_last_error(), want);
+        if (!*shs_last_error())
+            fail_msg("%s: N=%ld: empty message", name, n);
+        char *t = read_tracker_text(sp);
+        assert_non_null(t);
+        const char *want_t = g_tracker_renamed ? new_s : good_s;
+        if (strcmp(t, want_t) != 0)
+            fail_msg("%s: N=%ld (%s): tracker says '%s', expected '%s'", name, n, g_failed_op, t,
+                     want_t);
+        free(t);
+    }
+    shs_manager_free(m);
+
+    /* the good step loads (explicitly and through the tracker) */
+    small l;
+    small_make(&l, 0);
+    shs_progress q = { 0 };
+    rc = load_from(sp, l.st, &q, NULL, 1, good);
+    if (rc != SHS_OK)
+        fail_msg("%s: N=%ld (%s): step %lld no longer loads: %s", name, n, g_failed_op,
+                 (long long)good, shs_last_error());
+    /* a re-save is either the old or the new content, whole */
+    int is_new = resave && l.w[0] == 1.0f + new_off;
+    for (int i = 0; i < 12; i++)
+        if (l.w[i] != 1.0f + (float)i + (is_new ? new_off : good_off))
+            fail_msg("%s: N=%ld (%s): w[%d] = %g", name, n, g_failed_op, i, l.w[i]);
+    for (int i = 0; i < 3; i++)
+        assert_true(l.b[i] == 1.0f - (float)i);
+    if (resave && ok)
+        assert_true(is_new);
+    char gdir[64];
+    snprintf(gdir, sizeof gdir, "iteration_%08lld", (long long)good);
+    rc = shs_checkpoint_verify(tu_path(sp, gdir));
+    if (rc != SHS_OK)
+        fail_msg("%s: N=%ld (%s): verify: %s", name, n, g_failed_op, shs_last_error());
+    rc = load_from(sp, l.st, &q, NULL, 1, -1);
+    if (rc != SHS_OK)
+        fail_msg("%s: N=%ld (%s): tracker target does not load: %s", name, n, g_failed_op,
+                 shs_last_error());
+    small_free(&l);
+
+    /* a new manager removes the leftovers */
+    assert_int_equal(shs_manager_create(&m, &c, s.st), SHS_OK);
+    int left = count_leftovers(sp);
+    if (left)
+        fail_msg("%s: N=%ld (%s): %d leftovers after shs_manager_create", name, n, g_failed_op,
+                 left);
+    shs_manager_free(m);
+    small_free(&s);
+    tu_rmtree(sp);
+    free(sp);
+    return ok && calls < n;
+}
+
+static void fault_loop(const char *tag, int incremental, int resave)
+{
+    int errs[2] = { ENOSPC, EIO };
+    for (int e = 0; e < 2; e++) {
+        int failures = 0, done = 0;
+        for (long n = 1; n < 400 && !done; n++) {
+            char name[64];
+            snprintf(name, sizeof name, "fault-%s-%d-%ld", tag, e, n);
+            long calls;
+            done = fault_run(name, n, errs[e], incremental, resave, &calls);
+            if (!done)
+                failures++;
+        }
+        assert_true(done);
+        assert_true(failures >= 8);
+    }
+}
+
+static void test_fault_injection(void **state)
+{
+    (void)state;
+    fops_init();
+    fault_loop("plain", 0, 0);
+}
+
+static void test_fault_injection_incremental(void **state)
+{
+    (void)state;
+    fops_init();
+    fault_loop("incr", 1, 0);
+}
+
+static void test_fault_injection_resave(void **state)
+{
+    (void)state;
+    fops_init();
+    fault_loop("resave", 0, 1);
+}
+
+static void test_leftovers_cleaned(void **state)
+{
+    (void)state;
+    char *sp = NULL;
+    char *dir = make_ckpt("left", 3, 1.0f, &sp);
+    assert_int_equal(mkdir(tu_path(sp, ".tmp-iteration_00000004-0123456789abcdef"), 0755), 0);
+    write_text(tu_path(sp, ".tmp-iteration_00000004-0123456789abcdef/metadata.json"), "{}");
+    assert_int_equal(mkdir(tu_path(sp, ".trash-iteration_00000002-0123456789abcdef"), 0755), 0);
+    assert_int_equal(mkdir(tu_path(sp, ".trash-iteration_00000002-0123456789abcdef/sub"), 0755),
+                     0);
+    write_text(tu_path(sp, ".trash-iteration_00000002-0123456789abcdef/sub/x"), "x");
+    write_text(tu_path(sp, SHS__TRACKER ".tmp.0123456789abcdef"), "4");
+    /* not ours: stays */
+    write_text(tu_path(sp, "notes.txt"), "keep me");
+    assert_int_equal(count_leftovers(sp), 3);
+    small s;
+    small_make(&s, 1.0f);
+    shs_config c;
+    cfg_saving(&c, sp);
+    shs_manager *m;
+    assert_int_equal(shs_manager_create(&m, &c, s.st), SHS_OK);
+    assert_int_equal(count_leftovers(sp), 0);
+    assert_true(path_exists(tu_path(sp, "notes.txt")));
+    assert_true(path_exists(dir));
+    assert_int_equal(shs_checkpoint_verify(dir), SHS_OK);
+    shs_manager_free(m);
+    small_free(&s);
+    free(dir);
+    free(sp);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_hostile_metadata),
+        cmocka_unit_test(test_hostile_data_files),
+        cmocka_unit_test(test_hostile_common),
+        cmocka_unit_test(test_hostile_tracker),
+        cmocka_unit_test(test_resolve),
+        cmocka_unit_test(test_reshard),
+        cmocka_unit_test(test_mismatch),
+        cmocka_unit_test(test_fault_injection),
+        cmocka_unit_test(test_fault_injection_incremental),
+        cmocka_unit_test(test_fault_injection_resave),
+        cmocka_unit_test(test_leftovers_cleaned),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
