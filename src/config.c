@@ -349,7 +349,7 @@ static int set_field(shs_config *cfg, const field *f, const char *v)
     case F_STR:
         return set_string(cfg, f, v);
     case F_EXCLUDE: {
-        unsigned mask;
+        unsigned mask = 0;
         int rc = parse_exclude(&mask, f, v);
         if (rc < 0)
             return rc;

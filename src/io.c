@@ -23,6 +23,11 @@ static void *posix_mmap(int fd, size_t len)
 
 static int posix_exchange(const char *a, const char *b);
 
+static int posix_reserve(int fd, uint64_t len)
+{
+    return fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)len);
+}
+
 const shs__io_ops shs__io_posix = {
     .open = posix_open,
     .close = close,
@@ -38,6 +43,7 @@ const shs__io_ops shs__io_posix = {
     .link = link,
     .mmap = posix_mmap,
     .munmap = munmap,
+    .reserve = posix_reserve,
     .exchange = posix_exchange,
 };
 

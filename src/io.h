@@ -29,6 +29,9 @@ typedef struct shs__io_ops {
     /* Read-only private mapping of `len` bytes of fd; NULL on failure. */
     void *(*mmap)(int fd, size_t len);
     int (*munmap)(void *addr, size_t len);
+    /* Reserve `len` bytes for fd without changing its size
+       (fallocate FALLOC_FL_KEEP_SIZE); -1/EOPNOTSUPP where unsupported. */
+    int (*reserve)(int fd, uint64_t len);
     /* Atomically swap two paths (renameat2 RENAME_EXCHANGE). */
     int (*exchange)(const char *a, const char *b);
 } shs__io_ops;

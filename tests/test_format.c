@@ -406,6 +406,10 @@ static ssize_t f_pwrite(int fd, const void *b, size_t n, off_t o)
 }
 static int f_fsync(int fd) { return count_fail() ? -1 : fsync(fd); }
 static int f_rename(const char *a, const char *b) { return count_fail() ? -1 : rename(a, b); }
+static int f_reserve(int fd, uint64_t len)
+{
+    return count_fail() ? -1 : shs__io_posix.reserve(fd, len);
+}
 static int f_open(const char *p, int fl, mode_t m)
 {
     return count_fail() ? -1 : shs__io_posix.open(p, fl, m);
@@ -420,6 +424,7 @@ static void test_io_faults(void **state)
     ops.fsync = f_fsync;
     ops.rename = f_rename;
     ops.open = f_open;
+    ops.reserve = f_reserve;
     char *sub = strdup(tu_path(g_dir, "faults"));
     assert_int_equal(mkdir(sub, 0755), 0);
     const char *path = tu_path(sub, "x.safetensors");
