@@ -413,6 +413,24 @@ static int skip_value(parser *ps, int depth)
     }
 }
 
+/* After a member of an object (close '}') or an element of an array
+   (close ']'): 1 when another follows (',' consumed), 0 when the
+   container closed, or an error. */
+static int next_member(parser *ps, char close)
+{
+    skip_ws(ps);
+    if (ps->p >= ps->end)
+        return syntax_err(ps, "unexpected end of header");
+    if (*ps->p == close) {
+        ps->p++;
+        return 0;
+    }
+    if (*ps->p != ',')
+        return syntax_err(ps, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+    ps->p++;
+    return 1;
+}
+
 /* Parse `[u64, ...]` into the shape arena.  Non-integers are deferred
    schema errors; the syntax is always checked. */
 static int parse_uint_array(parser *ps, const char *tname, const char *field,
@@ -456,16 +474,8 @@ static int parse_uint_array(parser *ps, const char *tname, const char *field,
             if ((rc = skip_value(ps, 3)) < 0)
                 return rc;
         }
-        skip_ws(ps);
-        if (ps->p >= ps->end)
-            return syntax_err(ps, "unexpected end of header");
-        if (*ps->p == ']') {
-            ps->p++;
-            return SHS_OK;
-        }
-        if (*ps->p != ',')
-            return syntax_err(ps, "expected ',' or ']'");
-        ps->p++;
+        if ((rc = next_member(ps, ']')) <= 0)
+            return rc;
     }
 }
 
@@ -591,16 +601,11 @@ static int parse_tensor(parser *ps, tensor *t)
             if ((rc = skip_value(ps, 2)) < 0)
                 return rc;
         }
-        skip_ws(ps);
-        if (ps->p >= ps->end)
-            return syntax_err(ps, "unexpected end of header");
-        if (*ps->p == '}') {
-            ps->p++;
+        if ((rc = next_member(ps, '}')) <= 0) {
+            if (rc < 0)
+                return rc;
             break;
         }
-        if (*ps->p != ',')
-            return syntax_err(ps, "expected ',' or '}'");
-        ps->p++;
     }
 check:
     if ((seen & (F_DTYPE | F_SHAPE | F_OFFSETS)) != (F_DTYPE | F_SHAPE | F_OFFSETS))
@@ -663,16 +668,8 @@ static int parse_metadata(parser *ps)
             if ((rc = skip_value(ps, 2)) < 0)
                 return rc;
         }
-        skip_ws(ps);
-        if (ps->p >= ps->end)
-            return syntax_err(ps, "unexpected end of header");
-        if (*ps->p == '}') {
-            ps->p++;
-            return SHS_OK;
-        }
-        if (*ps->p != ',')
-            return syntax_err(ps, "expected ',' or '}'");
-        ps->p++;
+        if ((rc = next_member(ps, '}')) <= 0)
+            return rc;
     }
 }
 
@@ -735,16 +732,11 @@ static int parse_header(parser *ps)
             if ((rc = parse_tensor(ps, t)) < 0)
                 return rc;
         }
-        skip_ws(ps);
-        if (ps->p >= ps->end)
-            return syntax_err(ps, "unexpected end of header");
-        if (*ps->p == '}') {
-            ps->p++;
+        if ((rc = next_member(ps, '}')) <= 0) {
+            if (rc < 0)
+                return rc;
             break;
         }
-        if (*ps->p != ',')
-            return syntax_err(ps, "expected ',' or '}'");
-        ps->p++;
     }
 done:
     skip_ws(ps);
