@@ -595,6 +595,78 @@ SHS_API int shs_checkpoint_resolve(char *out, size_t cap, const char *path,
    inside the directory and valid, every chunk's checksum. */
 SHS_API int shs_checkpoint_verify(const char *step_dir);
 
+/* Read-only view of a step directory's metadata (for tools): its files,
+   tensors (global dtype and shape), their chunks and the blobs.  Opening
+   validates metadata.json completely (docs/checkpoint.md); a directory of
+   plain safetensors files opens as whole-tensor chunks. */
+typedef struct shs_checkpoint shs_checkpoint;
+
+typedef struct shs_ckpt_tensor_info {
+    const char *name;
+    shs_kind kind;
+    shs_dtype dtype;
+    size_t ndim;
+    const uint64_t *shape;     /* global shape */
+    size_t n_chunks;
+} shs_ckpt_tensor_info;
+
+typedef struct shs_chunk_info {
+    const uint64_t *offset;    /* position of the chunk in the global tensor */
+    const uint64_t *shape;     /* its shape */
+    size_t file;               /* index of the file holding it */
+    const char *key;           /* its name inside that file */
+    uint64_t byte_begin, byte_end; /* absolute byte range in the file */
+    uint64_t xxh3;
+    int has_xxh3;
+} shs_chunk_info;
+
+typedef struct shs_blob_info {
+    const char *name;
+    int rank;
+    size_t file;
+    const char *key;
+    uint64_t byte_begin, byte_end;
+    uint64_t xxh3;
+} shs_blob_info;
+
+SHS_API int shs_checkpoint_open(shs_checkpoint **out, const char *step_dir);
+SHS_API void shs_checkpoint_close(shs_checkpoint *ckpt);
+/* Step and world size (-1 / 1 for a plain directory). */
+SHS_API int64_t shs_checkpoint_step(const shs_checkpoint *ckpt);
+SHS_API int shs_checkpoint_world_size(const shs_checkpoint *ckpt);
+SHS_API int shs_checkpoint_is_plain(const shs_checkpoint *ckpt);
+SHS_API size_t shs_checkpoint_file_count(const shs_checkpoint *ckpt);
+SHS_API const char *shs_checkpoint_file_name(const shs_checkpoint *ckpt, size_t index);
+SHS_API int shs_checkpoint_file_rank(const shs_checkpoint *ckpt, size_t index);
+/* Tensors, sorted by name. */
+SHS_API size_t shs_checkpoint_tensor_count(const shs_checkpoint *ckpt);
+SHS_API const shs_ckpt_tensor_info *shs_checkpoint_tensor(const shs_checkpoint *ckpt,
+                                                          size_t index);
+SHS_API int shs_checkpoint_find(size_t *out_index, const shs_checkpoint *ckpt,
+                                const char *name);
+SHS_API int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *ckpt,
+                                 size_t tensor, size_t chunk);
+SHS_API size_t shs_checkpoint_blob_count(const shs_checkpoint *ckpt);
+SHS_API int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *ckpt,
+                                size_t index);
+/* common.json of a step directory, validated (exactly the seven keys). */
+SHS_API int shs_checkpoint_read_progress(shs_progress *out, const char *step_dir);
+
+/* Save-path maintenance.  Committed steps, ascending: up to `cap` go to
+   `steps`, *n gets the total.  A step counts when its directory
+   (iteration_%08d or step-N) holds metadata.json and common.json. */
+SHS_API int shs_checkpoint_list(int64_t *steps, size_t cap, size_t *n,
+                                const char *save_path);
+/* The tracker's step: SHS_ENOENT when there is none, SHS_ECORRUPT when it
+   does not hold a decimal step. */
+SHS_API int shs_checkpoint_read_tracker(int64_t *step, const char *save_path);
+/* Delete a step directory safely: renamed to a .trash- sibling first, so
+   a crash mid-delete never leaves a half-deleted step. */
+SHS_API int shs_checkpoint_remove(const char *save_path, int64_t step);
+/* Remove leftovers of failed saves (.tmp-*, .trash-*).  Never run it on a
+   save path a trainer is writing to: its save in progress is a .tmp-. */
+SHS_API int shs_checkpoint_clean(const char *save_path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -180,8 +180,22 @@ int shs__remove_step(const char *save_path, int64_t step)
     }
     /* renamed away first: a crash mid-delete leaves only a .trash- entry,
        never a half-deleted directory that looks like a checkpoint */
-    if (shs__io->rename(dir, trash) != 0) {
-        rc = errno == ENOENT ? SHS_OK : shs__err_errno(errno, "cannot remove", dir);
+    int r = shs__io->rename(dir, trash);
+    if (r != 0 && errno == ENOENT) {
+        /* a torchtitan-style step-N directory */
+        char alt[40];
+        snprintf(alt, sizeof alt, "step-%lld", (long long)step);
+        shs__free(dir);
+        if (!(dir = shs__path_join(save_path, alt))) {
+            rc = shs__err(SHS_ENOMEM, "out of memory");
+            goto done;
+        }
+        r = shs__io->rename(dir, trash);
+        if (r != 0 && errno == ENOENT)
+            goto done; /* nothing to remove */
+    }
+    if (r != 0) {
+        rc = shs__err_errno(errno, "cannot remove", dir);
         goto done;
     }
     rc = shs__rmtree(trash);
@@ -1712,4 +1726,143 @@ int shs_checkpoint_verify(const char *dir)
     shs__free(L.fh);
     meta_free(&m);
     return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Public read-only view and save-path maintenance                    */
+/* ------------------------------------------------------------------ */
+
+struct shs_checkpoint {
+    meta m;
+    shs_ckpt_tensor_info *info;
+};
+
+int shs_checkpoint_open(shs_checkpoint **out, const char *dir)
+{
+    if (!out || !dir)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_open: NULL argument");
+    *out = NULL;
+    shs_checkpoint *c = shs__calloc(1, sizeof *c);
+    if (!c)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    int rc = is_step_dir(dir) ? meta_parse(&c->m, dir) : meta_from_plain(&c->m, dir);
+    if (rc < 0) {
+        shs__free(c);
+        return rc;
+    }
+    c->info = shs__calloc(c->m.nt + 1, sizeof *c->info);
+    if (!c->info) {
+        shs_checkpoint_close(c);
+        return shs__err(SHS_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < c->m.nt; i++) {
+        const mtensor *t = &c->m.t[i];
+        c->info[i] = (shs_ckpt_tensor_info){ t->name, t->kind, t->dtype, t->ndim, t->gshape,
+                                             t->nc };
+    }
+    *out = c;
+    return SHS_OK;
+}
+
+void shs_checkpoint_close(shs_checkpoint *c)
+{
+    if (!c)
+        return;
+    meta_free(&c->m);
+    shs__free(c->info);
+    shs__free(c);
+}
+
+int64_t shs_checkpoint_step(const shs_checkpoint *c) { return c->m.step; }
+int shs_checkpoint_world_size(const shs_checkpoint *c) { return c->m.world_size; }
+int shs_checkpoint_is_plain(const shs_checkpoint *c) { return c->m.plain; }
+size_t shs_checkpoint_file_count(const shs_checkpoint *c) { return c->m.nf; }
+size_t shs_checkpoint_tensor_count(const shs_checkpoint *c) { return c->m.nt; }
+size_t shs_checkpoint_blob_count(const shs_checkpoint *c) { return c->m.nb; }
+
+const char *shs_checkpoint_file_name(const shs_checkpoint *c, size_t i)
+{
+    return i < c->m.nf ? c->m.f[i].name : NULL;
+}
+
+int shs_checkpoint_file_rank(const shs_checkpoint *c, size_t i)
+{
+    return i < c->m.nf ? c->m.f[i].rank : -1;
+}
+
+const shs_ckpt_tensor_info *shs_checkpoint_tensor(const shs_checkpoint *c, size_t i)
+{
+    return i < c->m.nt ? &c->info[i] : NULL;
+}
+
+int shs_checkpoint_find(size_t *out, const shs_checkpoint *c, const char *name)
+{
+    const mtensor *t = meta_find(&c->m, name);
+    if (!t)
+        return shs__err(SHS_ENOTFOUND, "no tensor named '%s' in the checkpoint", name);
+    *out = (size_t)(t - c->m.t);
+    return SHS_OK;
+}
+
+int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *c, size_t ti, size_t ci)
+{
+    if (ti >= c->m.nt || ci >= c->m.t[ti].nc)
+        return shs__err(SHS_ERANGE, "chunk %zu of tensor %zu out of range", ci, ti);
+    const mchunk *k = &c->m.t[ti].c[ci];
+    *out = (shs_chunk_info){ k->off, k->shape, k->file, k->key, k->b0, k->b1, k->hash,
+                             k->has_hash };
+    return SHS_OK;
+}
+
+int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *c, size_t i)
+{
+    if (i >= c->m.nb)
+        return shs__err(SHS_ERANGE, "blob %zu out of range", i);
+    const mblob *b = &c->m.b[i];
+    *out = (shs_blob_info){ b->name, b->rank, b->file, b->key, b->b0, b->b1, b->hash };
+    return SHS_OK;
+}
+
+int shs_checkpoint_read_progress(shs_progress *out, const char *dir)
+{
+    if (!out || !dir)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_read_progress: NULL argument");
+    return read_common(out, dir);
+}
+
+int shs_checkpoint_list(int64_t *steps, size_t cap, size_t *n, const char *save_path)
+{
+    if (!n || !save_path || (cap && !steps))
+        return shs__err(SHS_EINVAL, "shs_checkpoint_list: NULL argument");
+    int64_t *v;
+    size_t cnt;
+    int rc = shs__list_steps(&v, &cnt, save_path);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < cnt && i < cap; i++)
+        steps[i] = v[i];
+    *n = cnt;
+    shs__free(v);
+    return SHS_OK;
+}
+
+int shs_checkpoint_read_tracker(int64_t *step, const char *save_path)
+{
+    if (!step || !save_path)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_read_tracker: NULL argument");
+    return shs__read_tracker(step, save_path);
+}
+
+int shs_checkpoint_remove(const char *save_path, int64_t step)
+{
+    if (!save_path || step < 0)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_remove: bad argument");
+    return shs__remove_step(save_path, step);
+}
+
+int shs_checkpoint_clean(const char *save_path)
+{
+    if (!save_path)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_clean: NULL argument");
+    return shs__clean_leftovers(save_path);
 }
