@@ -7,7 +7,8 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/shs-consumer.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$SHS_BUILD_DIR" --prefix "$tmp/prefix" >/dev/null
 cmake -S "$SHS_SOURCE_DIR/tests/consumer" -B "$tmp/build" \
-  -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+  -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_C_FLAGS="${SHS_SANITIZE_FLAGS:-}" \
+  -DCMAKE_EXE_LINKER_FLAGS="${SHS_SANITIZE_FLAGS:-}" >/dev/null
 cmake --build "$tmp/build" >/dev/null
 LD_LIBRARY_PATH="$tmp/prefix/lib:$tmp/prefix/lib/x86_64-linux-gnu" \
   "$tmp/build/consumer" "$tmp/a.safetensors"
