@@ -435,6 +435,45 @@ typedef struct shs_progress {
 } shs_progress;
 
 /* ------------------------------------------------------------------------
+ * Communication between the processes (ranks) of a job.
+ *
+ * The library needs a handful of collectives; they come from a backend
+ * behind this seam.  The default is a single process.  The MPI backend is
+ * in its own library, libshardsafe_mpi (header shardsafe_mpi.h), so this
+ * library never links MPI.  Other backends can be plugged in with
+ * shs_comm_create().  Every rank must make the same collective calls in
+ * the same order.  A backend op returns 0 or a negative shs_status.
+ * ---------------------------------------------------------------------- */
+typedef struct shs_comm shs_comm;
+
+typedef struct shs_comm_ops {
+    unsigned version;   /* SHS_COMM_OPS_VERSION */
+    int (*barrier)(void *ctx);
+    int (*broadcast)(void *ctx, void *buf, size_t len, int root);
+    /* Every rank sends `len` bytes; every rank receives size * len bytes,
+       rank i's at recv + i * len. */
+    int (*allgather)(void *ctx, const void *send, size_t len, void *recv);
+    /* Rank i sends lens[i] bytes (every rank knows all lens); `root`
+       receives them concatenated in rank order into recv (others pass
+       NULL). */
+    int (*gatherv)(void *ctx, const void *send, const size_t *lens, void *recv, int root);
+    int (*send)(void *ctx, const void *buf, size_t len, int dest, int tag);
+    int (*recv)(void *ctx, void *buf, size_t len, int src, int tag);
+    void (*destroy)(void *ctx);   /* may be NULL */
+} shs_comm_ops;
+#define SHS_COMM_OPS_VERSION 1
+
+/* A communicator over `ops`/`ctx` for rank `rank` of `size`. */
+SHS_API int shs_comm_create(shs_comm **out, int rank, int size,
+                            const shs_comm_ops *ops, void *ctx);
+/* A one-process communicator (rank 0 of 1). */
+SHS_API int shs_comm_create_self(shs_comm **out);
+/* Frees the communicator and calls ops->destroy(ctx).  NULL is a no-op. */
+SHS_API void shs_comm_free(shs_comm *comm);
+SHS_API int shs_comm_rank(const shs_comm *comm);
+SHS_API int shs_comm_size(const shs_comm *comm);
+
+/* ------------------------------------------------------------------------
  * Checkpoint configuration: the seeds' field names (MindSpore
  * Transformers' `checkpoint:` section and torchtitan's checkpoint config).
  * shs_config_init() sets the defaults; shs_config_set() sets one field
@@ -515,6 +554,11 @@ typedef struct shs_manager shs_manager;
 
 SHS_API int shs_manager_create(shs_manager **out, const shs_config *config,
                                shs_state *state);
+/* The same for one rank of a distributed job: every rank of `comm` calls
+   it (and then every manager function) collectively.  `comm` must outlive
+   the manager. */
+SHS_API int shs_manager_create_comm(shs_manager **out, const shs_config *config,
+                                    shs_state *state, shs_comm *comm);
 SHS_API void shs_manager_free(shs_manager *m);
 
 /* What a load did. */

@@ -6,7 +6,8 @@ set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config git
       libxxhash-dev libjansson-dev libyaml-dev libssl-dev libcmocka-dev
-      clang libclang-rt-14-dev python3 python3-numpy time)
+      clang libclang-rt-14-dev python3 python3-numpy time
+      libopenmpi-dev openmpi-bin)
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3-torch linux-perf hyperfine)
 fi

@@ -6,10 +6,10 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 cd "$src"
 scripts/setup.sh
 
-scripts/build.sh build
+scripts/build.sh build -DSHS_WITH_MPI=ON
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 
-scripts/build.sh build-asan -DSHS_SANITIZE=ON
+scripts/build.sh build-asan -DSHS_SANITIZE=ON -DSHS_WITH_MPI=ON
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$(nproc)"

@@ -15,6 +15,7 @@
  */
 #include "checkpoint.h"
 
+#include "comm.h"
 #include "io.h"
 #include "layout.h"
 
@@ -974,12 +975,16 @@ static int commit_dir(const char *tmp, const char *target, const char *save_path
     return do_fsync ? shs__io_fsync_dir(save_path) : SHS_OK;
 }
 
-int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_save_stats *stats,
-                   char *out_dir, size_t out_cap)
+/*
+ * One rank's part of a save: write its files into the temporary directory
+ * `tmp` and describe them in a metadata fragment (the "files", "tensors"
+ * and "blobs" of metadata.json, with file indices local to this rank).
+ */
+static int save_local(const shs_state *st, const shs__save_req *req, const char *tmp,
+                      json_t **frag_out, shs_save_stats *stats)
 {
     int rc;
-    char suffix[17], name[360];
-    char *tmp = NULL, *target = NULL, *tracker = NULL, *text = NULL;
+    char name[360];
     meta prev = { 0 };
     int have_prev = 0;
     out_file *files = NULL;
@@ -990,20 +995,11 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_save_stats
     shs_save_stats s = { 0 };
     s.step = req->step;
 
-    if ((rc = shs__mkdirs(req->save_path, 0755)) < 0)
-        return rc;
-    shs__random_suffix(suffix);
-    snprintf(name, sizeof name, ".tmp-iteration_%08lld-%s", (long long)req->step, suffix);
-    tmp = shs__path_join(req->save_path, name);
-    target = step_dir_path(req->save_path, req->step);
+    *frag_out = NULL;
     to = shs__calloc(st->n + 1, sizeof *to);
     incl = shs__calloc(st->n + 1, sizeof *incl);
-    if (!tmp || !target || !to || !incl) {
+    if (!to || !incl) {
         rc = shs__err(SHS_ENOMEM, "out of memory saving step %lld", (long long)req->step);
-        goto done;
-    }
-    if (shs__io->mkdir(tmp, 0755) != 0) {
-        rc = shs__err_errno(errno, "cannot create", tmp);
         goto done;
     }
 
@@ -1165,21 +1161,12 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_save_stats
         }
     }
 
-    if ((rc = write_common(tmp, req->progress, req->fsync)) < 0) {
-        shs__free(blob_range);
-        goto done;
-    }
-
-    /* metadata.json, written last */
+    /* this rank's fragment of metadata.json */
     root = json_object();
     json_t *jfiles = json_array(), *jt = json_object(), *jb = json_array();
     int bad = !root || !jfiles || !jt || !jb;
     if (!bad)
-        bad = json_object_set_new(root, "format", json_string("shardsafe.checkpoint")) ||
-              json_object_set_new(root, "version", json_integer(META_VERSION)) ||
-              json_object_set_new(root, "step", json_integer(req->step)) ||
-              json_object_set_new(root, "world_size", json_integer(req->world_size)) ||
-              json_object_set_new(root, "files", jfiles) ||
+        bad = json_object_set_new(root, "files", jfiles) ||
               json_object_set_new(root, "tensors", jt) ||
               json_object_set_new(root, "blobs", jb);
     else {
@@ -1217,56 +1204,196 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_save_stats
         bad = !e || json_array_append_new(jb, e) < 0;
     }
     shs__free(blob_range);
-    if (bad || !(text = json_dumps(root, JSON_INDENT(1) | JSON_COMPACT))) {
-        rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+    if (bad) {
+        rc = shs__err(SHS_ENOMEM, "out of memory describing the saved files");
         goto done;
     }
-    char *mpath = shs__path_join(tmp, "metadata.json");
-    rc = mpath ? shs__write_file(mpath, text, strlen(text), req->fsync)
-               : shs__err(SHS_ENOMEM, "out of memory");
-    shs__free(mpath);
-    if (rc < 0)
-        goto done;
-    if (req->fsync && (rc = shs__io_fsync_dir(tmp)) < 0)
-        goto done;
-
-    /* commit: the directory, then the tracker */
-    if ((rc = commit_dir(tmp, target, req->save_path, req->fsync)) < 0)
-        goto done;
-    char num[32];
-    int nlen = snprintf(num, sizeof num, "%lld", (long long)req->step);
-    tracker = shs__path_join(req->save_path, SHS__TRACKER);
-    rc = tracker ? shs__write_file_atomic(tracker, num, (size_t)nlen, req->fsync)
-                 : shs__err(SHS_ENOMEM, "out of memory");
-    if (rc < 0) {
-        /* the directory is complete and committed; the tracker names the
-           previous step (or, if only the final directory fsync failed, this
-           one): either way it names a complete directory */
-        shs__err_prefix(rc, "step directory committed; updating the tracker failed");
-        goto done_committed;
-    }
-    if (out_dir)
-        snprintf(out_dir, out_cap, "%s", target);
-    if (stats)
-        *stats = s;
-done_committed:
-    free(text);
-    text = NULL;
-    goto cleanup;
+    *frag_out = root;
+    root = NULL;
+    *stats = s;
+    rc = SHS_OK;
 done:
-    if (tmp)
-        shs__rmtree(tmp);
-cleanup:
-    free(text);
     json_decref(root);
     if (have_prev)
         meta_free(&prev);
     shs__free(files);
     shs__free(to);
     shs__free(incl);
-    shs__free(tmp);
+    return rc;
+}
+
+/* Root: merge the ranks' fragments (texts, in rank order) into the body
+   of metadata.json, remapping file indices. */
+static int merge_fragments(json_t *out, const char *texts, const size_t *lens, int world,
+                           const char *save_path)
+{
+    json_t *files = json_object_get(out, "files"), *tensors = json_object_get(out, "tensors");
+    json_t *blobs = json_object_get(out, "blobs");
+    size_t at = 0;
+    int rc = SHS_OK;
+    for (int r = 0; r < world && rc == SHS_OK; r++) {
+        json_error_t jerr;
+        json_t *f = json_loadb(texts + at, lens[r], JSON_REJECT_DUPLICATES, &jerr);
+        at += lens[r];
+        if (!f)
+            return shs__err(SHS_ECORRUPT, "%s: metadata of rank %d is invalid: %s", save_path, r,
+                            jerr.text);
+        json_int_t base = (json_int_t)json_array_size(files);
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(f, "files"), i, v)
+            if (json_array_append(files, v) < 0)
+                rc = shs__err(SHS_ENOMEM, "out of memory");
+        const char *name;
+        json_object_foreach(json_object_get(f, "tensors"), name, v) {
+            json_t *chunks = json_object_get(v, "chunks"), *c;
+            json_array_foreach(chunks, i, c)
+                json_object_set_new(c, "file",
+                                    json_integer(json_integer_value(json_object_get(c, "file")) + base));
+            json_t *have = json_object_get(tensors, name);
+            if (!have) {
+                if (json_object_set(tensors, name, v) < 0)
+                    rc = shs__err(SHS_ENOMEM, "out of memory");
+                continue;
+            }
+            if (!json_equal(json_object_get(have, "kind"), json_object_get(v, "kind")) ||
+                !json_equal(json_object_get(have, "dtype"), json_object_get(v, "dtype")) ||
+                !json_equal(json_object_get(have, "shape"), json_object_get(v, "shape"))) {
+                rc = shs__err(SHS_EMISMATCH,
+                              "tensor '%s': rank %d registers another kind, dtype or global "
+                              "shape than a lower rank", name, r);
+                break;
+            }
+            if (json_array_extend(json_object_get(have, "chunks"), chunks) < 0)
+                rc = shs__err(SHS_ENOMEM, "out of memory");
+        }
+        json_array_foreach(json_object_get(f, "blobs"), i, v) {
+            json_object_set_new(v, "file",
+                                json_integer(json_integer_value(json_object_get(v, "file")) + base));
+            if (json_array_append(blobs, v) < 0)
+                rc = shs__err(SHS_ENOMEM, "out of memory");
+        }
+        json_decref(f);
+    }
+    return rc;
+}
+
+/* Root: common.json, metadata.json, then the commit protocol. */
+static int root_commit(const shs__save_req *req, const char *tmp, const char *texts,
+                       const size_t *lens, int world, char *out_dir, size_t out_cap,
+                       int *committed)
+{
+    int rc;
+    char *text = NULL, *mpath = NULL, *target = NULL, *tracker = NULL;
+    json_t *root = json_pack("{s:s, s:i, s:I, s:i, s:[], s:{}, s:[]}", "format",
+                             "shardsafe.checkpoint", "version", META_VERSION, "step",
+                             (json_int_t)req->step, "world_size", world, "files", "tensors",
+                             "blobs");
+    *committed = 0;
+    if (!root)
+        return shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+    if ((rc = merge_fragments(root, texts, lens, world, req->save_path)) < 0)
+        goto done;
+    if ((rc = write_common(tmp, req->progress, req->fsync)) < 0)
+        goto done;
+    /* metadata.json is written last: a directory holding it is complete */
+    text = json_dumps(root, JSON_INDENT(1) | JSON_COMPACT);
+    mpath = shs__path_join(tmp, "metadata.json");
+    target = step_dir_path(req->save_path, req->step);
+    tracker = shs__path_join(req->save_path, SHS__TRACKER);
+    if (!text || !mpath || !target || !tracker) {
+        rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+        goto done;
+    }
+    if ((rc = shs__write_file(mpath, text, strlen(text), req->fsync)) < 0)
+        goto done;
+    if (req->fsync && (rc = shs__io_fsync_dir(tmp)) < 0)
+        goto done;
+    /* commit: the directory, then the tracker */
+    if ((rc = commit_dir(tmp, target, req->save_path, req->fsync)) < 0)
+        goto done;
+    *committed = 1;
+    char num[32];
+    int nlen = snprintf(num, sizeof num, "%lld", (long long)req->step);
+    if ((rc = shs__write_file_atomic(tracker, num, (size_t)nlen, req->fsync)) < 0) {
+        /* the directory is complete and committed; the tracker names the
+           previous step (or, if only the final directory fsync failed, this
+           one): either way it names a complete directory */
+        shs__err_prefix(rc, "step directory committed; updating the tracker failed");
+        goto done;
+    }
+    if (out_dir)
+        snprintf(out_dir, out_cap, "%s", target);
+done:
+    free(text);
+    json_decref(root);
+    shs__free(mpath);
     shs__free(target);
     shs__free(tracker);
+    return rc;
+}
+
+int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm,
+                   shs_save_stats *stats, char *out_dir, size_t out_cap)
+{
+    const int root = 0, me = comm->rank, world = comm->size;
+    char suffix[17] = { 0 }, name[64], msg[256];
+    char *tmp = NULL, *text = NULL, *all = NULL;
+    size_t *lens = NULL;
+    json_t *frag = NULL;
+    int rc = SHS_OK, committed = 0;
+    shs_save_stats s = { 0 };
+
+    /* the root creates the temporary directory and names it for all */
+    if (me == root)
+        shs__random_suffix(suffix);
+    if ((rc = shs__comm_bcast(comm, suffix, sizeof suffix, root)) < 0)
+        return rc;
+    suffix[16] = '\0';
+    snprintf(name, sizeof name, ".tmp-iteration_%08lld-%s", (long long)req->step, suffix);
+    if (!(tmp = shs__path_join(req->save_path, name)))
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+    if (me == root && rc == SHS_OK && (rc = shs__mkdirs(req->save_path, 0755)) == SHS_OK &&
+        shs__io->mkdir(tmp, 0755) != 0)
+        rc = shs__err_errno(errno, "cannot create", tmp);
+    snprintf(msg, sizeof msg, "%s", shs_last_error());
+    if ((rc = shs__comm_agree(comm, rc, msg)) < 0)
+        goto fail;
+
+    /* every rank writes its own files */
+    rc = save_local(st, req, tmp, &frag, &s);
+    if (rc == SHS_OK && !(text = json_dumps(frag, JSON_COMPACT)))
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+    snprintf(msg, sizeof msg, "%s", shs_last_error());
+    /* commit only if every rank succeeded; else every rank hears who failed */
+    if ((rc = shs__comm_agree(comm, rc, msg)) < 0)
+        goto fail;
+    if ((rc = shs__comm_gather_bytes(comm, text, strlen(text), root, &all, &lens)) < 0)
+        goto fail;
+    if (me == root)
+        rc = root_commit(req, tmp, all, lens, world, out_dir, out_cap, &committed);
+    snprintf(msg, sizeof msg, "%s", shs_last_error());
+    int agreed = shs__comm_agree(comm, me == root ? rc : SHS_OK, msg);
+    if (me == root && rc < 0 && !committed)
+        shs__rmtree(tmp);
+    if (agreed < 0) {
+        rc = agreed;
+        goto done;
+    }
+    if (me != root && out_dir)
+        snprintf(out_dir, out_cap, "%s/iteration_%08lld", req->save_path, (long long)req->step);
+    if (stats)
+        *stats = s;
+    goto done;
+fail:
+    if (me == root && tmp)
+        shs__rmtree(tmp);
+done:
+    free(text);
+    json_decref(frag);
+    shs__free(all);
+    shs__free(lens);
+    shs__free(tmp);
     return rc;
 }
 

@@ -27,10 +27,13 @@ typedef struct shs__save_req {
     size_t n_blobs;
 } shs__save_req;
 
-/* Write and commit <save_path>/iteration_%08d and the tracker.  On error
-   nothing committed changes and the temporary directory is removed. */
-int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_save_stats *stats,
-                   char *out_dir, size_t out_cap);
+/* Write and commit <save_path>/iteration_%08d and the tracker, collectively
+   over `comm` (req->rank/world_size must be the comm's): every rank writes
+   its files, the root commits only if all succeeded.  On error nothing
+   committed changes, the temporary directory is removed, and every rank
+   gets the error of the lowest failing rank. */
+int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm,
+                   shs_save_stats *stats, char *out_dir, size_t out_cap);
 
 typedef struct shs__load_req {
     int with_optim;

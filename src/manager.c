@@ -14,6 +14,7 @@
  */
 #include "checkpoint.h"
 
+#include "comm.h"
 #include "io.h"
 
 #include <errno.h>
@@ -35,6 +36,8 @@ struct shs_manager {
     shs_config cfg;          /* strings below are the manager's copies */
     char *save_path, *prefix, *load_path, *initial_load_path;
     shs_state *state;
+    shs_comm *comm;          /* every rank calls the manager collectively */
+    shs_comm *own_comm;      /* the one-process comm when none was given */
     int keep;                /* retention: 0 = keep all */
 
     int64_t *run_steps;      /* this run's committed saves, oldest first */
@@ -138,7 +141,7 @@ static int apply_retention(shs_manager *m)
         int64_t victim = m->run_steps[0];
         memmove(&m->run_steps[0], &m->run_steps[1], (m->n_run - 1) * sizeof *m->run_steps);
         m->n_run--;
-        int r = shs__remove_step(m->save_path, victim);
+        int r = m->comm->rank == 0 ? shs__remove_step(m->save_path, victim) : SHS_OK;
         if (r < 0 && rc == SHS_OK)
             rc = r;
     }
@@ -156,8 +159,8 @@ static int do_save(shs_manager *m, const job *j, void *const *data)
         .save_path = m->save_path,
         .step = j->step,
         .prefix = m->prefix,
-        .rank = 0,
-        .world_size = 1,
+        .rank = m->comm->rank,
+        .world_size = m->comm->size,
         .with_optim = j->with_optim,
         .fsync = m->cfg.fsync,
         .incremental = m->cfg.incremental,
@@ -169,7 +172,7 @@ static int do_save(shs_manager *m, const job *j, void *const *data)
     };
     shs_save_stats s;
     char dir[4096];
-    int rc = shs__ckpt_save(m->state, &req, &s, dir, sizeof dir);
+    int rc = shs__ckpt_save(m->state, &req, m->comm, &s, dir, sizeof dir);
     if (rc < 0)
         return rc;
     snprintf(m->last_dir, sizeof m->last_dir, "%s", dir);
@@ -460,7 +463,20 @@ static int has_checkpoint(const char *save_path)
     return rc == SHS_OK && n > 0;
 }
 
+static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *result);
+
 int shs_manager_load(shs_manager *m, shs_progress *progress, shs_load_result *result)
+{
+    if (!m || !progress)
+        return shs__err(SHS_EINVAL, "shs_manager_load: NULL argument");
+    int rc = load_local(m, progress, result);
+    /* every rank hears if any rank failed */
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", shs_last_error());
+    return shs__comm_agree(m->comm, rc, msg);
+}
+
+static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *result)
 {
     shs_load_result local;
     shs_load_result *res = result ? result : &local;
@@ -492,8 +508,8 @@ int shs_manager_load(shs_manager *m, shs_progress *progress, shs_load_result *re
         .with_optim = !model_only && !(c->exclude_from_loading & SHS_EXCLUDE_OPTIMIZER),
         .exclude = c->exclude_from_loading,
         .strict = c->strict,
-        .rank = 0,
-        .world_size = 1,
+        .rank = m->comm->rank,
+        .world_size = m->comm->size,
     };
     if (model_only)
         req.exclude |= SHS_EXCLUDE_TRAIN_STATE | SHS_EXCLUDE_DATALOADER |
@@ -524,6 +540,12 @@ static char *dup_or_empty(const char *s)
 }
 
 int shs_manager_create(shs_manager **out, const shs_config *config, shs_state *state)
+{
+    return shs_manager_create_comm(out, config, state, NULL);
+}
+
+int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_state *state,
+                            shs_comm *comm)
 {
     int rc;
     if (!out || !config || !state)
@@ -559,13 +581,26 @@ int shs_manager_create(shs_manager **out, const shs_config *config, shs_state *s
     m->cfg.load_path = m->load_path;
     m->cfg.initial_load_path = m->initial_load_path;
     m->state = state;
+    if (!comm) {
+        if ((rc = shs_comm_create_self(&m->own_comm)) < 0) {
+            shs_manager_free(m);
+            return rc;
+        }
+        comm = m->own_comm;
+    }
+    m->comm = comm;
     m->keep = config->keep_latest_k > 0 ? config->keep_latest_k : config->save_max;
     m->last_saved_step = -1;
     m->async = config->async_save;
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
-    /* leftovers of a save that crashed */
-    if (saving && *m->save_path && (rc = shs__clean_leftovers(m->save_path)) < 0) {
+    /* leftovers of a save that crashed (the root cleans, all hear) */
+    rc = SHS_OK;
+    if (saving && *m->save_path && comm->rank == 0)
+        rc = shs__clean_leftovers(m->save_path);
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", shs_last_error());
+    if ((rc = shs__comm_agree(comm, rc, msg)) < 0) {
         shs_manager_free(m);
         return rc;
     }
@@ -594,5 +629,6 @@ void shs_manager_free(shs_manager *m)
     shs__free(m->prefix);
     shs__free(m->load_path);
     shs__free(m->initial_load_path);
+    shs_comm_free(m->own_comm);
     shs__free(m);
 }

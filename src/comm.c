@@ -1,0 +1,167 @@
+/* comm.c -- communicator handles, the one-process backend, helpers. */
+#include "comm.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int shs_comm_create(shs_comm **out, int rank, int size, const shs_comm_ops *ops, void *ctx)
+{
+    if (!out || !ops)
+        return shs__err(SHS_EINVAL, "shs_comm_create: NULL argument");
+    *out = NULL;
+    if (ops->version != SHS_COMM_OPS_VERSION || !ops->barrier || !ops->broadcast ||
+        !ops->allgather || !ops->gatherv || !ops->send || !ops->recv)
+        return shs__err(SHS_EINVAL, "shs_comm_create: incomplete ops (version %u)", ops->version);
+    if (size < 1 || rank < 0 || rank >= size)
+        return shs__err(SHS_EINVAL, "shs_comm_create: rank %d of %d", rank, size);
+    shs_comm *c = shs__calloc(1, sizeof *c);
+    if (!c)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    c->rank = rank;
+    c->size = size;
+    c->ops = *ops;
+    c->ctx = ctx;
+    *out = c;
+    return SHS_OK;
+}
+
+void shs_comm_free(shs_comm *c)
+{
+    if (!c)
+        return;
+    if (c->ops.destroy)
+        c->ops.destroy(c->ctx);
+    shs__free(c);
+}
+
+int shs_comm_rank(const shs_comm *c) { return c ? c->rank : 0; }
+int shs_comm_size(const shs_comm *c) { return c ? c->size : 1; }
+
+/* one process: every collective is a copy or nothing */
+static int self_barrier(void *ctx) { (void)ctx; return SHS_OK; }
+static int self_bcast(void *ctx, void *b, size_t n, int root)
+{
+    (void)ctx; (void)b; (void)n; (void)root;
+    return SHS_OK;
+}
+static int self_allgather(void *ctx, const void *s, size_t n, void *r)
+{
+    (void)ctx;
+    if (n)
+        memcpy(r, s, n);
+    return SHS_OK;
+}
+static int self_gatherv(void *ctx, const void *s, const size_t *lens, void *r, int root)
+{
+    (void)ctx; (void)root;
+    if (lens[0])
+        memcpy(r, s, lens[0]);
+    return SHS_OK;
+}
+static int self_send(void *ctx, const void *b, size_t n, int d, int t)
+{
+    (void)ctx; (void)b; (void)n; (void)d; (void)t;
+    return shs__err(SHS_ESTATE, "send on a one-process communicator");
+}
+static int self_recv(void *ctx, void *b, size_t n, int s, int t)
+{
+    (void)ctx; (void)b; (void)n; (void)s; (void)t;
+    return shs__err(SHS_ESTATE, "recv on a one-process communicator");
+}
+
+static const shs_comm_ops k_self_ops = {
+    SHS_COMM_OPS_VERSION, self_barrier, self_bcast, self_allgather, self_gatherv,
+    self_send, self_recv, NULL,
+};
+
+int shs_comm_create_self(shs_comm **out)
+{
+    return shs_comm_create(out, 0, 1, &k_self_ops, NULL);
+}
+
+int shs__comm_barrier(shs_comm *c)
+{
+    return c->ops.barrier(c->ctx);
+}
+
+int shs__comm_bcast(shs_comm *c, void *buf, size_t len, int root)
+{
+    return c->size == 1 ? SHS_OK : c->ops.broadcast(c->ctx, buf, len, root);
+}
+
+int shs__comm_allgather(shs_comm *c, const void *send, size_t len, void *recv)
+{
+    return c->ops.allgather(c->ctx, send, len, recv);
+}
+
+int shs__comm_gather_bytes(shs_comm *c, const void *send, size_t len, int root, char **out,
+                           size_t **lens_out)
+{
+    *out = NULL;
+    *lens_out = NULL;
+    uint64_t mine = len, *all = shs__calloc((size_t)c->size, sizeof *all);
+    size_t *lens = shs__calloc((size_t)c->size, sizeof *lens);
+    char *buf = NULL;
+    int rc;
+    if (!all || !lens) {
+        rc = shs__err(SHS_ENOMEM, "out of memory gathering %d ranks", c->size);
+        goto fail;
+    }
+    if ((rc = shs__comm_allgather(c, &mine, sizeof mine, all)) < 0)
+        goto fail;
+    size_t total = 0;
+    for (int i = 0; i < c->size; i++) {
+        lens[i] = (size_t)all[i];
+        total += lens[i];
+    }
+    if (c->rank == root && !(buf = shs__malloc(total ? total : 1))) {
+        rc = shs__err(SHS_ENOMEM, "out of memory gathering %zu bytes", total);
+        /* the collective must still happen on every rank */
+        c->ops.gatherv(c->ctx, send, lens, NULL, root);
+        goto fail;
+    }
+    if ((rc = c->ops.gatherv(c->ctx, send, lens, buf, root)) < 0)
+        goto fail;
+    shs__free(all);
+    if (c->rank == root) {
+        *out = buf;
+        *lens_out = lens;
+    } else {
+        shs__free(lens);
+    }
+    return SHS_OK;
+fail:
+    shs__free(all);
+    shs__free(lens);
+    shs__free(buf);
+    return rc;
+}
+
+#define AGREE_MSG 200
+
+int shs__comm_agree(shs_comm *c, int status, const char *msg)
+{
+    if (c->size == 1)
+        return status;
+    struct {
+        int32_t status;
+        char msg[AGREE_MSG];
+    } mine, *all = shs__calloc((size_t)c->size, sizeof mine);
+    if (!all)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    memset(&mine, 0, sizeof mine);
+    mine.status = status;
+    snprintf(mine.msg, sizeof mine.msg, "%s", status < 0 && msg ? msg : "");
+    int rc = shs__comm_allgather(c, &mine, sizeof mine, all);
+    if (rc < 0) {
+        shs__free(all);
+        return rc;
+    }
+    for (int i = 0; i < c->size; i++)
+        if (all[i].status < 0) {
+            rc = shs__err(all[i].status, "rank %d: %s", i, all[i].msg);
+            break;
+        }
+    shs__free(all);
+    return rc;
+}

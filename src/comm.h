@@ -1,0 +1,31 @@
+/*
+ * comm.h -- the collectives seam (see shardsafe.h): helpers over the ops.
+ */
+#ifndef SHS_COMM_H
+#define SHS_COMM_H
+
+#include "internal.h"
+
+struct shs_comm {
+    int rank, size;
+    shs_comm_ops ops;
+    void *ctx;
+};
+
+int shs__comm_barrier(shs_comm *c);
+int shs__comm_bcast(shs_comm *c, void *buf, size_t len, int root);
+int shs__comm_allgather(shs_comm *c, const void *send, size_t len, void *recv);
+/* Gather variable-size byte strings to root.  On root, *out is a buffer
+   of all of them in rank order and lens[i] their sizes (caller frees *out
+   and *lens); elsewhere both are NULL. */
+int shs__comm_gather_bytes(shs_comm *c, const void *send, size_t len, int root,
+                           char **out, size_t **lens);
+/*
+ * Agree on the outcome of a step every rank did: each passes its status and
+ * message; returns SHS_OK on every rank if all succeeded, else on every
+ * rank the status of the lowest failing rank with a message naming it
+ * ("rank 2: cannot write '...': No space left on device").
+ */
+int shs__comm_agree(shs_comm *c, int status, const char *msg);
+
+#endif

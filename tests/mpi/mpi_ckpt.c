@@ -1,0 +1,197 @@
+/*
+ * mpi_ckpt.c -- distributed checkpoint driver for the MPI tests.
+ *
+ *   mpi_ckpt save SAVE_PATH STEP LAYOUT [--remove-redundancy]
+ *   mpi_ckpt load SAVE_PATH LAYOUT
+ *
+ * Every rank registers its chunk of two global tensors, chosen by LAYOUT
+ * (rows | cols | grid | replicated) from its rank and the world size:
+ *   "w"  F32 [10, 6]  value 100*i + j + step
+ *   "b"  I64 [7]      replicated on every rank, value 1000*i + step
+ * plus the optimizer moment of "w" (value -(100*i + j)) and a rank-local
+ * blob.  `load` fills its (possibly different) chunks from any saved
+ * layout and checks every element.  With SHS_FAIL_RANK=r in the
+ * environment, rank r's writes fail with ENOSPC: every rank must report an
+ * error naming rank r and nothing may be committed.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "io.h"
+#include "shardsafe_mpi.h"
+
+#define R 10
+#define C 6
+#define NB 7
+
+static int g_rank, g_size;
+
+static void box_for(const char *layout, uint64_t off[2], uint64_t shape[2])
+{
+    off[0] = off[1] = 0;
+    shape[0] = R;
+    shape[1] = C;
+    if (strcmp(layout, "rows") == 0 || (strcmp(layout, "grid") == 0 && g_size != 4)) {
+        /* uneven: 10 rows over size ranks, the first ones get one more */
+        uint64_t base = R / (uint64_t)g_size, extra = R % (uint64_t)g_size;
+        off[0] = (uint64_t)g_rank * base + ((uint64_t)g_rank < extra ? (uint64_t)g_rank : extra);
+        shape[0] = base + ((uint64_t)g_rank < extra);
+    } else if (strcmp(layout, "cols") == 0) {
+        uint64_t base = C / (uint64_t)g_size, extra = C % (uint64_t)g_size;
+        off[1] = (uint64_t)g_rank * base + ((uint64_t)g_rank < extra ? (uint64_t)g_rank : extra);
+        shape[1] = base + ((uint64_t)g_rank < extra);
+    } else if (strcmp(layout, "grid") == 0) {
+        off[0] = (uint64_t)(g_rank / 2) * 5;
+        off[1] = (uint64_t)(g_rank % 2) * 3;
+        shape[0] = 5;
+        shape[1] = 3;
+    } else if (strcmp(layout, "replicated") != 0) {
+        fprintf(stderr, "unknown layout %s\n", layout);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+}
+
+static ssize_t failing_pwrite(int fd, const void *b, size_t n, off_t o)
+{
+    (void)fd; (void)b; (void)n; (void)o;
+    errno = ENOSPC;
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    int save = argc >= 5 && strcmp(argv[1], "save") == 0;
+    if (!(save || (argc >= 4 && strcmp(argv[1], "load") == 0))) {
+        if (g_rank == 0)
+            fprintf(stderr, "usage: mpi_ckpt save PATH STEP LAYOUT | load PATH LAYOUT\n");
+        MPI_Finalize();
+        return 2;
+    }
+    const char *path = argv[2], *layout = save ? argv[4] : argv[3];
+    long step = save ? atol(argv[3]) : 0;
+    int remove_redundancy = save && argc >= 6 && strcmp(argv[5], "--remove-redundancy") == 0;
+
+    uint64_t off[2], shape[2], gshape[2] = { R, C }, bshape[1] = { NB };
+    box_for(layout, off, shape);
+    size_t n = (size_t)(shape[0] * shape[1]);
+    float *w = calloc(n + 1, sizeof *w), *m = calloc(n + 1, sizeof *m);
+    int64_t b[NB];
+    for (uint64_t i = 0; i < shape[0]; i++)
+        for (uint64_t j = 0; j < shape[1]; j++) {
+            w[i * shape[1] + j] = save ? (float)(100 * (off[0] + i) + off[1] + j + (uint64_t)step) : -1;
+            m[i * shape[1] + j] = save ? -(float)(100 * (off[0] + i) + off[1] + j) : 1;
+        }
+    for (int i = 0; i < NB; i++)
+        b[i] = save ? 1000 * i + step : -7;
+
+    shs_comm *comm = NULL;
+    shs_state *st = NULL;
+    shs_manager *mgr = NULL;
+    int rc = shs_comm_create_mpi(&comm, MPI_COMM_WORLD);
+    if (rc == SHS_OK)
+        rc = shs_state_create(&st);
+    shs_tensor_spec s = SHS_TENSOR_SPEC_INIT;
+    s.name = "w";
+    s.ndim = 2;
+    s.shape = shape;
+    s.global_shape = gshape;
+    s.global_offset = off;
+    s.data = w;
+    if (rc == SHS_OK)
+        rc = shs_state_add_tensor(st, &s);
+    s.name = "optimizer.exp_avg.w";
+    s.kind = SHS_KIND_OPTIMIZER;
+    s.data = m;
+    if (rc == SHS_OK)
+        rc = shs_state_add_tensor(st, &s);
+    shs_tensor_spec sb = SHS_TENSOR_SPEC_INIT;
+    sb.name = "b";
+    sb.dtype = SHS_I64;
+    sb.ndim = 1;
+    sb.shape = bshape;
+    sb.data = b;
+    if (rc == SHS_OK)
+        rc = shs_state_add_tensor(st, &sb);
+    char blob[64];
+    snprintf(blob, sizeof blob, "rank %d of %d", g_rank, g_size);
+    if (rc == SHS_OK && save)
+        rc = shs_state_set_blob(st, "rng", blob, strlen(blob));
+    shs_config cfg;
+    shs_config_init(&cfg);
+    cfg.save_path = path;
+    cfg.save_interleaved_steps = 1;
+    cfg.save_max = 0;
+    cfg.remove_redundancy = remove_redundancy;
+    if (rc == SHS_OK)
+        rc = shs_manager_create_comm(&mgr, &cfg, st, comm);
+    if (rc != SHS_OK) {
+        fprintf(stderr, "rank %d: setup: %s\n", g_rank, shs_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+
+    int status = 0;
+    if (save) {
+        static shs__io_ops failing;
+        const char *fr = getenv("SHS_FAIL_RANK");
+        if (fr && atoi(fr) == g_rank) {
+            failing = shs__io_posix;
+            failing.pwrite = failing_pwrite;
+            shs__io_set(&failing);
+        }
+        shs_progress p = { 0 };
+        p.global_step = step;
+        p.global_batch_size = 8;
+        p.loss_scale = 1.0;
+        rc = shs_manager_save(mgr, &p, 0);
+        shs__io_set(NULL);
+        if (rc != SHS_OK) {
+            printf("rank %d: save failed: %s\n", g_rank, shs_last_error());
+            status = 1;
+        } else {
+            printf("rank %d: saved step %ld (%s)\n", g_rank, step, layout);
+        }
+    } else {
+        shs_progress p = { 0 };
+        shs_load_result res;
+        rc = shs_manager_load(mgr, &p, &res);
+        if (rc != SHS_OK) {
+            printf("rank %d: load failed: %s\n", g_rank, shs_last_error());
+            status = 1;
+        } else {
+            long lstep = (long)p.global_step;
+            size_t bad = 0;
+            for (uint64_t i = 0; i < shape[0]; i++)
+                for (uint64_t j = 0; j < shape[1]; j++) {
+                    float want = (float)(100 * (off[0] + i) + off[1] + j + (uint64_t)lstep);
+                    bad += w[i * shape[1] + j] != want;
+                    bad += m[i * shape[1] + j] != -(float)(100 * (off[0] + i) + off[1] + j);
+                }
+            for (int i = 0; i < NB; i++)
+                bad += b[i] != 1000 * i + lstep;
+            const void *bp;
+            size_t bl;
+            int blob_ok = shs_state_get_blob(st, "rng", &bp, &bl) == SHS_OK &&
+                          bl == strlen(blob) && memcmp(bp, blob, bl) == 0;
+            if (res.rank_state_restored != blob_ok)
+                bad++;
+            printf("rank %d: loaded step %ld (%s): %zu wrong values, rank state %s\n", g_rank,
+                   lstep, layout, bad, res.rank_state_restored ? "restored" : "not restored");
+            status = bad != 0;
+        }
+    }
+    shs_manager_free(mgr);
+    shs_state_free(st);
+    shs_comm_free(comm);
+    free(w);
+    free(m);
+    int any = 0;
+    MPI_Allreduce(&status, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any;
+}
