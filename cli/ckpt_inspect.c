@@ -1,16 +1,86 @@
 /*
  * ckpt_inspect.c -- `shardsafe inspect STEP_DIR`: the checkpoint view of
- * a step directory, from its metadata.json (parsed here as hostile input,
- * see cli_meta_load) and common.json.  No tensor data is read.
+ * a step directory, from the library's view of its metadata.json
+ * (shs_checkpoint_open, which validates it as hostile input) and its
+ * common.json (shs_checkpoint_read_progress).  No tensor data is read.
  */
 #include "cli.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#define COMMON_MAX ((size_t)1 << 20)
+#include <sys/stat.h>
 
 static const char *const k_kind[] = { "model", "opt" };
+
+/* What is printed: the library's view plus the files' sizes (stat) and
+   the tensors in display order (model, then opt; by name within each). */
+typedef struct view {
+    const shs_checkpoint *ck;
+    int64_t *file_size;       /* -1: missing */
+    size_t *order;            /* display order of the tensors */
+    uint64_t *tensor_bytes;   /* by tensor index: sum of its chunks' byte ranges */
+    size_t n_kind[2];
+    uint64_t total_bytes;
+} view;
+
+static int kind_index(shs_kind k)
+{
+    return k == SHS_KIND_MODEL ? 0 : 1;
+}
+
+static void view_release(view *v)
+{
+    free(v->file_size);
+    free(v->order);
+    free(v->tensor_bytes);
+}
+
+static int view_init(view *v, const shs_checkpoint *ck, const char *dir)
+{
+    memset(v, 0, sizeof *v);
+    v->ck = ck;
+    size_t nf = shs_checkpoint_file_count(ck), nt = shs_checkpoint_tensor_count(ck);
+    v->file_size = calloc(nf + 1, sizeof *v->file_size);
+    v->order = calloc(nt + 1, sizeof *v->order);
+    v->tensor_bytes = calloc(nt + 1, sizeof *v->tensor_bytes);
+    if (!v->file_size || !v->order || !v->tensor_bytes)
+        return CLI_FAIL;
+    for (size_t i = 0; i < nf; i++) {
+        char *fp = cli_fmt("%s/%s", dir, shs_checkpoint_file_name(ck, i));
+        struct stat st;
+        v->file_size[i] = fp && stat(fp, &st) == 0 ? (int64_t)st.st_size : -1;
+        free(fp);
+    }
+    /* the library sorts by name: model tensors first, each kind in order */
+    size_t w = 0;
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < nt; i++)
+            if (kind_index(shs_checkpoint_tensor(ck, i)->kind) == k)
+                v->order[w++] = i;
+    for (size_t i = 0; i < nt; i++) {
+        const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, i);
+        for (size_t c = 0; c < t->n_chunks; c++) {
+            shs_chunk_info ci;
+            if (shs_checkpoint_chunk(&ci, ck, i, c) == SHS_OK)
+                v->tensor_bytes[i] = cli_add_sat(v->tensor_bytes[i], ci.byte_end - ci.byte_begin);
+        }
+        v->total_bytes = cli_add_sat(v->total_bytes, v->tensor_bytes[i]);
+        v->n_kind[kind_index(t->kind)]++;
+    }
+    return CLI_OK;
+}
+
+/* common.json as the library read it, keys in the order it writes them
+   (NULL when missing or invalid). */
+static json_t *progress_json(const shs_progress *p)
+{
+    return json_pack("{s:I,s:I,s:I,s:f,s:I,s:I,s:o}", "epoch_num", (json_int_t)p->epoch_num,
+                     "step_num", (json_int_t)p->step_num, "global_step",
+                     (json_int_t)p->global_step, "loss_scale", p->loss_scale,
+                     "global_batch_size", (json_int_t)p->global_batch_size, "consumed_samples",
+                     (json_int_t)p->consumed_samples, "ckpt_status",
+                     p->ckpt_status[0] ? json_string(p->ckpt_status) : json_null());
+}
 
 static size_t digits(uint64_t v)
 {
@@ -22,20 +92,31 @@ static size_t digits(uint64_t v)
     return n;
 }
 
-/* "[44, 16]" from a validated shape array */
-static char *shape_str(json_t *shape)
+/* "[44, 16]" */
+static char *shape_str(const uint64_t *shape, size_t n)
 {
-    size_t n = json_array_size(shape), cap = 3 + n * 22, len = 0;
+    size_t cap = 3 + n * 22, len = 0;
     char *s = malloc(cap);
     if (!s)
         return NULL;
     s[len++] = '[';
     for (size_t d = 0; d < n; d++)
-        len += (size_t)snprintf(s + len, cap - len, d ? ", %lld" : "%lld",
-                                (long long)json_integer_value(json_array_get(shape, d)));
+        len += (size_t)snprintf(s + len, cap - len, d ? ", %llu" : "%llu",
+                                (unsigned long long)shape[d]);
     s[len++] = ']';
     s[len] = '\0';
     return s;
+}
+
+static json_t *shape_json(const uint64_t *shape, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t d = 0; a && d < n; d++)
+        if (json_array_append_new(a, json_integer((json_int_t)shape[d])) < 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
 }
 
 static json_t *jstr(const char *s, size_t len)
@@ -59,55 +140,61 @@ static int push(json_t *a, json_t *v)
     return !v || json_array_append_new(a, v) < 0;
 }
 
-static int print_json(const char *dir, const cli_meta *m, json_t *common)
+static int print_json(const char *dir, const view *v, json_t *common)
 {
+    const shs_checkpoint *ck = v->ck;
     json_t *doc = json_object(), *files = json_array(), *ts = json_array(), *bl = json_array();
     int bad = !doc || !files || !ts || !bl;
-    for (size_t i = 0; !bad && i < m->n_files; i++) {
+    size_t nf = shs_checkpoint_file_count(ck), nt = shs_checkpoint_tensor_count(ck);
+    size_t nb = shs_checkpoint_blob_count(ck);
+    for (size_t i = 0; !bad && i < nf; i++) {
+        const char *name = shs_checkpoint_file_name(ck, i);
         json_t *o = json_object();
-        bad |= !o || put(o, "name", jstr(m->files[i].name, strlen(m->files[i].name))) ||
-               put(o, "rank", json_integer((json_int_t)m->files[i].rank)) ||
-               put(o, "size", m->files[i].size < 0 ? json_null()
-                                                   : json_integer(m->files[i].size)) ||
+        bad |= !o || put(o, "name", jstr(name, strlen(name))) ||
+               put(o, "rank", json_integer(shs_checkpoint_file_rank(ck, i))) ||
+               put(o, "size", v->file_size[i] < 0 ? json_null()
+                                                  : json_integer(v->file_size[i])) ||
                push(files, o);
     }
-    for (size_t i = 0; !bad && i < m->n_tensors; i++) {
-        const cli_mtensor *t = &m->tensors[i];
+    for (size_t k = 0; !bad && k < nt; k++) {
+        size_t i = v->order[k];
+        const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, i);
+        uint64_t tb = v->tensor_bytes[i];
         json_t *o = json_object();
         bad |= !o || put(o, "name", jstr(t->name, strlen(t->name))) ||
-               put(o, "kind", json_string(k_kind[t->kind])) ||
+               put(o, "kind", json_string(k_kind[kind_index(t->kind)])) ||
                put(o, "dtype", json_string(shs_dtype_name(t->dtype))) ||
-               put(o, "shape", json_deep_copy(t->shape)) ||
+               put(o, "shape", shape_json(t->shape, t->ndim)) ||
                put(o, "chunks", json_integer((json_int_t)t->n_chunks)) ||
-               put(o, "bytes", json_integer((json_int_t)(t->bytes > INT64_MAX ? INT64_MAX
-                                                                               : t->bytes))) ||
+               put(o, "bytes", json_integer((json_int_t)(tb > INT64_MAX ? INT64_MAX : tb))) ||
                push(ts, o);
     }
-    for (size_t i = 0; !bad && i < m->n_blobs; i++) {
-        const cli_mblob *b = &m->blobs[i];
-        json_t *o = json_object();
-        bad |= !o || put(o, "name", jstr(b->name, b->name_len)) ||
-               put(o, "rank", json_integer((json_int_t)b->rank)) ||
-               put(o, "bytes", json_integer((json_int_t)b->bytes)) || push(bl, o);
+    for (size_t i = 0; !bad && i < nb; i++) {
+        shs_blob_info b;
+        json_t *o = shs_checkpoint_blob(&b, ck, i) == SHS_OK ? json_object() : NULL;
+        bad |= !o || put(o, "name", jstr(b.name, strlen(b.name))) ||
+               put(o, "rank", json_integer(b.rank)) ||
+               put(o, "bytes", json_integer((json_int_t)(b.byte_end - b.byte_begin))) ||
+               push(bl, o);
     }
     if (!bad) {
         bad |= put(doc, "path", jstr(dir, strlen(dir))) ||
                put(doc, "kind", json_string("checkpoint")) ||
-               put(doc, "step", json_integer(m->step)) ||
-               put(doc, "world_size", json_integer((json_int_t)m->world_size)) ||
+               put(doc, "step", json_integer(shs_checkpoint_step(ck))) ||
+               put(doc, "world_size", json_integer(shs_checkpoint_world_size(ck))) ||
                put(doc, "files", json_incref(files)) || put(doc, "tensors", json_incref(ts)) ||
                put(doc, "blobs", json_incref(bl)) ||
                put(doc, "common", common ? json_incref(common) : json_null()) ||
-               put(doc, "totals", json_pack("{s:I,s:I,s:I,s:I,s:I}", "tensors",
-                                            (json_int_t)m->n_tensors, "model_tensors",
-                                            (json_int_t)m->n_kind[0], "opt_tensors",
-                                            (json_int_t)m->n_kind[1], "bytes",
-                                            (json_int_t)(m->total_bytes > INT64_MAX
+               put(doc, "totals", json_pack("{s:I,s:I,s:I,s:I,s:I}", "tensors", (json_int_t)nt,
+                                            "model_tensors", (json_int_t)v->n_kind[0],
+                                            "opt_tensors", (json_int_t)v->n_kind[1], "bytes",
+                                            (json_int_t)(v->total_bytes > INT64_MAX
                                                              ? INT64_MAX
-                                                             : m->total_bytes),
-                                            "blobs", (json_int_t)m->n_blobs));
+                                                             : v->total_bytes),
+                                            "blobs", (json_int_t)nb));
     }
-    if (!bad && json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII) == 0)
+    if (!bad && json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII |
+                                            JSON_REAL_PRECISION(17)) == 0)
         putchar('\n');
     else
         bad = 1;
@@ -127,76 +214,91 @@ static void put_esc(const char *s)
     cli_put_escaped(stdout, s, strlen(s));
 }
 
-static int print_text(const char *dir, const cli_meta *m, json_t *common)
+static int print_tensors(const view *v)
 {
+    const shs_checkpoint *ck = v->ck;
+    size_t nt = shs_checkpoint_tensor_count(ck);
+    char **names = calloc(nt, sizeof *names);
+    char **shapes = calloc(nt, sizeof *shapes);
+    size_t wn = 4, ws = 5, wc = 6, wb = 5;
+    int ok = names && shapes;
+    for (size_t k = 0; ok && k < nt; k++) {
+        size_t i = v->order[k];
+        const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, i);
+        names[k] = cli_escape(t->name, strlen(t->name));
+        shapes[k] = shape_str(t->shape, t->ndim);
+        if (!names[k] || !shapes[k]) {
+            ok = 0;
+            break;
+        }
+        size_t w = cli_width(names[k]);
+        if (w > wn)
+            wn = w > 72 ? 72 : w;
+        if (strlen(shapes[k]) > ws)
+            ws = strlen(shapes[k]);
+        if (digits(t->n_chunks) > wc)
+            wc = digits(t->n_chunks);
+        if (digits(v->tensor_bytes[i]) > wb)
+            wb = digits(v->tensor_bytes[i]);
+    }
+    if (ok) {
+        printf("\n  %-*s  %-5s  %-11s  %-*s  %*s  %*s\n", (int)wn, "NAME", "KIND", "DTYPE",
+               (int)ws, "SHAPE", (int)wc, "CHUNKS", (int)wb, "BYTES");
+        for (size_t k = 0; k < nt; k++) {
+            size_t i = v->order[k];
+            const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, i);
+            size_t w = cli_width(names[k]);
+            printf("  %s%*s  %-5s  %-11s  %-*s  %*zu  %*llu\n", names[k],
+                   (int)(w < wn ? wn - w : 0), "", k_kind[kind_index(t->kind)],
+                   shs_dtype_name(t->dtype), (int)ws, shapes[k], (int)wc, t->n_chunks, (int)wb,
+                   (unsigned long long)v->tensor_bytes[i]);
+        }
+    }
+    for (size_t k = 0; names && shapes && k < nt; k++) {
+        free(names[k]);
+        free(shapes[k]);
+    }
+    free(names);
+    free(shapes);
+    if (!ok) {
+        cli_err("inspect: out of memory");
+        return CLI_FAIL;
+    }
+    return CLI_OK;
+}
+
+static int print_text(const char *dir, const view *v, json_t *common)
+{
+    const shs_checkpoint *ck = v->ck;
+    size_t nf = shs_checkpoint_file_count(ck), nt = shs_checkpoint_tensor_count(ck);
+    size_t nb = shs_checkpoint_blob_count(ck);
     printf("%-12s", "checkpoint:");
     put_esc(dir);
-    printf("\n%-12s%lld\n", "step:", (long long)m->step);
-    printf("%-12s%llu\n", "world_size:", (unsigned long long)m->world_size);
-    printf("%-12s%zu\n", "files:", m->n_files);
-    for (size_t i = 0; i < m->n_files; i++) {
+    printf("\n%-12s%lld\n", "step:", (long long)shs_checkpoint_step(ck));
+    printf("%-12s%d\n", "world_size:", shs_checkpoint_world_size(ck));
+    printf("%-12s%zu\n", "files:", nf);
+    for (size_t i = 0; i < nf; i++) {
         printf("  ");
-        put_esc(m->files[i].name);
-        if (m->files[i].size < 0)
-            printf("  rank %llu  MISSING\n", (unsigned long long)m->files[i].rank);
+        put_esc(shs_checkpoint_file_name(ck, i));
+        if (v->file_size[i] < 0)
+            printf("  rank %d  MISSING\n", shs_checkpoint_file_rank(ck, i));
         else
-            printf("  rank %llu  %lld bytes\n", (unsigned long long)m->files[i].rank,
-                   (long long)m->files[i].size);
+            printf("  rank %d  %lld bytes\n", shs_checkpoint_file_rank(ck, i),
+                   (long long)v->file_size[i]);
     }
-    printf("%-12s%zu (%zu model, %zu opt), %llu bytes\n", "tensors:", m->n_tensors,
-           m->n_kind[0], m->n_kind[1], (unsigned long long)m->total_bytes);
-    if (m->n_tensors) {
-        char **names = calloc(m->n_tensors, sizeof *names);
-        char **shapes = calloc(m->n_tensors, sizeof *shapes);
-        size_t wn = 4, ws = 5, wc = 6, wb = 5;
-        int ok = names && shapes;
-        for (size_t i = 0; ok && i < m->n_tensors; i++) {
-            const cli_mtensor *t = &m->tensors[i];
-            names[i] = cli_escape(t->name, strlen(t->name));
-            shapes[i] = shape_str(t->shape);
-            if (!names[i] || !shapes[i]) {
-                ok = 0;
-                break;
-            }
-            size_t w = cli_width(names[i]);
-            if (w > wn)
-                wn = w > 72 ? 72 : w;
-            if (strlen(shapes[i]) > ws)
-                ws = strlen(shapes[i]);
-            if (digits(t->n_chunks) > wc)
-                wc = digits(t->n_chunks);
-            if (digits(t->bytes) > wb)
-                wb = digits(t->bytes);
-        }
-        if (ok) {
-            printf("\n  %-*s  %-5s  %-11s  %-*s  %*s  %*s\n", (int)wn, "NAME", "KIND", "DTYPE",
-                   (int)ws, "SHAPE", (int)wc, "CHUNKS", (int)wb, "BYTES");
-            for (size_t i = 0; i < m->n_tensors; i++) {
-                const cli_mtensor *t = &m->tensors[i];
-                size_t w = cli_width(names[i]);
-                printf("  %s%*s  %-5s  %-11s  %-*s  %*zu  %*llu\n", names[i],
-                       (int)(w < wn ? wn - w : 0), "", k_kind[t->kind],
-                       shs_dtype_name(t->dtype), (int)ws, shapes[i], (int)wc, t->n_chunks,
-                       (int)wb, (unsigned long long)t->bytes);
-            }
-        }
-        for (size_t i = 0; names && shapes && i < m->n_tensors; i++) {
-            free(names[i]);
-            free(shapes[i]);
-        }
-        free(names);
-        free(shapes);
-        if (!ok) {
-            cli_err("inspect: out of memory");
-            return CLI_FAIL;
-        }
-    }
-    printf("\n%-12s%zu\n", "blobs:", m->n_blobs);
-    for (size_t i = 0; i < m->n_blobs; i++) {
+    printf("%-12s%zu (%zu model, %zu opt), %llu bytes\n", "tensors:", nt, v->n_kind[0],
+           v->n_kind[1], (unsigned long long)v->total_bytes);
+    if (nt && print_tensors(v) != CLI_OK)
+        return CLI_FAIL;
+    printf("\n%-12s%zu\n", "blobs:", nb);
+    for (size_t i = 0; i < nb; i++) {
+        shs_blob_info b;
+        if (shs_checkpoint_blob(&b, ck, i) != SHS_OK)
+            continue;
         printf("  ");
-        cli_put_escaped(stdout, m->blobs[i].name, m->blobs[i].name_len);
-        printf("  rank %llu  %llu bytes\n", (unsigned long long)m->blobs[i].rank,
-               (unsigned long long)m->blobs[i].bytes);
+        put_esc(b.name);
+        printf("  rank %d  %llu bytes\n", b.rank,
+               (unsigned long long)(b.byte_end - b.byte_begin));
     }
     printf("\ncommon.json: ");
     if (!common) {
@@ -205,9 +307,10 @@ static int print_text(const char *dir, const cli_meta *m, json_t *common)
         printf("%zu %s\n", json_object_size(common),
                json_object_size(common) == 1 ? "entry" : "entries");
         const char *k;
-        json_t *v;
-        json_object_foreach(common, k, v) {
-            char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+        json_t *val;
+        json_object_foreach(common, k, val) {
+            char *s = json_dumps(val, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII |
+                                          JSON_REAL_PRECISION(17));
             printf("  ");
             put_esc(k);
             printf(": ");
@@ -225,26 +328,29 @@ static int print_text(const char *dir, const cli_meta *m, json_t *common)
 
 int cli_inspect_checkpoint(const char *dir, int json)
 {
-    cli_meta m;
-    char *why = NULL;
-    if (cli_meta_load(&m, dir, &why) != CLI_OK) {
-        cli_err("%s", why ? why : "invalid metadata.json");
-        free(why);
+    shs_checkpoint *ck;
+    if (shs_checkpoint_open(&ck, dir) != SHS_OK) {
+        cli_err("%s", shs_last_error());
         return cli_finish_stdout(CLI_FAIL);
     }
-    char *cp = cli_fmt("%s/common.json", dir);
-    json_t *common = cp ? cli_load_json(cp, COMMON_MAX, &why) : NULL;
-    if (common && !json_is_object(common)) {
-        json_decref(common);
-        common = NULL;
-        why = cli_fmt("%s: not a JSON object", cp);
+    view v;
+    if (view_init(&v, ck, dir) != CLI_OK) {
+        view_release(&v);
+        shs_checkpoint_close(ck);
+        cli_err("inspect: out of memory");
+        return cli_finish_stdout(CLI_FAIL);
     }
-    if (!common)
-        cli_warn("%s", why ? why : "common.json: out of memory");
-    free(why);
-    free(cp);
-    int rc = json ? print_json(dir, &m, common) : print_text(dir, &m, common);
+    shs_progress prog;
+    json_t *common = NULL;
+    if (shs_checkpoint_read_progress(&prog, dir) == SHS_OK) {
+        if (!(common = progress_json(&prog)))
+            cli_warn("common.json: out of memory");
+    } else {
+        cli_warn("%s", shs_last_error());
+    }
+    int rc = json ? print_json(dir, &v, common) : print_text(dir, &v, common);
     json_decref(common);
-    cli_meta_release(&m);
+    view_release(&v);
+    shs_checkpoint_close(ck);
     return cli_finish_stdout(rc);
 }

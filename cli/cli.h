@@ -204,7 +204,7 @@ typedef struct cli_entry {
     char *name;           /* entry name */
     char *path;           /* save_path/name */
     int64_t step;         /* -1 for leftovers */
-    int committed;        /* metadata.json and common.json present */
+    int committed;        /* a committed step (library), and this directory complete */
     int latest;           /* the committed directory the tracker names */
     uint64_t bytes;       /* sum of the sizes of its files (recursive) */
     uint64_t files;       /* number of files */
@@ -221,65 +221,25 @@ typedef struct cli_save {
     size_t n_leftovers;
     int tracker;          /* CLI_TRACKER_* */
     int64_t tracker_step; /* when CLI_TRACKER_OK */
-    char tracker_why[128];
+    char tracker_why[512];
     cli_entry *latest;    /* NULL: no committed directory of tracker_step */
+    int64_t *committed;   /* the committed steps (shs_checkpoint_list) */
+    size_t n_committed;
 } cli_save;
 
 /* Sizes of the files under a path (recursive, links not followed). */
 void cli_du(const char *path, uint64_t *bytes, uint64_t *files, uint64_t *shared);
-/* List a save path (CLI_FAIL, reported, when it cannot be read). */
+/* List a save path (CLI_FAIL, reported, when it cannot be read): the
+   committed steps and the tracker from the library, plus a scan of the
+   directory for each step directory's name, the incomplete ones and the
+   leftovers, which the library does not list. */
 int cli_save_scan(cli_save *s, const char *path);
+/* Whether the library lists `step` as committed. */
+int cli_save_has_step(const cli_save *s, int64_t step);
 /* The tracker problem as a message (caller frees), or NULL when the
    tracker names a committed step directory. */
 char *cli_save_tracker_problem(const cli_save *s);
 void cli_save_release(cli_save *s);
-
-/* Remove a file or directory tree without following symbolic links.
-   -1 with the first problem in why on failure. */
-int cli_rmtree(const char *path, char *why, size_t cap);
-/* 16 random hex digits. */
-void cli_random_suffix(char out[17]);
-
-/* Read and parse a JSON file with JSON_REJECT_DUPLICATES (NULL with a
-   message in *why, caller frees). */
-json_t *cli_load_json(const char *path, size_t max, char **why);
-
-/* metadata.json of a step directory, validated for display (types,
-   ranges, plain file names).  Strings point into `root`. */
-typedef struct cli_mfile {
-    const char *name;
-    uint64_t rank;
-    int64_t size;         /* -1: missing */
-} cli_mfile;
-typedef struct cli_mtensor {
-    const char *name;
-    int kind;             /* 0 model, 1 opt */
-    shs_dtype dtype;
-    json_t *shape;        /* borrowed: array of non-negative integers */
-    size_t n_chunks;
-    uint64_t bytes;       /* sum of the chunks' byte ranges */
-} cli_mtensor;
-typedef struct cli_mblob {
-    const char *name;
-    size_t name_len;
-    uint64_t rank;
-    uint64_t bytes;
-} cli_mblob;
-typedef struct cli_meta {
-    json_t *root;
-    int64_t step;
-    uint64_t world_size;
-    cli_mfile *files;
-    size_t n_files;
-    cli_mtensor *tensors; /* sorted: model then opt, by name */
-    size_t n_tensors;
-    size_t n_kind[2];
-    uint64_t total_bytes;
-    cli_mblob *blobs;
-    size_t n_blobs;
-} cli_meta;
-int cli_meta_load(cli_meta *m, const char *dir, char **why);
-void cli_meta_release(cli_meta *m);
 
 /* `inspect STEP_DIR` (cmd_inspect.c calls it for a step directory). */
 int cli_inspect_checkpoint(const char *dir, int json);

@@ -3,17 +3,19 @@
  * all but the newest N committed steps of a save path (never the step the
  * tracker names) and the leftovers of failed saves.
  *
- * A step directory is first renamed to a ".trash-<name>-<random>" sibling
- * and only then removed: a crash in the middle leaves a .trash- entry (a
- * leftover, removed by the next prune or the next run's manager), never a
- * half-deleted directory that still looks like a checkpoint.
+ * Steps are removed with shs_checkpoint_remove (renamed to a .trash-
+ * sibling first, so a crash in the middle leaves a .trash- leftover, never
+ * a half-deleted directory that still looks like a checkpoint) and the
+ * leftovers with shs_checkpoint_clean.
  */
 #include "cli.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char k_help[] =
@@ -27,7 +29,8 @@ static const char k_help[] =
     "Do not run it while a training run saves into SAVE_PATH: its .tmp-* directory\n"
     "is a save in progress.\n"
     "\n"
-    "Each step directory is renamed to .trash-<name>-<random> first, then removed.\n"
+    "Each step directory is renamed to .trash-iteration_<step>-<random> first, then\n"
+    "removed.\n"
     "\n"
     "Options:\n"
     "  --keep N     number of newest committed steps to keep (N >= 1, required)\n"
@@ -42,29 +45,43 @@ static void put_name(const char *s)
     cli_put_escaped(stdout, s, strlen(s));
 }
 
-/* Rename a step directory away, then remove it. */
+/* Remove one committed step directory through the library.
+   shs_checkpoint_remove(save_path, step) removes iteration_%08d, or, when
+   there is none, step-N.  A directory of another name of the step
+   (iteration_40, step-040) is first renamed to iteration_%08d when that
+   name is free (a crash in between leaves the same committed step under
+   its usual name); a step-N or other name beside an existing
+   iteration_%08d of the same step is refused rather than have the library
+   remove that other directory. */
 static int remove_step(const char *save_path, const cli_entry *e)
 {
-    char suffix[17], why[512];
-    cli_random_suffix(suffix);
-    char *trash = cli_fmt("%s/.trash-%s-%s", save_path, e->name, suffix);
-    if (!trash) {
-        cli_err("out of memory");
+    char canon[40], alt[40];
+    snprintf(canon, sizeof canon, "iteration_%08lld", (long long)e->step);
+    snprintf(alt, sizeof alt, "step-%lld", (long long)e->step);
+    if (strcmp(e->name, canon) != 0) {
+        char *cp = cli_fmt("%s/%s", save_path, canon);
+        struct stat st;
+        int free_name = cp && lstat(cp, &st) != 0 && errno == ENOENT;
+        int ok = free_name && (strcmp(e->name, alt) == 0 ||
+                               renameat2(AT_FDCWD, e->path, AT_FDCWD, cp, RENAME_NOREPLACE) == 0);
+        int err = errno;
+        free(cp);
+        if (!ok) {
+            if (free_name)
+                cli_err("cannot remove %s: rename to %s: %s", e->path, canon, strerror(err));
+            else
+                cli_err("cannot remove %s: %s/%s exists too (the library removes that one "
+                        "first); remove one of them by hand",
+                        e->path, save_path, canon);
+            return CLI_FAIL;
+        }
+    }
+    if (shs_checkpoint_remove(save_path, e->step) < 0) {
+        cli_err("cannot remove %s: %s (a .trash- leftover is removed by a later prune)",
+                e->path, shs_last_error());
         return CLI_FAIL;
     }
-    if (rename(e->path, trash) != 0) {
-        cli_err("cannot remove %s: rename: %s", e->path, strerror(errno));
-        free(trash);
-        return CLI_FAIL;
-    }
-    int rc = CLI_OK;
-    if (cli_rmtree(trash, why, sizeof why) < 0) {
-        cli_err("%s renamed to %s, but removing it failed: %s (a later prune removes it)",
-                e->path, trash, why);
-        rc = CLI_FAIL;
-    }
-    free(trash);
-    return rc;
+    return CLI_OK;
 }
 
 static void sync_dir(const char *path)
@@ -180,11 +197,21 @@ int cli_cmd_prune(int argc, char **argv)
         put_name(e->name);
         printf(" (step %lld, %llu bytes)\n", (long long)e->step, (unsigned long long)e->bytes);
     }
+    /* the leftovers, all at once (shs_checkpoint_clean); each one still
+       there afterwards is a failure */
+    int clean_rc = SHS_OK;
+    char *clean_why = NULL;
+    if (!dry && s.n_leftovers) {
+        clean_rc = shs_checkpoint_clean(path);
+        if (clean_rc < 0)
+            clean_why = cli_fmt("%s", shs_last_error());
+    }
     for (size_t i = 0; i < s.n_leftovers; i++) {
         const cli_entry *e = &s.leftovers[i];
-        char why[512];
-        if (!dry && cli_rmtree(e->path, why, sizeof why) < 0) {
-            cli_err("cannot remove leftover %s: %s", e->path, why);
+        struct stat st;
+        if (!dry && lstat(e->path, &st) == 0) {
+            cli_err("cannot remove leftover %s: %s", e->path,
+                    clean_why ? clean_why : "still present");
             status = CLI_FAIL;
             continue;
         }
@@ -192,6 +219,12 @@ int cli_cmd_prune(int argc, char **argv)
         put_name(e->name);
         printf(" (%llu bytes)\n", (unsigned long long)e->bytes);
     }
+    if (clean_rc < 0 && status == CLI_OK) {
+        /* failed on an entry the scan did not see (created since) */
+        cli_err("%s", clean_why ? clean_why : "removing leftovers failed");
+        status = CLI_FAIL;
+    }
+    free(clean_why);
     if (!dry)
         sync_dir(path);
     printf("%s %zu step %s, kept %zu committed\n", dry ? "would remove" : "removed", n_removed,

@@ -203,14 +203,12 @@ static void verify_step(vctx *c, const char *dir)
         free(msg);
         return;
     }
-    cli_meta m;
-    char *why = NULL;
+    shs_checkpoint *ck;
     long long step = -1;
-    if (cli_meta_load(&m, dir, &why) == CLI_OK) {
-        step = (long long)m.step;
-        cli_meta_release(&m);
+    if (shs_checkpoint_open(&ck, dir) == SHS_OK) {
+        step = (long long)shs_checkpoint_step(ck);
+        shs_checkpoint_close(ck);
     }
-    free(why);
     uint64_t bytes, files, shared;
     cli_du(dir, &bytes, &files, &shared);
     put_result("OK", dir);

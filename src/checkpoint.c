@@ -626,8 +626,10 @@ static int meta_from_plain(meta *m, const char *dir)
         m->f[i].name = names[i];
     m->nf = n;
     shs__free(names);
-    if (n == 0)
+    if (n == 0) {
+        meta_free(m);
         return shs__err(SHS_ENOCHECKPOINT, "%s: no metadata.json and no .safetensors files", dir);
+    }
     size_t cap_t = 0;
     for (size_t i = 0; i < m->nf; i++) {
         char *fp = shs__path_join(dir, m->f[i].name);
@@ -1458,6 +1460,32 @@ static int check_hash(const loader *L, const mchunk *c, const char *tname, const
                     L->dir, L->m->f[c->file].name, tname);
 }
 
+/* Read a whole chunk into dst, checksumming each block while it is still
+   in the cache (one pass over memory instead of two). */
+static int read_hashed(const loader *L, const mchunk *c, const char *tname, shs_file *f,
+                       size_t idx, void *dst, uint64_t n)
+{
+    enum { BLOCK = 1 << 20 };
+    XXH3_state_t *hs = NULL;
+    int rc = SHS_OK;
+    if (c->has_hash) {
+        if (!(hs = XXH3_createState()))
+            return shs__err(SHS_ENOMEM, "out of memory");
+        XXH3_64bits_reset(hs);
+    }
+    for (uint64_t at = 0; at < n && rc == SHS_OK; at += BLOCK) {
+        size_t len = (size_t)(n - at < BLOCK ? n - at : BLOCK);
+        rc = shs_file_read_bytes(f, idx, at, (char *)dst + at, len);
+        if (rc == SHS_OK && hs)
+            XXH3_64bits_update(hs, (char *)dst + at, len);
+    }
+    if (rc == SHS_OK && hs && XXH3_64bits_digest(hs) != c->hash)
+        rc = shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': data does not match its xxh3 checksum",
+                      L->dir, L->m->f[c->file].name, tname);
+    XXH3_freeState(hs);
+    return rc;
+}
+
 /* Fill the local box of t from every saved chunk that intersects it. */
 static int load_tensor(loader *L, shs__tensor *t, const mtensor *mt)
 {
@@ -1499,8 +1527,7 @@ static int load_tensor(loader *L, shs__tensor *t, const mtensor *mt)
             exact = c->off[d] == t->goff[d] && c->shape[d] == t->shape[d];
         if (exact) {
             /* the common case: the saved chunk is the requested box */
-            if ((rc = shs_file_read(f, idx, t->data, (size_t)t->nbytes)) < 0 ||
-                (rc = check_hash(L, c, t->name, t->data, t->nbytes)) < 0)
+            if ((rc = read_hashed(L, c, t->name, f, idx, t->data, t->nbytes)) < 0)
                 return rc;
         } else {
             const void *src = shs_file_tensor_data(f, idx);

@@ -28,6 +28,7 @@ typedef struct job {
     int64_t step;
     int with_optim;
     int defer_snapshot;
+    size_t split;            /* caller copies [0, split), the worker the rest */
     shs__blob *blobs;        /* snapshot of the state's blobs */
     size_t n_blobs;
 } job;
@@ -55,7 +56,8 @@ struct shs_manager {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int busy;                /* a job is queued or running */
-    int snapshot_done;
+    int snapshot_done;       /* the worker's part of the snapshot is taken */
+    int caller_done;         /* the caller's part is taken */
     int stop;
     job cur;
     int bg_status;           /* error of the last background save */
@@ -220,12 +222,26 @@ static int ensure_staging(shs_manager *m)
     return SHS_OK;
 }
 
-static void snapshot_tensors(shs_manager *m, int with_optim)
+/* Copy tensors [from, to) into the staging buffers. */
+static void snapshot_tensors(shs_manager *m, int with_optim, size_t from, size_t to)
 {
     const shs_state *st = m->state;
-    for (size_t i = 0; i < st->n; i++)
+    for (size_t i = from; i < to; i++)
         if (st->t[i].nbytes && (st->t[i].kind == SHS_KIND_MODEL || with_optim))
             memcpy(m->staging[i], st->t[i].data, (size_t)st->t[i].nbytes);
+}
+
+/* Index splitting the tensors into two halves of about equal bytes, so the
+   caller's thread and the worker copy one half each. */
+static size_t half_split(const shs_state *st)
+{
+    uint64_t total = 0, acc = 0;
+    for (size_t i = 0; i < st->n; i++)
+        total += st->t[i].nbytes;
+    size_t i = 0;
+    while (i < st->n && acc + st->t[i].nbytes / 2 < total / 2)
+        acc += st->t[i++].nbytes;
+    return i;
 }
 
 static void *worker_main(void *arg)
@@ -239,13 +255,15 @@ static void *worker_main(void *arg)
             break;
         job j = m->cur;
         pthread_mutex_unlock(&m->mu);
-        if (j.defer_snapshot) {
-            snapshot_tensors(m, j.with_optim);
-            pthread_mutex_lock(&m->mu);
-            m->snapshot_done = 1;
-            pthread_cond_broadcast(&m->cv);
-            pthread_mutex_unlock(&m->mu);
-        }
+        /* the whole snapshot (deferred), or the worker's half of it; then
+           wait for the caller's half before reading the staging buffers */
+        snapshot_tensors(m, j.with_optim, j.defer_snapshot ? 0 : j.split, m->state->n);
+        pthread_mutex_lock(&m->mu);
+        m->snapshot_done = 1;
+        pthread_cond_broadcast(&m->cv);
+        while (!m->caller_done)
+            pthread_cond_wait(&m->cv, &m->mu);
+        pthread_mutex_unlock(&m->mu);
         int rc = do_save(m, &j, m->staging);
         char msg[900];
         snprintf(msg, sizeof msg, "%s", rc < 0 ? shs_last_error() : "");
@@ -337,8 +355,7 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
         return rc;
     }
     j.defer_snapshot = (flags & SHS_SAVE_DEFER_SNAPSHOT) != 0;
-    if (!j.defer_snapshot)
-        snapshot_tensors(m, j.with_optim);
+    j.split = j.defer_snapshot ? 0 : half_split(m->state);
     if (!m->thread_started) {
         if (pthread_create(&m->thread, NULL, worker_main, m) != 0) {
             free_blobs(j.blobs, j.n_blobs);
@@ -349,9 +366,23 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
     pthread_mutex_lock(&m->mu);
     m->cur = j;
     m->busy = 1;
-    m->snapshot_done = j.defer_snapshot ? 0 : 1;
-    m->blocked_seconds = now_s() - t0;
+    m->snapshot_done = 0;
+    m->caller_done = j.defer_snapshot;
     pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+    if (!j.defer_snapshot) {
+        /* copy our half while the worker copies the other; return only
+           when the whole snapshot is taken */
+        snapshot_tensors(m, j.with_optim, 0, j.split);
+        pthread_mutex_lock(&m->mu);
+        m->caller_done = 1;
+        pthread_cond_broadcast(&m->cv);
+        while (!m->snapshot_done)
+            pthread_cond_wait(&m->cv, &m->mu);
+        pthread_mutex_unlock(&m->mu);
+    }
+    pthread_mutex_lock(&m->mu);
+    m->blocked_seconds = now_s() - t0;
     pthread_mutex_unlock(&m->mu);
     return SHS_OK;
 }

@@ -228,4 +228,36 @@ REMAIN=$(cd "$P" && ls -d iteration_* | tr '\n' ' ')
 expect 1 "prune a step directory is refused" "$SHS_BIN" prune "$P/iteration_00000300" --keep 1
 expect 1 "prune a directory that is not a save path is refused" "$SHS_BIN" prune "$WORK/plain" --keep 1
 
+# inspect: common.json through the library (exactly its seven keys)
+expect 0 "inspect shows every common.json key" "$SHS_BIN" inspect "$S300"
+has "$WORK/out" "step_num: 300" "inspect shows step_num"
+has "$WORK/out" "ckpt_status: null" "inspect shows ckpt_status"
+C="$WORK/common_extra"
+fresh "$SP" "$C"
+"$PY" - "$C/iteration_00000300/common.json" <<'EOF'
+import json, sys
+p = sys.argv[1]
+d = json.load(open(p))
+d["extra"] = 1
+json.dump(d, open(p, "w"))
+EOF
+expect 0 "inspect with an invalid common.json still prints the checkpoint" "$SHS_BIN" inspect "$C/iteration_00000300"
+has "$WORK/out" "common.json: missing or invalid" "invalid common.json: section says so"
+has "$WORK/err" "unknown key" "invalid common.json: the warning gives the library's reason"
+
+# prune: step-N and other names of a step, through shs_checkpoint_remove
+P="$WORK/prune_names"
+fresh "$SP" "$P"
+mv "$P/iteration_00000100" "$P/step-100"
+mv "$P/iteration_00000150" "$P/iteration_150"
+cp -a "$P/iteration_00000200" "$P/step-50"
+mkdir "$P/iteration_00000050"
+expect 1 "prune with a step-N beside an incomplete iteration_ of that step" "$SHS_BIN" prune "$P" --keep 2
+has "$WORK/out" "removed step-100 (step 100" "prune removes a step-N directory"
+has "$WORK/out" "removed iteration_150 (step 150" "prune removes an iteration_N directory of another width"
+has "$WORK/err" "cannot remove $P/step-50" "prune refuses step-50 beside an incomplete iteration_00000050"
+REMAIN=$(cd "$P" && ls -A | tr '\n' ' ')
+[ "$REMAIN" = "iteration_00000050 iteration_00000250 iteration_00000300 latest_checkpointed_iteration.txt step-50 " ] &&
+    pass "prune removed exactly the removable old steps, no .trash- left" || fail "after prune: $REMAIN"
+
 finish
