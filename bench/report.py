@@ -341,8 +341,12 @@ def render(raw, command):
       "(last row).")
     w("")
 
-    # ---- 3. peak RSS ----
-    w("## 3. Peak RSS (ru_maxrss, one process per mode)")
+    # ---- 3. checkpoints (manager) ----
+    if any(k[0].startswith("ckpt_") for k in res):
+        checkpoints(g, w)
+
+    # ---- 4. peak RSS ----
+    w("## 4. Peak RSS (ru_maxrss, one process per mode)")
     w("")
     w("Baseline: the tensor payload the process must hold (its in-memory state).")
     w("")
@@ -371,6 +375,24 @@ def render(raw, command):
       "libtorch |")
     w(f"| `bench_torch.py numpy` | {fr(g('numpy', 'peak_rss'))} MiB | state {pay:.0f} MiB | "
       f"{fr(ratio(g('numpy', 'peak_rss'), pay))} | state + one `np.load` result |")
+    st = g("ckpt_save", "state_bytes")
+    if st:
+        smib = st / 2**20
+        for mode, what, base, mult in (
+                ("ckpt_save", "state; the sync save streams from it", "state", 1),
+                ("ckpt_async", "state + 1 async manager's pre-faulted staging copy at a time "
+                 "(the first is freed before the second is created)", "state + staging", 2),
+                ("ckpt_incr", "state (saves stream from it)", "state", 1),
+                ("ckpt_resume", "state + the memcpy baseline's source copy + the mapped "
+                 "checkpoint files' page-cache pages (shared, reclaimable)", "state + copy", 2)):
+            v = g(mode, "peak_rss")
+            if v is not None:
+                w(f"| `bench_ckpt {mode[5:].replace('incr', 'incremental')}` | {fr(v)} MiB | "
+                  f"{base} {mult * smib:.0f} MiB | {fr(ratio(v, mult * smib))} | {what} |")
+        v = g("torch_ckpt", "peak_rss")
+        if v is not None:
+            w(f"| `bench_torch_ckpt.py` | {fr(v)} MiB | state {smib:.0f} MiB | "
+              f"{fr(ratio(v, smib))} | state + torch.save's buffers + libtorch |")
     w("")
     w("<details><summary>Raw output of this run</summary>")
     w("")
@@ -380,6 +402,97 @@ def render(raw, command):
     w("")
     w("</details>")
     print("\n".join(out))
+
+
+def checkpoints(g, w):
+    """Section 3: bench_ckpt (shs_manager_*) and bench_torch_ckpt.py."""
+    S = lambda k: g("ckpt_save", k)
+    A = lambda k: g("ckpt_async", k)
+    I = lambda k: g("ckpt_incr", k)
+    L = lambda k: g("ckpt_resume", k)
+    T = lambda k: g("torch_ckpt", k)
+    st = S("state_bytes") or A("state_bytes") or I("state_bytes") or L("state_bytes") or 0
+    w("## 3. Checkpoints (manager)")
+    w("")
+    w(f"`bench_ckpt` (one process per mode): a {st / 2**30:.2f} GiB training state "
+      "registered with `shs_state_add_tensor` (model: 48 F32 matrices + 16 F32 vectors, "
+      "512 MiB; optimizer: Adam `exp_avg` / `exp_avg_sq` of each in BF16, 512 MiB; blobs "
+      "`lr_scheduler`, `dataloader`, `rng`), saved and loaded through the checkpoint "
+      "manager. Every save starts from a clean page cache (`sync`, not timed) into a "
+      "fresh step directory (the previous one removed, not timed). Baselines are "
+      "measured in the same process, interleaved.")
+    w("")
+    w("| | what | shardsafe | baseline (same run) | ratio | target | status |")
+    w("|---|---|---|---|---|---|---|")
+    r = ratio(S("shs_sync"), S("base_fsync"))
+    w(f"| a | sync save, fsync=1: `shs_manager_save` (best of 3) | {gbs(S('shs_sync'))} "
+      f"({fr(S('shs_sync_s'))} s) | write(2) of the same buffers to one file + fsync: "
+      f"{gbs(S('base_fsync'))} | {fr(r)} (CPU time: {fr(S('cpu_ratio'))}) | ≥ 0.85 | "
+      f"{status(r, 0.85)} |")
+    dd = g("dd", "dd_fsync")
+    if dd is not None:
+        w(f"| a | reference: `dd if=/dev/zero bs=8M count=128 conv=fsync` (run.sh, best "
+          f"of 3) | {gbs(S('shs_sync'))} | dd: {gbs(dd)} | {fr(ratio(S('shs_sync'), dd))} "
+          "| (reference) | |")
+    rt = ratio(S("shs_sync"), T("torch_save_fsync"))
+    norm = None
+    if None not in (S("shs_sync"), S("base_fsync"), T("torch_save_fsync"), T("base_fsync")):
+        norm = (S("shs_sync") / S("base_fsync")) / (T("torch_save_fsync") / T("base_fsync"))
+    w(f"| a | vs `torch.save` of the same tensors (model + optimizer dicts + small "
+      f"entries) + `os.fsync`, `bench_torch_ckpt.py` (other process, best of 3) | "
+      f"{gbs(S('shs_sync'))} | torch: {gbs(T('torch_save_fsync'))} (its os.write+fsync "
+      f"baseline {gbs(T('base_fsync'))}) | {fr(rt)} (normalised {fr(norm)}) | ≥ 2 | "
+      f"{status(rt, 2.0)} |")
+    w(f"| a | diagnostic: XXH3-64 checksum of the whole state (the save hashes every "
+      f"tensor) | {fr(S('xxh3_s'))} s | sync save {fr(S('shs_sync_s'))} s | "
+      f"{fr(ratio(S('xxh3_s'), S('shs_sync_s')))} | — | |")
+    sm = A("sync_median_s")
+    for key, what, tgt in (
+            ("a_first_s", "async save, **1st** save: time in `shs_manager_save` (allocates "
+             "and pre-faults the staging buffers, then copies)", None),
+            ("a_steady_s", "async save, 2nd+ saves (median of 3): time in "
+             "`shs_manager_save` (staging copy)", 0.10),
+            ("b_first_s", "`SHS_SAVE_DEFER_SNAPSHOT`, **1st** save: time in save() + in "
+             "fence()", None),
+            ("b_steady_s", "`SHS_SAVE_DEFER_SNAPSHOT`, 2nd+ saves (median of 3): time in "
+             "save() + in fence(), read-only compute in between", 0.02)):
+        v = A(key)
+        rr = ratio(v, sm)
+        w(f"| b | {what}; time ratio, lower is better | {fr(v)} s | sync save, same "
+          f"process, median: {fr(sm)} s (best {fr(A('sync_s'))} s) | {fr(rr)} | "
+          f"{'≤ %.2f' % tgt if tgt else '—'} | "
+          f"{status(rr, tgt + 1e-12, higher_is_better=False) if tgt else ''} |")
+    w(f"| b | background commit (`total_seconds`: snapshot to commit), 2nd+ median: plain "
+      f"async / deferred | {fr(A('a_commit_s'))} s / {fr(A('b_commit_s'))} s | sync save "
+      f"{fr(sm)} s | {fr(ratio(A('a_commit_s'), sm))} / {fr(ratio(A('b_commit_s'), sm))} "
+      "| — | |")
+    w(f"| b | the simulated read-only compute while the deferred snapshot is taken "
+      f"(median) | {fr(A('b_compute_s'))} s | same compute alone (best) "
+      f"{fr(A('b_compute_alone_s'))} s | {fr(ratio(A('b_compute_s'), A('b_compute_alone_s')))}"
+      " | — | |")
+    full = I("full_median_s")
+    for k in range(1, 6):
+        fw = I(f"s{k}_written_frac")
+        if fw is None:
+            continue
+        t = k >= 3
+        note = "(writes everything by design" + (
+            ": frozen tensors move to their own file)" if k == 2 else ")")
+        w(f"| c | incremental save {k} ({100 * (I('changing_frac') or 0):.1f}% of the bytes "
+          f"change each step): bytes_written / state_bytes {'' if t else note} | "
+          f"{fr(fw)} (linked {fr(I(f's{k}_linked_frac'))}), {fr(I(f's{k}_s'))} s | full "
+          f"save of the same step {fr(I(f's{k}_full_s'))} s (median of all {fr(full)} s) | "
+          f"time {fr(ratio(I(f's{k}_s'), full))} | {'≤ 0.15 bytes' if t else '—'} | "
+          f"{status(fw, 0.15 + 1e-12, higher_is_better=False) if t else ''} |")
+    r = ratio(L("shs_load"), L("memcpy"))
+    w(f"| d | resume: `shs_manager_load` into the registered pre-faulted buffers, warm "
+      f"cache (best of 5) | {gbs(L('shs_load'))} ({fr(L('shs_load_s'))} s) | memcpy of the "
+      f"same bytes between pre-faulted buffers: {gbs(L('memcpy'))} | {fr(r)} | ≥ 0.80 | "
+      f"{status(r, 0.80)} |")
+    w(f"| d | diagnostic: XXH3-64 of the state (the load verifies every chunk) | "
+      f"{fr(L('xxh3_s'))} s | load {fr(L('shs_load_s'))} s | "
+      f"{fr(ratio(L('xxh3_s'), L('shs_load_s')))} | — | |")
+    w("")
 
 
 def main():

@@ -3,7 +3,7 @@
 # benchmark, print the markdown results table and write bench/results.md.
 #
 # TARGET_DIR (default $TMPDIR or /tmp) gets a temporary subdirectory for the
-# ~1 GiB files (about 2.2 GiB free needed); it is removed at the end.
+# ~1 GiB files (about 3.2 GiB free needed); it is removed at the end.
 # Progress and the raw output go to stderr; the raw log is kept in
 # build-bench/bench-raw.log.
 set -euo pipefail
@@ -25,7 +25,7 @@ fi
 log "building (Release) in $BUILD"
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSHS_BUILD_TESTS=OFF >"$BUILD.cmake.log" 2>&1 ||
     { cat "$BUILD.cmake.log" >&2; exit 1; }
-cmake --build "$BUILD" --target bench_io -j "$(nproc)" >"$BUILD.cmake.log" 2>&1 ||
+cmake --build "$BUILD" --target bench_io bench_ckpt -j "$(nproc)" >"$BUILD.cmake.log" 2>&1 ||
     { cat "$BUILD.cmake.log" >&2; exit 1; }
 rm -f "$BUILD.cmake.log"
 
@@ -83,6 +83,17 @@ log "bench_torch.py torch (torch.save / torch.load)"
 step "$PY" "$ROOT/bench/bench_torch.py" torch "$WORK"
 log "bench_torch.py numpy (np.save / np.load / np.savez)"
 step "$PY" "$ROOT/bench/bench_torch.py" numpy "$WORK"
+
+log "bench_ckpt save (shs_manager_save, sync, fsync=1, vs write(2)+fsync)"
+step "$BUILD/bench_ckpt" save "$WORK"
+log "bench_torch_ckpt.py (torch.save of the same checkpoint + fsync)"
+step "$PY" "$ROOT/bench/bench_torch_ckpt.py" "$WORK"
+log "bench_ckpt async (time blocked in save / fence vs the sync save)"
+step "$BUILD/bench_ckpt" async "$WORK"
+log "bench_ckpt incremental (90% frozen, 5 saves)"
+step "$BUILD/bench_ckpt" incremental "$WORK"
+log "bench_ckpt resume (shs_manager_load vs memcpy)"
+step "$BUILD/bench_ckpt" resume "$WORK"
 
 "$PY" "$ROOT/bench/report.py" machine "$WORK" end >>"$RAW"
 "$PY" "$ROOT/bench/report.py" render "$RAW" "bench/run.sh${1:+ $1}" >"$OUT.tmp"
