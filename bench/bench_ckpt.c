@@ -277,11 +277,14 @@ static void free_state(bstate *s)
         free(s->t[i].data);
 }
 
+static int g_load_workers = 1; /* load_worker_number of loading managers */
+
 static shs_manager *make_manager(bstate *s, const char *save_path, int async, int incremental,
                                  int do_fsync, const char *load_path)
 {
     shs_config c;
     shs_config_init(&c);
+    c.load_worker_number = g_load_workers;
     c.save_path = save_path;
     c.save_max = 0; /* keep all: the benchmark removes old steps, untimed */
     c.async_save = async;
@@ -750,6 +753,23 @@ static int mode_resume(const char *dir)
     result("shs_load_s", best_of(tl, LOAD_REPS), "s", "best time");
     result("shs_load_median_s", median_of(tl, LOAD_REPS), "s", "median time");
     result("xxh3_s", best_of(th, LOAD_REPS), "s", "XXH3-64 of the state (diagnostic)");
+    /* the same load with one reader thread per core (load_worker_number) */
+    shs_manager_free(m);
+    g_load_workers = 2;
+    m = make_manager(&s, sp, 0, 0, 0, sp);
+    for (int r = 0; r < LOAD_REPS; r++) {
+        double t0 = now();
+        for (int i = 0; i < N_T; i++)
+            memcpy(s.t[i].data, c[i], s.t[i].nbytes);
+        tm[r] = now() - t0;
+        tl[r] = timed_load(m);
+    }
+    gm = bytes / best_of(tm, LOAD_REPS) / 1e9;
+    gl = bytes / best_of(tl, LOAD_REPS) / 1e9;
+    printf("resume: load_worker_number=2: memcpy %.2f GB/s; shs_manager_load %.2f GB/s; "
+           "ratio %.3f\n", gm, gl, gl / gm);
+    result("memcpy_w2", gm, "GB/s", "memcpy of the same bytes (run next to the 2-worker load)");
+    result("shs_load_w2", gl, "GB/s", "shs_manager_load with load_worker_number=2");
     shs_manager_free(m);
     rmtree(sp);
     for (int i = 0; i < N_T; i++)

@@ -22,6 +22,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1430,7 +1431,7 @@ static int open_file(loader *L, uint32_t fi, shs_file **out)
 static int chunk_locate(loader *L, uint32_t fi, const char *key, uint64_t b0, uint64_t b1,
                         shs_file **out_f, size_t *out_idx)
 {
-    shs_file *f;
+    shs_file *f = NULL;
     int rc = open_file(L, fi, &f);
     if (rc < 0)
         return rc;
@@ -1465,7 +1466,7 @@ static int check_hash(const loader *L, const mchunk *c, const char *tname, const
 static int read_hashed(const loader *L, const mchunk *c, const char *tname, shs_file *f,
                        size_t idx, void *dst, uint64_t n)
 {
-    enum { BLOCK = 1 << 20 };
+    enum { BLOCK = 64 << 10 }; /* stays in L2 between the copy and the hash */
     XXH3_state_t *hs = NULL;
     int rc = SHS_OK;
     if (c->has_hash) {
@@ -1563,6 +1564,73 @@ static int load_tensor(loader *L, shs__tensor *t, const mtensor *mt)
     return SHS_OK;
 }
 
+typedef struct load_pool {
+    loader *L;
+    shs_state *st;
+    const shs__load_req *req;
+    pthread_mutex_t mu;
+    size_t next;             /* next tensor to take */
+    int rc;                  /* first error */
+    char msg[1024];
+} load_pool;
+
+static void *load_worker(void *arg)
+{
+    load_pool *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        size_t i = p->next++;
+        int stop = p->rc < 0 || i >= p->st->n;
+        pthread_mutex_unlock(&p->mu);
+        if (stop)
+            return NULL;
+        shs__tensor *t = &p->st->t[i];
+        if (t->kind == SHS_KIND_OPTIMIZER && !p->req->with_optim)
+            continue;
+        const mtensor *mt = meta_find(p->L->m, t->name);
+        int rc = mt ? load_tensor(p->L, t, mt) : SHS_OK;
+        if (rc < 0) {
+            pthread_mutex_lock(&p->mu);
+            if (p->rc == SHS_OK) {
+                p->rc = rc;
+                snprintf(p->msg, sizeof p->msg, "%s", shs_last_error());
+            }
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+}
+
+/* Fill every registered tensor; with several workers the files are all
+   opened first (a shs_file is read-only after open, so threads share it)
+   and the tensors are taken from a common counter. */
+static int load_tensors(loader *L, shs_state *st, const shs__load_req *req)
+{
+    int workers = req->workers > 1 ? req->workers : 1;
+    load_pool p = { L, st, req, PTHREAD_MUTEX_INITIALIZER, 0, SHS_OK, "" };
+    if (workers == 1) {
+        load_worker(&p);
+        return p.rc < 0 ? shs__err(p.rc, "%s", p.msg) : SHS_OK;
+    }
+    for (size_t fi = 0; fi < L->m->nf; fi++) {
+        shs_file *f;
+        int rc = open_file(L, (uint32_t)fi, &f);
+        if (rc < 0)
+            return rc;
+    }
+    pthread_t th[64];
+    int started = 0;
+    if (workers > 64)
+        workers = 64;
+    for (; started < workers - 1; started++)
+        if (pthread_create(&th[started], NULL, load_worker, &p) != 0)
+            break;
+    load_worker(&p); /* this thread works too */
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&p.mu);
+    return p.rc < 0 ? shs__err(p.rc, "%s", p.msg) : SHS_OK;
+}
+
 static void note_skipped(shs_load_result *res, const char *name)
 {
     if (!res)
@@ -1656,15 +1724,9 @@ int shs__ckpt_load(shs_state *st, const char *dir, const shs__load_req *req,
                       "(non-strict loading skips them)", dir, n_extra, extra);
         goto done;
     }
-    /* 2. tensors */
-    for (size_t i = 0; i < st->n; i++) {
-        shs__tensor *t = &st->t[i];
-        if (t->kind == SHS_KIND_OPTIMIZER && !req->with_optim)
-            continue;
-        const mtensor *mt = meta_find(&m, t->name);
-        if (mt && (rc = load_tensor(&L, t, mt)) < 0)
-            goto done;
-    }
+    /* 2. tensors, by `workers` threads */
+    if ((rc = load_tensors(&L, st, req)) < 0)
+        goto done;
     /* 3. rank-local blobs: only when the world is the same */
     int same_world = m.world_size == req->world_size;
     for (size_t k = 0; same_world && k < m.nb; k++) {

@@ -40,6 +40,7 @@ typedef struct shs__load_req {
     unsigned exclude;              /* SHS_EXCLUDE_* */
     int strict;
     int rank, world_size;
+    int workers;                   /* parallel reader threads (>= 1) */
 } shs__load_req;
 
 /* Load a step directory (ours, or a plain directory of safetensors files)

@@ -541,6 +541,7 @@ static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *r
         .strict = c->strict,
         .rank = m->comm->rank,
         .world_size = m->comm->size,
+        .workers = c->load_worker_number,
     };
     if (model_only)
         req.exclude |= SHS_EXCLUDE_TRAIN_STATE | SHS_EXCLUDE_DATALOADER |

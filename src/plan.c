@@ -159,14 +159,14 @@ static void msort_u32(uint32_t *a, uint32_t *tmp, size_t n, cmp_fn cmp,
 /* Canonical box order of one tensor: sweep dimension first, then the other
    offsets, then the shapes. */
 typedef struct box_cmp_ctx {
-    const shs_plan_chunk *chunks;
+    const uint64_t *const *boxes;
     uint32_t ndim, ds;
 } box_cmp_ctx;
 
 static int cmp_box(const void *vctx, uint32_t ia, uint32_t ib)
 {
     const box_cmp_ctx *c = vctx;
-    const uint64_t *a = c->chunks[ia].box, *b = c->chunks[ib].box;
+    const uint64_t *a = c->boxes[ia], *b = c->boxes[ib];
     uint32_t nd = c->ndim;
     if (nd == 0 || a == b)
         return 0;
@@ -263,6 +263,7 @@ typedef struct analysis {
     uint32_t *ustart;  /* [nu + 1] position in ord where each unique starts */
     uint32_t *tu;      /* [nt + 1] first unique of each tensor */
     uint32_t *ds;      /* [nt] sweep dimension of each tensor */
+    uint64_t *ubytes;  /* [nu] bytes of each unique */
     size_t nu;
 } analysis;
 
@@ -272,6 +273,7 @@ static void analysis_release(analysis *a)
     shs__free(a->ustart);
     shs__free(a->tu);
     shs__free(a->ds);
+    shs__free(a->ubytes);
     memset(a, 0, sizeof *a);
 }
 
@@ -290,7 +292,9 @@ static int analyze(analysis *a, const shs_plan_tensor *tensors, uint32_t nt,
     int rc = SHS_OK;
     size_t *tstart = NULL, *nzbase = NULL;
     uint64_t *nz = NULL, *keys = NULL, *ktmp = NULL;
-    uint32_t *seg = NULL, *mtmp = NULL, *stamp = NULL;
+    uint32_t *seg = NULL, *mtmp = NULL, *stamp = NULL, *perm = NULL, *lrank = NULL;
+    uint64_t *lkey = NULL;
+    const uint64_t **lbox = NULL;
     size_t maxm = 0, sumdim = 0;
 
     memset(a, 0, sizeof *a);
@@ -311,7 +315,8 @@ static int analyze(analysis *a, const shs_plan_tensor *tensors, uint32_t nt,
     a->tu = shs__calloc((size_t)nt + 1, sizeof *a->tu);
     a->ord = shs__malloc((n ? n : 1) * sizeof *a->ord);
     a->ustart = shs__malloc((n + 1) * sizeof *a->ustart);
-    if (!tstart || !nzbase || !a->ds || !a->tu || !a->ord || !a->ustart)
+    a->ubytes = shs__malloc((n ? n : 1) * sizeof *a->ubytes);
+    if (!tstart || !nzbase || !a->ds || !a->tu || !a->ord || !a->ustart || !a->ubytes)
         goto nomem;
     for (uint32_t t = 0; t < nt; t++) {
         nzbase[t] = sumdim;
@@ -357,7 +362,11 @@ static int analyze(analysis *a, const shs_plan_tensor *tensors, uint32_t nt,
     ktmp = shs__malloc((maxm ? maxm : 1) * sizeof *ktmp);
     seg = shs__malloc((maxm ? maxm : 1) * sizeof *seg);
     mtmp = shs__malloc((maxm ? maxm : 1) * sizeof *mtmp);
-    if (!keys || !ktmp || !seg || !mtmp)
+    perm = shs__malloc((maxm ? maxm : 1) * sizeof *perm);
+    lrank = shs__malloc((maxm ? maxm : 1) * sizeof *lrank);
+    lkey = shs__malloc((maxm ? maxm : 1) * sizeof *lkey);
+    lbox = shs__malloc((maxm ? maxm : 1) * sizeof *lbox);
+    if (!keys || !ktmp || !seg || !mtmp || !perm || !lrank || !lkey || !lbox)
         goto nomem;
     if (nranks && !(stamp = shs__calloc(nranks, sizeof *stamp)))
         goto nomem;
@@ -367,59 +376,72 @@ static int analyze(analysis *a, const shs_plan_tensor *tensors, uint32_t nt,
         uint32_t *o = a->ord + tstart[t];
         size_t m = tstart[t + 1] - tstart[t];
         uint32_t nd = tensors[t].ndim, ds = a->ds[t];
-        box_cmp_ctx cc = { chunks, nd, ds };
         a->tu[t] = (uint32_t)nu;
         if (m == 0)
             continue;
 
+        /* One pass over the (scattered) chunks of this tensor; everything
+           after works on these contiguous local copies. */
+        uint64_t maxkey = 0;
+        for (size_t i = 0; i < m; i++) {
+            const shs_plan_chunk *c = &chunks[o[i]];
+            lbox[i] = c->box;
+            lrank[i] = c->rank;
+            lkey[i] = nd ? c->box[ds] : 0;
+            if (lkey[i] > maxkey)
+                maxkey = lkey[i];
+        }
+        box_cmp_ctx cc = { lbox, nd, ds };
         /* Order by start in the sweep dimension: radix on (start, local
            index) packed in 64 bits when it fits. */
         unsigned lb = bits_for(m - 1);
-        uint64_t maxkey = 0;
-        for (size_t i = 0; i < m; i++) {
-            uint64_t k = box_start(&chunks[o[i]], nd, ds);
-            if (k > maxkey)
-                maxkey = k;
-        }
         if (lb < 64 && (lb == 0 || (maxkey >> (64 - lb)) == 0)) {
             for (size_t i = 0; i < m; i++)
-                keys[i] = (box_start(&chunks[o[i]], nd, ds) << lb) | i;
+                keys[i] = (lkey[i] << lb) | i;
             radix_u64(keys, ktmp, m);
             uint64_t mask = lb ? (UINT64_MAX >> (64 - lb)) : 0;
-            memcpy(seg, o, m * sizeof *o);
             for (size_t i = 0; i < m; i++)
-                o[i] = seg[keys[i] & mask];
+                perm[i] = (uint32_t)(keys[i] & mask);
             /* inside ties of the sweep start, replicas need no sorting */
             for (size_t g = 0; g < m;) {
-                uint64_t s = box_start(&chunks[o[g]], nd, ds);
+                uint64_t k0 = lkey[perm[g]];
                 size_t e = g + 1;
                 bool same = true;
-                for (; e < m && box_start(&chunks[o[e]], nd, ds) == s; e++)
-                    if (same && !box_eq(chunks[o[g]].box, chunks[o[e]].box, nd))
+                for (; e < m && lkey[perm[e]] == k0; e++)
+                    if (same && !box_eq(lbox[perm[g]], lbox[perm[e]], nd))
                         same = false;
                 if (!same)
-                    msort_u32(o + g, mtmp, e - g, cmp_box, &cc);
+                    msort_u32(perm + g, mtmp, e - g, cmp_box, &cc);
                 g = e;
             }
         } else {
-            msort_u32(o, mtmp, m, cmp_box, &cc);
+            for (size_t i = 0; i < m; i++)
+                perm[i] = (uint32_t)i;
+            msort_u32(perm, mtmp, m, cmp_box, &cc);
         }
+        memcpy(seg, o, m * sizeof *o);
+        for (size_t i = 0; i < m; i++)
+            o[i] = seg[perm[i]];
 
         /* Merge identical boxes into uniques. */
         size_t u0 = nu;
+        uint64_t bits = shs_dtype_bits(tensors[t].dtype);
         for (size_t i = 0; i < m; i++) {
-            const shs_plan_chunk *c = &chunks[o[i]];
-            if (i == 0 || (nd && !box_eq(chunks[o[i - 1]].box, c->box, nd)))
+            const uint64_t *box = lbox[perm[i]];
+            uint32_t rank = lrank[perm[i]];
+            if (i == 0 || (nd && !box_eq(lbox[perm[i - 1]], box, nd))) {
+                a->ubytes[nu] = (nd ? box_volume(box + nd, nd) : 1) * bits / 8;
                 a->ustart[nu++] = (uint32_t)(tstart[t] + i);
+            }
             if (stamp) {
-                if (stamp[c->rank] == nu) {
+                if (stamp[rank] == nu) {
                     char b[BOXSTR];
                     rc = shs__err(SHS_EINVAL, "plan: tensor %" PRIu32 ": rank %" PRIu32
-                                  " holds box %s twice", t, c->rank,
-                                  fmt_box(b, sizeof b, c->box, c->box + nd, nd));
+                                  " holds box %s twice", t, rank,
+                                  fmt_box(b, sizeof b, box, box + nd, nd));
                     goto done;
                 }
-                stamp[c->rank] = (uint32_t)nu;
+                stamp[rank] = (uint32_t)nu;
             }
         }
 
@@ -449,6 +471,14 @@ static int analyze(analysis *a, const shs_plan_tensor *tensors, uint32_t nt,
     a->tu[nt] = (uint32_t)nu;
     a->ustart[nu] = (uint32_t)n;
     a->nu = nu;
+    if (nu < n) { /* give back what the uniques did not use */
+        uint32_t *us = shs__realloc(a->ustart, (nu + 1) * sizeof *us);
+        uint64_t *ub = shs__realloc(a->ubytes, (nu ? nu : 1) * sizeof *ub);
+        if (us)
+            a->ustart = us;
+        if (ub)
+            a->ubytes = ub;
+    }
     goto done;
 
 nomem:
@@ -462,6 +492,10 @@ done:
     shs__free(seg);
     shs__free(mtmp);
     shs__free(stamp);
+    shs__free(perm);
+    shs__free(lrank);
+    shs__free(lkey);
+    shs__free(lbox);
     if (rc < 0)
         analysis_release(a);
     return rc;
@@ -469,9 +503,7 @@ done:
 
 static inline uint64_t unique_bytes(const analysis *a, size_t u)
 {
-    const shs_plan_chunk *c = &a->chunks[urep(a, u)];
-    const shs_plan_tensor *T = &a->tensors[c->tensor];
-    return elem_bytes(T, box_volume(c->box + T->ndim, T->ndim));
+    return a->ubytes[u];
 }
 
 /* Order `ids` (unique ids, ascending) by decreasing bytes, ties kept in id
@@ -581,7 +613,7 @@ int shs__plan_save(shs__save_plan *out, const shs_plan_tensor *tensors,
             uint64_t nb = unique_bytes(&a, u);
             out->unique_bytes += nb;
             out->total_bytes += nb * (a.ustart[u + 1] - a.ustart[u]);
-            vol += T->ndim ? box_volume(chunks[urep(&a, u)].box + T->ndim, T->ndim) : 1;
+            vol += nb * 8 / shs_dtype_bits(T->dtype); /* = element count */
         }
         if (out->first_incomplete == UINT32_MAX && vol != box_volume(T->shape, T->ndim))
             out->first_incomplete = t;
@@ -712,7 +744,7 @@ int shs__plan_load(shs__load_plan *out, const shs_plan_tensor *tensors,
     uint32_t *rord = NULL, *rtmp = NULL, *cnt32 = NULL, *by_u = NULL, *needed = NULL;
     uint32_t *reader = NULL;
     size_t *pos = NULL;
-    uint64_t *ukey = NULL, *maxlen = NULL, *ubytes = NULL;
+    uint64_t *ukey = NULL, *maxlen = NULL;
     size_t cap = 0;
 
     memset(out, 0, sizeof *out);
@@ -979,7 +1011,6 @@ done:
     shs__free(pos);
     shs__free(ukey);
     shs__free(maxlen);
-    shs__free(ubytes);
     analysis_release(&a);
     if (rc < 0)
         shs__load_plan_release(out);
