@@ -622,6 +622,8 @@ typedef struct shs_save_stats {
     uint64_t bytes_linked;    /* bytes reused from the previous save */
     double blocked_seconds;   /* time the caller was blocked */
     double total_seconds;     /* start to commit */
+    uint64_t max_rank_bytes;  /* most bytes written by one rank */
+    double write_balance;     /* max / mean bytes written per rank (1 rank: 1) */
 } shs_save_stats;
 SHS_API int shs_manager_last_save(const shs_manager *m, shs_save_stats *out);
 

@@ -18,6 +18,7 @@
 #include "comm.h"
 #include "io.h"
 #include "layout.h"
+#include "plan.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -984,7 +985,7 @@ static int commit_dir(const char *tmp, const char *target, const char *save_path
  * and "blobs" of metadata.json, with file indices local to this rank).
  */
 static int save_local(const shs_state *st, const shs__save_req *req, const char *tmp,
-                      json_t **frag_out, shs_save_stats *stats)
+                      const uint8_t *skip, json_t **frag_out, shs_save_stats *stats)
 {
     int rc;
     char name[360];
@@ -1008,7 +1009,7 @@ static int save_local(const shs_state *st, const shs__save_req *req, const char 
 
     /* what goes in, and the checksum of each local chunk */
     for (size_t i = 0; i < st->n; i++) {
-        incl[i] = st->t[i].kind == SHS_KIND_MODEL || req->with_optim;
+        incl[i] = (st->t[i].kind == SHS_KIND_MODEL || req->with_optim) && !(skip && skip[i]);
         to[i].file = SLOT_SKIP;
         if (incl[i]) {
             to[i].hash = XXH3_64bits(tensor_src(st, req, i), (size_t)st->t[i].nbytes);
@@ -1225,6 +1226,207 @@ done:
     return rc;
 }
 
+void shs__layout_cache_release(shs__layout_cache *c)
+{
+    if (!c)
+        return;
+    shs__free(c->skip);
+    memset(c, 0, sizeof *c);
+}
+
+/* This rank's layout: what it would write, as bytes every rank can parse:
+   per tensor: u32 name length, name, u8 kind, u8 dtype, u8 ndim, then
+   ndim u64 each of global shape, offset, shape. */
+static int layout_bytes(const shs_state *st, const shs__save_req *req, shs__buf *b)
+{
+    int rc = SHS_OK;
+    for (size_t i = 0; i < st->n && rc == SHS_OK; i++) {
+        const shs__tensor *t = &st->t[i];
+        if (t->kind == SHS_KIND_OPTIMIZER && !req->with_optim)
+            continue;
+        uint32_t nl = (uint32_t)t->name_len;
+        uint8_t head[3] = { (uint8_t)t->kind, (uint8_t)t->dtype, (uint8_t)t->ndim };
+        if ((rc = shs__buf_add(b, &nl, 4)) < 0 || (rc = shs__buf_add(b, t->name, nl)) < 0 ||
+            (rc = shs__buf_add(b, head, 3)) < 0 ||
+            (rc = shs__buf_add(b, t->gshape, t->ndim * 8)) < 0 ||
+            (rc = shs__buf_add(b, t->goff, t->ndim * 8)) < 0)
+            break;
+        rc = shs__buf_add(b, t->shape, t->ndim * 8);
+    }
+    return rc;
+}
+
+typedef struct lay_entry {
+    const char *name;
+    uint32_t name_len, rank;
+    uint8_t kind, dtype, ndim;
+    const uint64_t *gshape, *box; /* box: offset[ndim] then shape[ndim] */
+} lay_entry;
+
+static int cmp_lay_name(const void *a, const void *b)
+{
+    const lay_entry *x = *(const lay_entry *const *)a, *y = *(const lay_entry *const *)b;
+    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+    int c = memcmp(x->name, y->name, n);
+    if (c)
+        return c;
+    if (x->name_len != y->name_len)
+        return x->name_len < y->name_len ? -1 : 1;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+/*
+ * remove_redundancy: every rank learns every rank's layout, and the same
+ * pure plan on every rank picks one writer per replicated chunk, balanced
+ * by bytes.  *skip_out[i] = 1 when another rank writes state tensor i.
+ * With a layout cache, a save whose layouts all hashed the same as last
+ * time reuses the plan after one 8-byte all-gather.
+ */
+static int plan_replicas(const shs_state *st, const shs__save_req *req, shs_comm *comm,
+                         uint8_t **skip_out)
+{
+    int rc;
+    shs__buf mine = SHS__BUF_INIT;
+    char *all = NULL;
+    size_t *lens = NULL;
+    lay_entry *e = NULL, **by = NULL;
+    shs_plan_tensor *tens = NULL;
+    shs_plan_chunk *chunks = NULL;
+    uint64_t *boxes = NULL;
+    uint64_t *hashes = NULL;
+    shs__save_plan plan;
+    int have_plan = 0;
+    uint8_t *skip = NULL;
+    *skip_out = NULL;
+    if ((rc = layout_bytes(st, req, &mine)) < 0)
+        goto done;
+    uint64_t h = XXH3_64bits(mine.data ? mine.data : "", mine.len);
+    if (!(hashes = shs__calloc((size_t)comm->size, sizeof *hashes))) {
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+        goto done;
+    }
+    if ((rc = shs__comm_allgather(comm, &h, sizeof h, hashes)) < 0)
+        goto done;
+    uint64_t key = XXH3_64bits(hashes, (size_t)comm->size * sizeof *hashes) | 1;
+    shs__layout_cache *cache = req->layout_cache;
+    if (cache && cache->key == key && cache->n == st->n) {
+        *skip_out = cache->skip;
+        goto done;
+    }
+    if ((rc = shs__comm_allgather_bytes(comm, mine.data ? mine.data : "", mine.len, &all,
+                                        &lens)) < 0)
+        goto done;
+    /* parse every rank's layout */
+    size_t n = 0, cap = 64, at = 0;
+    e = shs__malloc(cap * sizeof *e);
+    for (int r = 0; e && r < comm->size; r++) {
+        size_t end = at + lens[r];
+        while (at < end) {
+            if (n == cap) {
+                lay_entry *ne = shs__realloc(e, (cap *= 2) * sizeof *e);
+                if (!ne) {
+                    shs__free(e);
+                    e = NULL;
+                    break;
+                }
+                e = ne;
+            }
+            lay_entry *x = &e[n++];
+            memcpy(&x->name_len, all + at, 4);
+            x->name = all + at + 4;
+            at += 4 + x->name_len;
+            x->kind = (uint8_t)all[at];
+            x->dtype = (uint8_t)all[at + 1];
+            x->ndim = (uint8_t)all[at + 2];
+            at += 3;
+            /* unaligned in the buffer: copied into aligned storage below */
+            x->gshape = (const uint64_t *)(uintptr_t)at;
+            x->box = (const uint64_t *)(uintptr_t)(at + (size_t)x->ndim * 8);
+            at += (size_t)x->ndim * 24;
+            x->rank = (uint32_t)r;
+        }
+    }
+    if (!e) {
+        rc = shs__err(SHS_ENOMEM, "out of memory planning replicas");
+        goto done;
+    }
+    /* aligned copies: gshape, then offset+shape, per entry */
+    size_t words = 0;
+    for (size_t i = 0; i < n; i++)
+        words += (size_t)e[i].ndim * 3;
+    boxes = shs__calloc(words + 1, sizeof *boxes);
+    by = shs__calloc(n + 1, sizeof *by);
+    chunks = shs__calloc(n + 1, sizeof *chunks);
+    tens = shs__calloc(n + 1, sizeof *tens);
+    skip = shs__calloc(st->n + 1, 1);
+    if (!boxes || !by || !chunks || !tens || !skip) {
+        rc = shs__err(SHS_ENOMEM, "out of memory planning replicas");
+        goto done;
+    }
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t gs = (size_t)(uintptr_t)e[i].gshape;
+        memcpy(&boxes[w], all + gs, (size_t)e[i].ndim * 24);
+        e[i].gshape = &boxes[w];
+        e[i].box = &boxes[w + e[i].ndim];
+        w += (size_t)e[i].ndim * 3;
+        by[i] = &e[i];
+    }
+    /* tensor ids: names in sorted order; every rank must agree on them */
+    qsort(by, n, sizeof *by, cmp_lay_name);
+    uint32_t nt = 0;
+    for (size_t i = 0; i < n; i++) {
+        const lay_entry *x = by[i];
+        int same = i > 0 && by[i - 1]->name_len == x->name_len &&
+                   memcmp(by[i - 1]->name, x->name, x->name_len) == 0;
+        if (!same) {
+            tens[nt] = (shs_plan_tensor){ x->ndim, (shs_dtype)x->dtype, x->gshape };
+            nt++;
+        } else if (by[i - 1]->kind != x->kind || by[i - 1]->dtype != x->dtype ||
+                   by[i - 1]->ndim != x->ndim ||
+                   memcmp(by[i - 1]->gshape, x->gshape, (size_t)x->ndim * 8) != 0) {
+            rc = shs__err(SHS_EMISMATCH,
+                          "tensor '%.*s': rank %u registers another kind, dtype or global "
+                          "shape than rank %u", (int)x->name_len, x->name, x->rank,
+                          by[i - 1]->rank);
+            goto done;
+        }
+        chunks[i] = (shs_plan_chunk){ nt - 1, x->rank, x->box };
+    }
+    if ((rc = shs__plan_save(&plan, tens, nt, chunks, n, (uint32_t)comm->size, true)) < 0)
+        goto done;
+    have_plan = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (by[i]->rank != (uint32_t)comm->rank || plan.write[i])
+            continue;
+        long ti = shs__state_find(st, by[i]->name, by[i]->name_len);
+        if (ti >= 0)
+            skip[ti] = 1;
+    }
+    if (cache) {
+        shs__layout_cache_release(cache);
+        cache->key = key;
+        cache->skip = skip;
+        cache->n = st->n;
+    }
+    *skip_out = skip;
+    skip = NULL;
+done:
+    if (have_plan)
+        shs__save_plan_release(&plan);
+    shs__buf_release(&mine);
+    shs__free(all);
+    shs__free(lens);
+    shs__free(e);
+    shs__free(by);
+    shs__free(tens);
+    shs__free(chunks);
+    shs__free(boxes);
+    shs__free(hashes);
+    shs__free(skip);
+    return rc;
+}
+
 /* Root: merge the ranks' fragments (texts, in rank order) into the body
    of metadata.json, remapping file indices. */
 static int merge_fragments(json_t *out, const char *texts, const size_t *lens, int world,
@@ -1364,7 +1566,13 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
         goto fail;
 
     /* every rank writes its own files */
-    rc = save_local(st, req, tmp, &frag, &s);
+    uint8_t *skip = NULL;
+    if (world > 1 && req->remove_redundancy)
+        rc = plan_replicas(st, req, comm, &skip);
+    if (rc == SHS_OK)
+        rc = save_local(st, req, tmp, skip, &frag, &s);
+    if (!req->layout_cache)
+        shs__free(skip);
     if (rc == SHS_OK && !(text = json_dumps(frag, JSON_COMPACT)))
         rc = shs__err(SHS_ENOMEM, "out of memory");
     snprintf(msg, sizeof msg, "%s", shs_last_error());
@@ -1373,6 +1581,21 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
         goto fail;
     if ((rc = shs__comm_gather_bytes(comm, text, strlen(text), root, &all, &lens)) < 0)
         goto fail;
+    /* balance of the written bytes over the ranks */
+    uint64_t *written = shs__calloc((size_t)world, sizeof *written);
+    if (!written || (rc = shs__comm_allgather(comm, &s.bytes_written, 8, written)) < 0) {
+        shs__free(written);
+        rc = rc < 0 ? rc : shs__err(SHS_ENOMEM, "out of memory");
+        goto fail;
+    }
+    uint64_t sum = 0;
+    for (int r = 0; r < world; r++) {
+        sum += written[r];
+        if (written[r] > s.max_rank_bytes)
+            s.max_rank_bytes = written[r];
+    }
+    s.write_balance = sum ? (double)s.max_rank_bytes * world / (double)sum : 1.0;
+    shs__free(written);
     if (me == root)
         rc = root_commit(req, tmp, all, lens, world, out_dir, out_cap, &committed);
     snprintf(msg, sizeof msg, "%s", shs_last_error());

@@ -25,7 +25,18 @@ typedef struct shs__save_req {
                                       the registered memory */
     const shs__blob *blobs;        /* blobs to save (a snapshot) */
     size_t n_blobs;
+    int remove_redundancy;         /* replicas written once (several ranks) */
+    struct shs__layout_cache *layout_cache; /* NULL: plan every save */
 } shs__save_req;
+
+/* The plan of who writes which replica, kept between saves while no rank's
+   layout changes (save_global_layout_cache). */
+typedef struct shs__layout_cache {
+    uint64_t key;                  /* hash of every rank's layout; 0 = empty */
+    uint8_t *skip;                 /* per state tensor: another rank writes it */
+    size_t n;
+} shs__layout_cache;
+void shs__layout_cache_release(shs__layout_cache *c);
 
 /* Write and commit <save_path>/iteration_%08d and the tracker, collectively
    over `comm` (req->rank/world_size must be the comm's): every rank writes

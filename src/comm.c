@@ -137,6 +137,51 @@ fail:
     return rc;
 }
 
+int shs__comm_allgather_bytes(shs_comm *c, const void *send, size_t len, char **out,
+                              size_t **lens_out)
+{
+    char *buf = NULL;
+    size_t *lens = NULL;
+    int rc = shs__comm_gather_bytes(c, send, len, 0, &buf, &lens);
+    if (rc < 0)
+        return rc;
+    /* the root shares the sizes, then the bytes */
+    uint64_t total = 0;
+    if (c->rank == 0)
+        for (int i = 0; i < c->size; i++)
+            total += lens[i];
+    if (c->rank != 0 && !(lens = shs__calloc((size_t)c->size, sizeof *lens)))
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+    uint64_t *l64 = shs__calloc((size_t)c->size + 1, sizeof *l64);
+    if (!l64 && rc == SHS_OK)
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+    if ((rc = shs__comm_agree(c, rc, shs_last_error())) < 0)
+        goto fail;
+    if (c->rank == 0)
+        for (int i = 0; i < c->size; i++)
+            l64[i] = lens[i];
+    if ((rc = shs__comm_bcast(c, l64, (size_t)c->size * sizeof *l64, 0)) < 0)
+        goto fail;
+    total = 0;
+    for (int i = 0; i < c->size; i++)
+        total += (lens[i] = (size_t)l64[i]);
+    if (c->rank != 0 && !(buf = shs__malloc(total ? (size_t)total : 1)))
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+    if ((rc = shs__comm_agree(c, rc, shs_last_error())) < 0)
+        goto fail;
+    if ((rc = shs__comm_bcast(c, buf, (size_t)total, 0)) < 0)
+        goto fail;
+    shs__free(l64);
+    *out = buf;
+    *lens_out = lens;
+    return SHS_OK;
+fail:
+    shs__free(l64);
+    shs__free(buf);
+    shs__free(lens);
+    return rc;
+}
+
 #define AGREE_MSG 200
 
 int shs__comm_agree(shs_comm *c, int status, const char *msg)

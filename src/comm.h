@@ -20,6 +20,11 @@ int shs__comm_allgather(shs_comm *c, const void *send, size_t len, void *recv);
    and *lens); elsewhere both are NULL. */
 int shs__comm_gather_bytes(shs_comm *c, const void *send, size_t len, int root,
                            char **out, size_t **lens);
+/* Every rank receives every rank's bytes (as shs__comm_gather_bytes does
+   for the root). */
+int shs__comm_allgather_bytes(shs_comm *c, const void *send, size_t len, char **out,
+                              size_t **lens);
+
 /*
  * Agree on the outcome of a step every rank did: each passes its status and
  * message; returns SHS_OK on every rank if all succeeded, else on every

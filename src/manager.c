@@ -40,6 +40,7 @@ struct shs_manager {
     shs_comm *comm;          /* every rank calls the manager collectively */
     shs_comm *own_comm;      /* the one-process comm when none was given */
     int keep;                /* retention: 0 = keep all */
+    shs__layout_cache layout_cache;
 
     int64_t *run_steps;      /* this run's committed saves, oldest first */
     size_t n_run, cap_run;
@@ -171,6 +172,8 @@ static int do_save(shs_manager *m, const job *j, void *const *data)
         .data = data,
         .blobs = j->blobs,
         .n_blobs = j->n_blobs,
+        .remove_redundancy = m->cfg.remove_redundancy,
+        .layout_cache = m->cfg.save_global_layout_cache ? &m->layout_cache : NULL,
     };
     shs_save_stats s;
     char dir[4096];
@@ -662,5 +665,6 @@ void shs_manager_free(shs_manager *m)
     shs__free(m->load_path);
     shs__free(m->initial_load_path);
     shs_comm_free(m->own_comm);
+    shs__layout_cache_release(&m->layout_cache);
     shs__free(m);
 }
