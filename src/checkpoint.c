@@ -1234,15 +1234,16 @@ void shs__layout_cache_release(shs__layout_cache *c)
     memset(c, 0, sizeof *c);
 }
 
-/* This rank's layout: what it would write, as bytes every rank can parse:
-   per tensor: u32 name length, name, u8 kind, u8 dtype, u8 ndim, then
-   ndim u64 each of global shape, offset, shape. */
-static int layout_bytes(const shs_state *st, const shs__save_req *req, shs__buf *b)
+/* This rank's layout, as bytes every rank can parse: per tensor (model
+   tensors, and optimizer tensors when with_optim): u32 name length, name,
+   u8 kind, u8 dtype, u8 ndim, then ndim u64 each of global shape, offset,
+   shape. */
+static int layout_bytes(const shs_state *st, int with_optim, shs__buf *b)
 {
-    int rc = SHS_OK;
+    int rc = shs__buf_grow(b, 0);
     for (size_t i = 0; i < st->n && rc == SHS_OK; i++) {
         const shs__tensor *t = &st->t[i];
-        if (t->kind == SHS_KIND_OPTIMIZER && !req->with_optim)
+        if (t->kind == SHS_KIND_OPTIMIZER && !with_optim)
             continue;
         uint32_t nl = (uint32_t)t->name_len;
         uint8_t head[3] = { (uint8_t)t->kind, (uint8_t)t->dtype, (uint8_t)t->ndim };
@@ -1262,6 +1263,77 @@ typedef struct lay_entry {
     uint8_t kind, dtype, ndim;
     const uint64_t *gshape, *box; /* box: offset[ndim] then shape[ndim] */
 } lay_entry;
+
+/* Every rank's layout, parsed, in rank order. */
+typedef struct layout_set {
+    char *all;
+    size_t *lens;
+    lay_entry *e;
+    size_t n;
+    uint64_t *words;          /* aligned copies of the shapes and boxes */
+} layout_set;
+
+static void layout_set_release(layout_set *ls)
+{
+    shs__free(ls->all);
+    shs__free(ls->lens);
+    shs__free(ls->e);
+    shs__free(ls->words);
+    memset(ls, 0, sizeof *ls);
+}
+
+static int gather_layouts(const shs_state *st, int with_optim, shs_comm *comm, layout_set *ls)
+{
+    shs__buf mine = SHS__BUF_INIT;
+    int rc;
+    memset(ls, 0, sizeof *ls);
+    if ((rc = layout_bytes(st, with_optim, &mine)) < 0 ||
+        (rc = shs__comm_allgather_bytes(comm, mine.data, mine.len, &ls->all, &ls->lens)) < 0)
+        goto done;
+    size_t cap = 64, words = 0, at = 0;
+    int oom = !(ls->e = shs__malloc(cap * sizeof *ls->e));
+    for (int r = 0; !oom && r < comm->size; r++) {
+        size_t end = at + ls->lens[r];
+        while (!oom && at < end) {
+            if (ls->n == cap) {
+                lay_entry *ne = shs__realloc(ls->e, (cap *= 2) * sizeof *ne);
+                if (!(oom = !ne))
+                    ls->e = ne;
+                continue;
+            }
+            lay_entry *x = &ls->e[ls->n++];
+            memcpy(&x->name_len, ls->all + at, 4);
+            x->name = ls->all + at + 4;
+            at += 4 + x->name_len;
+            x->kind = (uint8_t)ls->all[at];
+            x->dtype = (uint8_t)ls->all[at + 1];
+            x->ndim = (uint8_t)ls->all[at + 2];
+            at += 3;
+            x->gshape = (const uint64_t *)(uintptr_t)at; /* fixed below */
+            at += (size_t)x->ndim * 24;
+            x->rank = (uint32_t)r;
+            words += (size_t)x->ndim * 3;
+        }
+    }
+    if (oom || !(ls->words = shs__calloc(words + 1, sizeof *ls->words))) {
+        rc = shs__err(SHS_ENOMEM, "out of memory reading the ranks' layouts");
+        goto done;
+    }
+    /* the byte stream is unaligned: shapes and boxes go to aligned words */
+    size_t w = 0;
+    for (size_t i = 0; i < ls->n; i++) {
+        lay_entry *x = &ls->e[i];
+        memcpy(&ls->words[w], ls->all + (size_t)(uintptr_t)x->gshape, (size_t)x->ndim * 24);
+        x->gshape = &ls->words[w];
+        x->box = &ls->words[w + x->ndim];
+        w += (size_t)x->ndim * 3;
+    }
+done:
+    shs__buf_release(&mine);
+    if (rc < 0)
+        layout_set_release(ls);
+    return rc;
+}
 
 static int cmp_lay_name(const void *a, const void *b)
 {
@@ -1287,20 +1359,18 @@ static int plan_replicas(const shs_state *st, const shs__save_req *req, shs_comm
 {
     int rc;
     shs__buf mine = SHS__BUF_INIT;
-    char *all = NULL;
-    size_t *lens = NULL;
-    lay_entry *e = NULL, **by = NULL;
+    layout_set ls = { 0 };
+    lay_entry **by = NULL;
     shs_plan_tensor *tens = NULL;
     shs_plan_chunk *chunks = NULL;
-    uint64_t *boxes = NULL;
     uint64_t *hashes = NULL;
     shs__save_plan plan;
     int have_plan = 0;
     uint8_t *skip = NULL;
     *skip_out = NULL;
-    if ((rc = layout_bytes(st, req, &mine)) < 0)
+    if ((rc = layout_bytes(st, req->with_optim, &mine)) < 0)
         goto done;
-    uint64_t h = XXH3_64bits(mine.data ? mine.data : "", mine.len);
+    uint64_t h = XXH3_64bits(mine.data, mine.len);
     if (!(hashes = shs__calloc((size_t)comm->size, sizeof *hashes))) {
         rc = shs__err(SHS_ENOMEM, "out of memory");
         goto done;
@@ -1313,65 +1383,19 @@ static int plan_replicas(const shs_state *st, const shs__save_req *req, shs_comm
         *skip_out = cache->skip;
         goto done;
     }
-    if ((rc = shs__comm_allgather_bytes(comm, mine.data ? mine.data : "", mine.len, &all,
-                                        &lens)) < 0)
+    if ((rc = gather_layouts(st, req->with_optim, comm, &ls)) < 0)
         goto done;
-    /* parse every rank's layout */
-    size_t n = 0, cap = 64, at = 0;
-    e = shs__malloc(cap * sizeof *e);
-    for (int r = 0; e && r < comm->size; r++) {
-        size_t end = at + lens[r];
-        while (at < end) {
-            if (n == cap) {
-                lay_entry *ne = shs__realloc(e, (cap *= 2) * sizeof *e);
-                if (!ne) {
-                    shs__free(e);
-                    e = NULL;
-                    break;
-                }
-                e = ne;
-            }
-            lay_entry *x = &e[n++];
-            memcpy(&x->name_len, all + at, 4);
-            x->name = all + at + 4;
-            at += 4 + x->name_len;
-            x->kind = (uint8_t)all[at];
-            x->dtype = (uint8_t)all[at + 1];
-            x->ndim = (uint8_t)all[at + 2];
-            at += 3;
-            /* unaligned in the buffer: copied into aligned storage below */
-            x->gshape = (const uint64_t *)(uintptr_t)at;
-            x->box = (const uint64_t *)(uintptr_t)(at + (size_t)x->ndim * 8);
-            at += (size_t)x->ndim * 24;
-            x->rank = (uint32_t)r;
-        }
-    }
-    if (!e) {
-        rc = shs__err(SHS_ENOMEM, "out of memory planning replicas");
-        goto done;
-    }
-    /* aligned copies: gshape, then offset+shape, per entry */
-    size_t words = 0;
-    for (size_t i = 0; i < n; i++)
-        words += (size_t)e[i].ndim * 3;
-    boxes = shs__calloc(words + 1, sizeof *boxes);
+    size_t n = ls.n;
     by = shs__calloc(n + 1, sizeof *by);
     chunks = shs__calloc(n + 1, sizeof *chunks);
     tens = shs__calloc(n + 1, sizeof *tens);
     skip = shs__calloc(st->n + 1, 1);
-    if (!boxes || !by || !chunks || !tens || !skip) {
+    if (!by || !chunks || !tens || !skip) {
         rc = shs__err(SHS_ENOMEM, "out of memory planning replicas");
         goto done;
     }
-    size_t w = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t gs = (size_t)(uintptr_t)e[i].gshape;
-        memcpy(&boxes[w], all + gs, (size_t)e[i].ndim * 24);
-        e[i].gshape = &boxes[w];
-        e[i].box = &boxes[w + e[i].ndim];
-        w += (size_t)e[i].ndim * 3;
-        by[i] = &e[i];
-    }
+    for (size_t i = 0; i < n; i++)
+        by[i] = &ls.e[i];
     /* tensor ids: names in sorted order; every rank must agree on them */
     qsort(by, n, sizeof *by, cmp_lay_name);
     uint32_t nt = 0;
@@ -1415,13 +1439,10 @@ done:
     if (have_plan)
         shs__save_plan_release(&plan);
     shs__buf_release(&mine);
-    shs__free(all);
-    shs__free(lens);
-    shs__free(e);
+    layout_set_release(&ls);
     shs__free(by);
     shs__free(tens);
     shs__free(chunks);
-    shs__free(boxes);
     shs__free(hashes);
     shs__free(skip);
     return rc;
