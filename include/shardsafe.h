@@ -570,7 +570,12 @@ typedef struct shs_load_result {
     int progress_loaded;        /* *progress was filled from common.json */
     int batch_size_changed;     /* global_step was rescaled: the data
                                    cursor must come from consumed_samples */
-    int rank_state_restored;    /* rank-local blobs restored */
+    int rank_state_restored;    /* rank-local blobs restored: only when the
+                                   checkpoint's world size equals this job's
+                                   (the caller knows whether its layout of
+                                   rank-local state also stayed the same) */
+    int saved_world_size;       /* world size the checkpoint was saved with */
+    uint64_t bytes_read;        /* tensor bytes this rank read from storage */
     size_t n_skipped;           /* non-strict: tensors skipped */
     char skipped[1024];         /* their names, comma separated (cut) */
 } shs_load_result;
@@ -614,7 +619,9 @@ SHS_API int shs_manager_wait(shs_manager *m);
 /* Final save (unless this step was just saved), then wait. */
 SHS_API int shs_manager_finish(shs_manager *m, const shs_progress *progress);
 
-/* Statistics of the last committed save. */
+/* Statistics of the last committed save, as seen by this rank: state and
+   written bytes are this rank's; max_rank_bytes and write_balance cover
+   all ranks. */
 typedef struct shs_save_stats {
     int64_t step;
     uint64_t state_bytes;     /* bytes of tensors in the checkpoint */

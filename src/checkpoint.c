@@ -1731,8 +1731,9 @@ static int read_hashed(const loader *L, const mchunk *c, const char *tname, shs_
     return rc;
 }
 
-/* Fill the local box of t from every saved chunk that intersects it. */
-static int load_tensor(loader *L, shs__tensor *t, const mtensor *mt)
+/* Fill the local box of t from every saved chunk that intersects it;
+   *read_bytes counts what was read from storage. */
+static int load_tensor(loader *L, shs__tensor *t, const mtensor *mt, uint64_t *read_bytes)
 {
     int rc;
     unsigned bits = shs_dtype_bits(t->dtype);
@@ -1774,6 +1775,7 @@ static int load_tensor(loader *L, shs__tensor *t, const mtensor *mt)
             /* the common case: the saved chunk is the requested box */
             if ((rc = read_hashed(L, c, t->name, f, idx, t->data, t->nbytes)) < 0)
                 return rc;
+            *read_bytes += t->nbytes;
         } else {
             const void *src = shs_file_tensor_data(f, idx);
             void *tmpbuf = NULL;
@@ -1787,6 +1789,7 @@ static int load_tensor(loader *L, shs__tensor *t, const mtensor *mt)
                 src = tmpbuf;
             }
             rc = check_hash(L, c, t->name, src, ti->nbytes);
+            *read_bytes += ti->nbytes;
             if (rc == SHS_OK) {
                 for (size_t d = 0; d < t->ndim; d++) {
                     src_start[d] = ioff[d] - c->off[d];
@@ -1814,6 +1817,7 @@ typedef struct load_pool {
     const shs__load_req *req;
     pthread_mutex_t mu;
     size_t next;             /* next tensor to take */
+    uint64_t read_bytes;
     int rc;                  /* first error */
     char msg[1024];
 } load_pool;
@@ -1832,27 +1836,29 @@ static void *load_worker(void *arg)
         if (t->kind == SHS_KIND_OPTIMIZER && !p->req->with_optim)
             continue;
         const mtensor *mt = meta_find(p->L->m, t->name);
-        int rc = mt ? load_tensor(p->L, t, mt) : SHS_OK;
-        if (rc < 0) {
-            pthread_mutex_lock(&p->mu);
-            if (p->rc == SHS_OK) {
-                p->rc = rc;
-                snprintf(p->msg, sizeof p->msg, "%s", shs_last_error());
-            }
-            pthread_mutex_unlock(&p->mu);
+        uint64_t got = 0;
+        int rc = mt ? load_tensor(p->L, t, mt, &got) : SHS_OK;
+        pthread_mutex_lock(&p->mu);
+        p->read_bytes += got;
+        if (rc < 0 && p->rc == SHS_OK) {
+            p->rc = rc;
+            snprintf(p->msg, sizeof p->msg, "%s", shs_last_error());
         }
+        pthread_mutex_unlock(&p->mu);
     }
 }
 
 /* Fill every registered tensor; with several workers the files are all
    opened first (a shs_file is read-only after open, so threads share it)
    and the tensors are taken from a common counter. */
-static int load_tensors(loader *L, shs_state *st, const shs__load_req *req)
+static int load_tensors(loader *L, shs_state *st, const shs__load_req *req,
+                        uint64_t *read_bytes)
 {
     int workers = req->workers > 1 ? req->workers : 1;
-    load_pool p = { L, st, req, PTHREAD_MUTEX_INITIALIZER, 0, SHS_OK, "" };
+    load_pool p = { L, st, req, PTHREAD_MUTEX_INITIALIZER, 0, 0, SHS_OK, "" };
     if (workers == 1) {
         load_worker(&p);
+        *read_bytes = p.read_bytes;
         return p.rc < 0 ? shs__err(p.rc, "%s", p.msg) : SHS_OK;
     }
     for (size_t fi = 0; fi < L->m->nf; fi++) {
@@ -1872,7 +1878,176 @@ static int load_tensors(loader *L, shs_state *st, const shs__load_req *req)
     for (int i = 0; i < started; i++)
         pthread_join(th[i], NULL);
     pthread_mutex_destroy(&p.mu);
+    *read_bytes = p.read_bytes;
     return p.rc < 0 ? shs__err(p.rc, "%s", p.msg) : SHS_OK;
+}
+
+/*
+ * load_balanced: every rank learns every rank's requested boxes; the same
+ * pure plan on every rank gives each needed saved chunk one reader (read
+ * bytes balanced over the ranks that need it) and the transfers from the
+ * readers to the other ranks.  Transfers run in one global order (by
+ * sender, then receiver and item) that every rank walks, taking part where
+ * it sends or receives: with blocking point-to-point messages that order
+ * cannot deadlock.  A rank whose read failed still sends (zeros) so that
+ * the others do not hang; the error is agreed on afterwards.
+ */
+static int load_balanced_tensors(loader *L, shs_state *st, const shs__load_req *req,
+                                 shs_comm *comm, uint64_t *read_bytes)
+{
+    const meta *m = L->m;
+    const int me = comm->rank;
+    layout_set ls = { 0 };
+    shs_plan_tensor *tens = NULL;
+    shs_plan_chunk *saved = NULL, *reqs = NULL;
+    uint64_t *words = NULL;
+    uint32_t *chunk_t = NULL, *chunk_k = NULL;
+    long *req_state = NULL;
+    void **bufs = NULL;
+    char *tmp = NULL;
+    shs__load_plan plan;
+    int have_plan = 0, rc;
+    *read_bytes = 0;
+    if ((rc = gather_layouts(st, req->with_optim, comm, &ls)) < 0)
+        return rc;
+    size_t nsaved = 0, nw = 0;
+    for (size_t j = 0; j < m->nt; j++) {
+        nsaved += m->t[j].nc;
+        nw += m->t[j].nc * 2 * m->t[j].ndim;
+    }
+    tens = shs__calloc(m->nt + 1, sizeof *tens);
+    saved = shs__calloc(nsaved + 1, sizeof *saved);
+    words = shs__calloc(nw + 1, sizeof *words);
+    chunk_t = shs__calloc(nsaved + 1, sizeof *chunk_t);
+    chunk_k = shs__calloc(nsaved + 1, sizeof *chunk_k);
+    reqs = shs__calloc(ls.n + 1, sizeof *reqs);
+    req_state = shs__calloc(ls.n + 1, sizeof *req_state);
+    bufs = shs__calloc(nsaved + 1, sizeof *bufs);
+    if (!tens || !saved || !words || !chunk_t || !chunk_k || !reqs || !req_state || !bufs) {
+        rc = shs__err(SHS_ENOMEM, "out of memory planning a balanced load");
+        goto done;
+    }
+    size_t si = 0, w = 0;
+    for (size_t j = 0; j < m->nt; j++) {
+        const mtensor *t = &m->t[j];
+        tens[j] = (shs_plan_tensor){ (uint32_t)t->ndim, t->dtype, t->gshape };
+        for (size_t k = 0; k < t->nc; k++, si++) {
+            memcpy(&words[w], t->c[k].off, t->ndim * 8);
+            memcpy(&words[w + t->ndim], t->c[k].shape, t->ndim * 8);
+            saved[si] = (shs_plan_chunk){ (uint32_t)j, 0, &words[w] };
+            chunk_t[si] = (uint32_t)j;
+            chunk_k[si] = (uint32_t)k;
+            w += 2 * t->ndim;
+        }
+    }
+    size_t nreq = 0;
+    for (size_t i = 0; i < ls.n; i++) {
+        const lay_entry *x = &ls.e[i];
+        char name[1024];
+        if (x->name_len >= sizeof name)
+            continue;
+        memcpy(name, x->name, x->name_len);
+        name[x->name_len] = '\0';
+        const mtensor *t = meta_find(m, name);
+        if (!t)
+            continue; /* non-strict: skipped by its rank */
+        req_state[nreq] = x->rank == (uint32_t)me ? shs__state_find(st, name, x->name_len) : -1;
+        reqs[nreq++] = (shs_plan_chunk){ (uint32_t)(t - m->t), x->rank, x->box };
+    }
+    if ((rc = shs__plan_load(&plan, tens, (uint32_t)m->nt, saved, nsaved, reqs, nreq,
+                             (uint32_t)comm->size, true)) < 0)
+        goto done;
+    have_plan = 1;
+    /* 1. my reads, whole chunks, checksummed */
+    int read_rc = SHS_OK;
+    for (size_t r = plan.read_start[me]; r < plan.read_start[me + 1]; r++) {
+        uint32_t c = plan.reads[r];
+        const mchunk *ch = &m->t[chunk_t[c]].c[chunk_k[c]];
+        uint64_t n = ch->b1 - ch->b0;
+        if (!(bufs[c] = shs__calloc(1, (size_t)n + 1))) {
+            rc = shs__err(SHS_ENOMEM, "out of memory for a %llu-byte chunk",
+                          (unsigned long long)n);
+            goto done;
+        }
+        shs_file *f;
+        size_t idx;
+        if (read_rc == SHS_OK &&
+            ((read_rc = chunk_locate(L, ch->file, ch->key, ch->b0, ch->b1, &f, &idx)) < 0 ||
+             (read_rc = read_hashed(L, ch, m->t[chunk_t[c]].name, f, idx, bufs[c], n)) < 0))
+            continue;
+        *read_bytes += n;
+    }
+    /* 2. transfers, in the global order */
+    uint64_t ioff[SHS_MAX_DIMS], ishape[SHS_MAX_DIMS], s0[SHS_MAX_DIMS], d0[SHS_MAX_DIMS];
+    uint64_t zero[SHS_MAX_DIMS] = { 0 };
+    for (uint32_t src = 0; src < plan.nranks && rc == SHS_OK; src++) {
+        for (size_t q = plan.send_start[src]; q < plan.send_start[src + 1] && rc == SHS_OK; q++) {
+            const shs__load_item *it = &plan.items[plan.sends[q]];
+            int dst = (int)reqs[it->req].rank;
+            if (me != (int)src && me != dst)
+                continue;
+            const mtensor *t = &m->t[chunk_t[it->chunk]];
+            const mchunk *ch = &t->c[chunk_k[it->chunk]];
+            uint64_t n = shs__load_item_box(&plan, it, ioff, ishape);
+            unsigned bits = shs_dtype_bits(t->dtype);
+            shs__free(tmp);
+            if (!(tmp = shs__calloc(1, (size_t)n + 1))) {
+                rc = shs__err(SHS_ENOMEM, "out of memory");
+                break;
+            }
+            if (me == (int)src) {
+                for (size_t d = 0; d < t->ndim; d++)
+                    s0[d] = ioff[d] - ch->off[d];
+                shs__box_copy(tmp, ishape, zero, bufs[it->chunk], ch->shape, s0, ishape,
+                              t->ndim, bits);
+                rc = comm->ops.send(comm->ctx, tmp, (size_t)n, dst, 7101);
+            } else {
+                rc = comm->ops.recv(comm->ctx, tmp, (size_t)n, (int)src, 7101);
+                const shs__tensor *mt = &st->t[req_state[it->req]];
+                for (size_t d = 0; d < t->ndim; d++)
+                    d0[d] = ioff[d] - mt->goff[d];
+                if (rc == SHS_OK)
+                    shs__box_copy(mt->data, mt->shape, d0, tmp, ishape, zero, ishape, t->ndim,
+                                  bits);
+            }
+        }
+    }
+    if (rc < 0)
+        goto done;
+    /* 3. the parts I read for myself */
+    for (size_t q = plan.item_start[me]; q < plan.item_start[me + 1]; q++) {
+        const shs__load_item *it = &plan.items[q];
+        if ((int)it->src != me)
+            continue;
+        const mtensor *t = &m->t[chunk_t[it->chunk]];
+        const mchunk *ch = &t->c[chunk_k[it->chunk]];
+        const shs__tensor *mt = &st->t[req_state[it->req]];
+        shs__load_item_box(&plan, it, ioff, ishape);
+        for (size_t d = 0; d < t->ndim; d++) {
+            s0[d] = ioff[d] - ch->off[d];
+            d0[d] = ioff[d] - mt->goff[d];
+        }
+        shs__box_copy(mt->data, mt->shape, d0, bufs[it->chunk], ch->shape, s0, ishape, t->ndim,
+                      shs_dtype_bits(t->dtype));
+    }
+    rc = read_rc;
+done:
+    if (have_plan) {
+        for (size_t r = plan.read_start[me]; r < plan.read_start[me + 1]; r++)
+            shs__free(bufs[plan.reads[r]]);
+        shs__load_plan_release(&plan);
+    }
+    shs__free(tmp);
+    shs__free(bufs);
+    shs__free(req_state);
+    shs__free(reqs);
+    shs__free(chunk_k);
+    shs__free(chunk_t);
+    shs__free(words);
+    shs__free(saved);
+    shs__free(tens);
+    layout_set_release(&ls);
+    return rc;
 }
 
 static void note_skipped(shs_load_result *res, const char *name)
@@ -1885,8 +2060,26 @@ static void note_skipped(shs_load_result *res, const char *name)
         snprintf(res->skipped + at, sizeof res->skipped - at, "%s%s", at ? "," : "", name);
 }
 
-int shs__ckpt_load(shs_state *st, const char *dir, const shs__load_req *req,
+static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, shs_comm *comm,
+                     shs_progress *progress, shs_load_result *res, int *agreed);
+
+int shs__ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, shs_comm *comm,
                    shs_progress *progress, shs_load_result *res)
+{
+    int agreed = 0;
+    int rc = ckpt_load(st, dir, req, comm, progress, res, &agreed);
+    /* a balanced load is collective: a rank that failed before the
+       exchange must still meet the others there, carrying its error */
+    if (req->balanced && comm->size > 1 && !agreed) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", shs_last_error());
+        rc = shs__comm_agree(comm, rc, msg);
+    }
+    return rc;
+}
+
+static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, shs_comm *comm,
+                     shs_progress *progress, shs_load_result *res, int *agreed)
 {
     meta m;
     int rc;
@@ -1968,9 +2161,18 @@ int shs__ckpt_load(shs_state *st, const char *dir, const shs__load_req *req,
                       "(non-strict loading skips them)", dir, n_extra, extra);
         goto done;
     }
-    /* 2. tensors, by `workers` threads */
-    if ((rc = load_tensors(&L, st, req)) < 0)
+    /* 2. tensors: by `workers` threads, or balanced over the ranks */
+    uint64_t read_bytes = 0;
+    if (req->balanced && comm->size > 1) {
+        /* collective from here on: every rank must get here, or hear why */
+        char msg[256] = "";
+        *agreed = 1;
+        if ((rc = shs__comm_agree(comm, SHS_OK, msg)) < 0 ||
+            (rc = load_balanced_tensors(&L, st, req, comm, &read_bytes)) < 0)
+            goto done;
+    } else if ((rc = load_tensors(&L, st, req, &read_bytes)) < 0) {
         goto done;
+    }
     /* 3. rank-local blobs: only when the world is the same */
     int same_world = m.world_size == req->world_size;
     for (size_t k = 0; same_world && k < m.nb; k++) {
@@ -2013,6 +2215,8 @@ int shs__ckpt_load(shs_state *st, const char *dir, const shs__load_req *req,
         res->optimizer_loaded = req->with_optim;
         res->progress_loaded = progress_loaded;
         res->rank_state_restored = same_world && m.nb > 0;
+        res->bytes_read = read_bytes;
+        res->saved_world_size = m.world_size;
     }
     rc = SHS_OK;
 done:

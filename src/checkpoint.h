@@ -52,12 +52,14 @@ typedef struct shs__load_req {
     int strict;
     int rank, world_size;
     int workers;                   /* parallel reader threads (>= 1) */
+    int balanced;                  /* load_balanced: each needed chunk read
+                                      by one rank, sent to the others */
 } shs__load_req;
 
 /* Load a step directory (ours, or a plain directory of safetensors files)
    into the state.  progress may be NULL. */
 int shs__ckpt_load(shs_state *st, const char *step_dir, const shs__load_req *req,
-                   shs_progress *progress, shs_load_result *res);
+                   shs_comm *comm, shs_progress *progress, shs_load_result *res);
 
 /* Step of a directory name "iteration_%08d" or "step-N"; -1 otherwise. */
 int64_t shs__step_of_name(const char *name);

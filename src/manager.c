@@ -545,12 +545,13 @@ static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *r
         .rank = m->comm->rank,
         .world_size = m->comm->size,
         .workers = c->load_worker_number,
+        .balanced = c->load_balanced,
     };
     if (model_only)
         req.exclude |= SHS_EXCLUDE_TRAIN_STATE | SHS_EXCLUDE_DATALOADER |
                        SHS_EXCLUDE_LR_SCHEDULER | SHS_EXCLUDE_RNG;
     int64_t new_gbs = progress->global_batch_size;
-    if ((rc = shs__ckpt_load(m->state, dir, &req, progress, res)) < 0)
+    if ((rc = shs__ckpt_load(m->state, dir, &req, m->comm, progress, res)) < 0)
         return rc;
     if (model_only && (rc = refresh_masters(m)) < 0)
         return rc;

@@ -56,6 +56,21 @@ run 3 "$drv" load "$sp" grid || fail "dedup load"
 [[ $(grep -c "0 wrong values" "$work/out") == 3 ]] || fail "dedup values"
 echo "ok: remove_redundancy writes each replica once; layout cache reused"
 
+# load_balanced: every saved byte needed is read from storage exactly once
+# over all ranks (w 240 + exp_avg 240 + b 56 = 536), the rest travels by
+# messages; without it the replicated "b" is read by every rank
+for m in 2 3 4; do
+  sp=$work/sp-4-$m
+  run "$m" "$drv" load "$sp" cols --balanced || fail "balanced load 4->$m"
+  [[ $(grep -c "0 wrong values" "$work/out") == "$m" ]] || fail "balanced values 4->$m"
+  total=$(grep -o "read [0-9]* bytes" "$work/out" | awk '{s += $2} END {print s}')
+  [[ $total == 536 ]] || fail "balanced load 4->$m read $total bytes, not 536"
+  run "$m" "$drv" load "$sp" cols || fail "plain load 4->$m"
+  total=$(grep -o "read [0-9]* bytes" "$work/out" | awk '{s += $2} END {print s}')
+  [[ $total -gt 536 ]] || fail "plain load 4->$m read only $total bytes"
+  echo "ok: load_balanced 4 -> $m reads every byte once"
+done
+
 # one rank fails: no commit anywhere, every rank names it
 sp=$work/failing
 run 3 "$drv" save "$sp" 1 rows || fail "first save"

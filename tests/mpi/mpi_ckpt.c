@@ -111,6 +111,7 @@ int main(int argc, char **argv)
     const char *path = argv[2], *layout = save ? argv[4] : argv[3];
     long step = save ? atol(argv[3]) : 0;
     int remove_redundancy = save && argc >= 6 && strcmp(argv[5], "--remove-redundancy") == 0;
+    int balanced = !save && argc >= 5 && strcmp(argv[4], "--balanced") == 0;
 
     uint64_t off[2], shape[2], gshape[2] = { R, C }, bshape[1] = { NB };
     box_for(layout, off, shape);
@@ -165,6 +166,7 @@ int main(int argc, char **argv)
     cfg.save_interleaved_steps = 1;
     cfg.save_max = 0;
     cfg.remove_redundancy = remove_redundancy;
+    cfg.load_balanced = balanced;
     if (rc == SHS_OK)
         rc = shs_manager_create_comm(&mgr, &cfg, st, comm);
     if (rc != SHS_OK) {
@@ -233,8 +235,10 @@ int main(int argc, char **argv)
                           bl == strlen(blob) && memcmp(bp, blob, bl) == 0;
             if (res.rank_state_restored != blob_ok)
                 bad++;
-            printf("rank %d: loaded step %ld (%s): %zu wrong values, rank state %s\n", g_rank,
-                   lstep, layout, bad, res.rank_state_restored ? "restored" : "not restored");
+            printf("rank %d: loaded step %ld (%s): %zu wrong values, rank state %s, read %llu "
+                   "bytes\n", g_rank, lstep, layout, bad,
+                   res.rank_state_restored ? "restored" : "not restored",
+                   (unsigned long long)res.bytes_read);
             status = bad != 0;
         }
     }
