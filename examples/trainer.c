@@ -238,6 +238,16 @@ int main(int argc, char **argv)
         printf("starting from scratch\n");
     }
 
+    if (cfg.create_seed_checkpoint) {
+        /* torchtitan's seed checkpoint: the initialised model as step 0 */
+        prog.global_step = 0;
+        if (shs_manager_save(mgr, &prog, SHS_SAVE_MODEL_ONLY) != SHS_OK ||
+            shs_manager_wait(mgr) != SHS_OK)
+            goto fail;
+        printf("seed checkpoint written to %s (step 0, model weights)\n", cfg.save_path);
+        rc = 0;
+        goto done;
+    }
     while (tinylm_global_step(lm) < steps) {
         float loss = tinylm_step(lm);
         int64_t gs = tinylm_global_step(lm);

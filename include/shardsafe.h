@@ -509,6 +509,11 @@ typedef struct shs_config {
     int incremental;                /* do not rewrite unchanged tensors */
     int fsync;                      /* make commits durable (1) */
     int load_only;                  /* never save */
+    int create_seed_checkpoint;     /* torchtitan: one process saves the
+                                       freshly initialised model as step 0
+                                       (see shs_manager_load) and exits;
+                                       jobs then start from it with
+                                       initial_load_path, resharded */
     /* loading */
     const char *load_path;          /* save path or step directory; "" none */
     int64_t load_step;              /* -1: newest */
@@ -581,7 +586,9 @@ typedef struct shs_load_result {
 } shs_load_result;
 
 /*
- * Load per the config.  Tensors are read straight into the registered
+ * Load per the config.  With create_seed_checkpoint nothing is loaded:
+ * the caller initialises its state, saves it with shs_manager_save at
+ * global_step 0 (model weights only are kept) and exits.  Tensors are read straight into the registered
  * buffers: if the load fails part-way (e.g. a checksum mismatch), some
  * buffers may already hold checkpoint data -- treat the state as
  * undefined and either retry or start fresh.  `progress` is in/out: its global_batch_size is the

@@ -344,7 +344,8 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
     job j = { 0 };
     j.progress = *progress;
     j.step = progress->global_step;
-    j.with_optim = !m->cfg.no_save_optim && !(flags & SHS_SAVE_MODEL_ONLY);
+    j.with_optim = !m->cfg.no_save_optim && !(flags & SHS_SAVE_MODEL_ONLY) &&
+                   !m->cfg.create_seed_checkpoint;
     if ((rc = snapshot_blobs(m, &j.blobs, &j.n_blobs)) < 0)
         return rc;
     if (!m->async) {
@@ -519,6 +520,8 @@ static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *r
         return shs__err(SHS_EINVAL, "shs_manager_load: NULL argument");
     const shs_config *c = &m->cfg;
     const char *from = NULL;
+    if (c->create_seed_checkpoint)
+        return SHS_OK; /* the seed is a fresh initialisation */
     int initial = 0;
     /* torchtitan: resume from the save path when it holds a checkpoint;
        otherwise the explicit load_path (MindSpore), otherwise the initial
@@ -597,6 +600,9 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
         return shs__err(SHS_ECONFIG, "save_interleaved_steps must be at least 1");
     if (config->save_max < 0 || config->keep_latest_k < 0)
         return shs__err(SHS_ECONFIG, "save_max and keep_latest_k must not be negative");
+    if (config->create_seed_checkpoint && comm && comm->size != 1)
+        return shs__err(SHS_ECONFIG, "create_seed_checkpoint runs on one process, not %d",
+                        comm->size);
     if (!config->prefix || !*config->prefix || strchr(config->prefix, '/'))
         return shs__err(SHS_ECONFIG, "prefix must be a non-empty file name part");
     shs_manager *m = shs__calloc(1, sizeof *m);
