@@ -15,7 +15,9 @@
  * Each mode should run as its own process so that its peak RSS (getrusage
  * ru_maxrss) is its own; the RSS includes the input lists themselves, so
  * the planner's own heap peak is reported too (counted through the
- * library's allocator hook).  Results: human-readable lines plus "@@ {json}"
+ * library's allocator hook), and so is each plan's own RSS peak (VmHWM,
+ * reset before it through /proc/self/clear_refs).  bench/run.sh runs both
+ * modes; bench/report.py shows them in section 6.  Results: human-readable lines plus "@@ {json}"
  * lines {"mode","key","value","unit","label"} for bench/report.py.
  */
 #include "shardsafe.h"
@@ -44,11 +46,41 @@ static double cpu_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static double g_rss_before_reset; /* process peak before the last VmHWM reset */
+
+/* Process peak RSS: ru_maxrss follows VmHWM (it is reset with it), so the
+   peaks seen before each reset are kept apart. */
 static double peak_rss_mib(void)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0;
+    double v = (double)ru.ru_maxrss / 1024.0;
+    return v > g_rss_before_reset ? v : g_rss_before_reset;
+}
+
+/* VmHWM can be reset (Linux >= 4.0: "5" to clear_refs), unlike ru_maxrss:
+   used for the peak RSS of each plan within a mode. */
+static void hwm_reset(void)
+{
+    g_rss_before_reset = peak_rss_mib();
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f);
+        fclose(f);
+    }
+}
+
+static double hwm_mib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0)
+            kb = strtod(line + 6, NULL);
+    if (f)
+        fclose(f);
+    return kb / 1024.0;
 }
 
 static void result(const char *key, double value, const char *unit, const char *label)
@@ -184,10 +216,11 @@ static shs_plan_chunk *gather_layout(const state *s, uint32_t ranks, size_t *n,
     return c;
 }
 
-static void print_heap(const char *what)
+static void print_heap(const char *what, double hwm)
 {
-    printf("  %-28s planner heap peak %8.1f MiB, process peak RSS %8.1f MiB\n", what,
-           (double)g_peak / 1048576.0, peak_rss_mib());
+    printf("  %-12s planner heap peak %8.1f MiB, RSS peak during this plan %8.1f MiB, "
+           "process peak RSS %8.1f MiB\n", what, (double)g_peak / 1048576.0, hwm,
+           peak_rss_mib());
 }
 
 static int bench_save(uint32_t ranks, uint32_t per_rank)
@@ -205,6 +238,7 @@ static int bench_save(uint32_t ranks, uint32_t per_rank)
     for (int rr = 1; rr >= 0; rr--) {
         shs__save_plan p;
         g_peak = g_cur;
+        hwm_reset();
         double c0 = cpu_now(), t0 = now();
         int rc = shs__plan_save(&p, s.T, s.nt, c, n, ranks, rr);
         double t = now() - t0, cpu = cpu_now() - c0;
@@ -217,7 +251,10 @@ static int bench_save(uint32_t ranks, uint32_t per_rank)
         printf("  remove_redundancy=%d: %.3f s (cpu %.3f s), %zu unique, written %.3g of "
                "%.3g bytes, max/mean %.4f\n", rr, t, cpu, p.nunique,
                (double)p.written_bytes, (double)p.total_bytes, p.max_over_mean);
-        print_heap(tag);
+        double hwm = hwm_mib();
+        print_heap(tag, hwm);
+        snprintf(key, sizeof key, "save_%s_rss_mib", tag);
+        result(key, hwm, "MiB", "VmHWM during this plan (input included)");
         snprintf(key, sizeof key, "save_%s_seconds", tag);
         result(key, t, "s", "shs__plan_save wall time");
         snprintf(key, sizeof key, "save_%s_cpu_seconds", tag);
@@ -266,10 +303,12 @@ static int bench_load(uint32_t ranks, uint32_t per_rank)
     printf("load plan: %zu saved chunks of %u ranks -> %u ranks x %u requests = %zu "
            "(input %.1f MiB RSS)\n", nsaved, ranks, target, per_rank, nreq, rss_in);
     result("input_rss_mib", rss_in, "MiB", "peak RSS after building the input");
+    result("target_ranks", target, "", "ranks of the load");
 
     for (int lb = 1; lb >= 0; lb--) {
         shs__load_plan p;
         g_peak = g_cur;
+        hwm_reset();
         double c0 = cpu_now(), t0 = now();
         int rc = shs__plan_load(&p, s.T, s.nt, saved, nsaved, req, nreq, target, lb);
         double t = now() - t0, cpu = cpu_now() - c0;
@@ -283,7 +322,10 @@ static int bench_load(uint32_t ranks, uint32_t per_rank)
                "read %.3g bytes (needed %.3g), sent %.3g, max/mean %.3f\n", lb, t, cpu,
                p.nitems, p.nreads, p.nsends, (double)p.read_bytes,
                (double)p.needed_bytes, (double)p.sent_bytes, p.max_over_mean);
-        print_heap(tag);
+        double hwm = hwm_mib();
+        print_heap(tag, hwm);
+        snprintf(key, sizeof key, "load_%s_rss_mib", tag);
+        result(key, hwm, "MiB", "VmHWM during this plan (input included)");
         snprintf(key, sizeof key, "load_%s_seconds", tag);
         result(key, t, "s", "shs__plan_load wall time");
         snprintf(key, sizeof key, "load_%s_cpu_seconds", tag);

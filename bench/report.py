@@ -394,6 +394,12 @@ def render(raw, command):
             w(f"| `bench_torch_ckpt.py` | {fr(v)} MiB | state {smib:.0f} MiB | "
               f"{fr(ratio(v, smib))} | state + torch.save's buffers + libtorch |")
     w("")
+    # ---- 5. distributed (MPI) ----
+    if any(k[0].startswith("dist_") for k in res):
+        distributed(g, w)
+    # ---- 6. planner (pure, simulated ranks) ----
+    if any(k[0] in ("plan_save", "plan_load") for k in res):
+        plan(g, w)
     w("<details><summary>Raw output of this run</summary>")
     w("")
     w("```")
@@ -496,6 +502,148 @@ def checkpoints(g, w):
       f"{fr(L('xxh3_s'))} s | load {fr(L('shs_load_s'))} s | "
       f"{fr(ratio(L('xxh3_s'), L('shs_load_s')))} | — | |")
     w("")
+
+
+def distributed(g, w):
+    """Section 5: bench_dist (mpirun; bench/mpi/bench_dist.c)."""
+    S = lambda k: g("dist_save", k)
+    L4 = lambda k: g("dist_load_np4", k)
+    L3 = lambda k: g("dist_load_np3", k)
+    D = lambda k: g("dist_dedup", k)
+    nproc = g("machine", "nproc", 0) or 0
+    ranks = int(S("ranks") or 4)
+    w("## 5. Distributed (MPI)")
+    w("")
+    over = (f" on {nproc} cores: the ranks are **oversubscribed** (`mpirun "
+            "--oversubscribe`), so ranks share cores and the aggregate numbers are "
+            "CPU-bound, not disk-bound" if nproc and ranks > nproc else "")
+    w(f"`bench_dist` under Open MPI, {ranks} ranks{over}. Each mode is its own `mpirun`; "
+      "every baseline runs in the same `mpirun`, interleaved with the shardsafe runs. "
+      "Times span all ranks (barrier, then latest end minus earliest start); speeds are "
+      "aggregate payload bytes / best time of 3 (GB = 10^9 bytes). The state for save "
+      f"and load: {(S('state_bytes') or 0) / 2**30:.2f} GiB of 8 F32 tensors `[rows, 1024]` "
+      "sharded on dim 0 (256 MiB per rank with 4 ranks), no blobs.")
+    w("")
+    w("| | what | shardsafe | baseline (same run) | ratio | target | status |")
+    w("|---|---|---|---|---|---|---|")
+    for tag, name, tgt in (("fsync", "fsync=1", 0.85), ("nofsync", "fsync=0", None)):
+        r = ratio(S("shs_" + tag), S("base_" + tag))
+        w(f"| a | save, {name}: `shs_manager_save` on every rank, each its shard (best of 3) "
+          f"| {gbs(S('shs_' + tag))} ({fr(S('shs_' + tag + '_s'))} s) | every rank "
+          f"`write(2)` of the same bytes into its own file{' + fsync' if tgt else ''}, at "
+          f"the same time: {gbs(S('base_' + tag))} ({fr(S('base_' + tag + '_s'))} s) | "
+          f"{fr(r)} | {'≥ %.2f' % tgt if tgt else '—'} | {status(r, tgt) if tgt else ''} |")
+    mrb = S("max_rank_bytes")
+    w(f"| a | save: bytes written per rank, `write_balance` (max / mean) | "
+      f"{fr(S('write_balance'))} (max rank {fr(mrb / 2**20 if mrb else None)} MiB) | "
+      "even shards | | ≈ 1 | |")
+    for lbl, L in (("4 → 4 (saved layout)", L4), ("4 → 3 (rows redistributed, uneven)", L3)):
+        for key, wn in (("shs_load", 1), ("shs_load_w2", 2)):
+            wrong = L("wrong_values")
+            chk = "" if wrong is None else f"{wrong:.0f} wrong values"
+            w(f"| b | load {lbl}, `shs_manager_load`, load_worker_number={wn}, warm cache "
+              f"(best of 3) | {gbs(L(key))} ({fr(L(key + '_s'))} s) | every rank `memcpy` of "
+              f"its bytes, same `mpirun`: {gbs(L('memcpy'))} | {fr(ratio(L(key), L('memcpy')))}"
+              f" | — | {chk} |")
+    for key, wn in (("shs_load", 1), ("shs_load_w2", 2)):
+        r = ratio(L3(key), L4(key))
+        norm = ratio(ratio(L3(key), L3("memcpy")), ratio(L4(key), L4("memcpy")))
+        w(f"| b | **reshard**: load 4 → 3 / load 4 → 4, load_worker_number={wn}; two "
+          f"`mpirun`s (np 3, np 4), ratio of their aggregate speeds (normalised by each "
+          f"one's memcpy: {fr(norm)}) | {gbs(L3(key))} | {gbs(L4(key))} | {fr(r)} | ≥ 0.80 | "
+          f"{status(r, 0.80)} |")
+    t3, st3 = L3("chunk_bytes_touched"), L3("state_bytes")
+    if t3 and st3:
+        w(f"| b | diagnostic: saved-chunk bytes overlapping the ranks' boxes, 4 → 3 (a chunk "
+          f"read in part is checksummed whole, in a pass apart from the copy) | "
+          f"{fr(t3 / 2**30)} GiB | state {fr(st3 / 2**30)} GiB | {fr(t3 / st3)} | — | |")
+    u = D("unique_bytes")
+    rb = D("rr_bytes_written")
+    eq = None if None in (u, rb) else ("PASS" if rb == u else "**MISS**")
+    w(f"| c | dedup: {D('tensors') or 64:.0f} replicated F32 tensors (4 KiB .. 8 MiB), "
+      f"`remove_redundancy=1`: bytes written, sum over ranks (`bytes_written`; on disk: "
+      f"{fr((D('rr_disk_bytes') or 0) / 1e6)} MB of chunks) | {fr((rb or 0) / 1e6)} MB | "
+      f"unique bytes {fr((u or 0) / 1e6)} MB | {fr(ratio(rb, u))} | = 1 | {eq or 'not measured'} |")
+    bal = D("rr_balance")
+    w(f"| c | dedup, `remove_redundancy=1`: `write_balance` = max / mean bytes per rank "
+      f"(from the files on disk: {fr(D('rr_disk_balance'))}) | {bal if bal is None else f'{bal:.4f}'}"
+      f" | | | ≤ 1.05 | {status(bal, 1.05 + 1e-12, higher_is_better=False)} |")
+    nb = D("norr_bytes_written")
+    w(f"| c | dedup, `remove_redundancy=0` (every rank writes every tensor): bytes written "
+      f"| {fr((nb or 0) / 1e6)} MB | unique bytes {fr((u or 0) / 1e6)} MB | "
+      f"{fr(ratio(nb, u))} | = ranks ({D('ranks') or 4:.0f}) | |")
+    w(f"| c | dedup save time (fsync=1, best of 3): with / without `remove_redundancy` | "
+      f"{fr(D('rr_s'))} s | {fr(D('norr_s'))} s | {fr(ratio(D('rr_s'), D('norr_s')))} | — | |")
+    w("")
+    w("Peak RSS (`ru_maxrss`, max over ranks):")
+    w("")
+    w("| process | peak RSS | what it holds |")
+    w("|---|---|---|")
+    for mode, what in (
+            ("dist_save", "its 256 MiB shard"),
+            ("dist_load_np4", "its 256 MiB shard + the memcpy baseline's source copy + the "
+             "mapped checkpoint pages it read (shared page cache, reclaimable)"),
+            ("dist_load_np3", "its ~341 MiB shard + the source copy + mapped pages"),
+            ("dist_dedup", "the 70 MiB replicated state")):
+        v = g(mode, "peak_rss")
+        if v is not None:
+            w(f"| `bench_dist {mode[5:]}` | {fr(v)} MiB | {what} |")
+    w("")
+
+
+def plan(g, w):
+    """Section 6: bench_plan (the pure planner, src/plan.c, simulated ranks)."""
+    S = lambda k: g("plan_save", k)
+    L = lambda k: g("plan_load", k)
+    w("## 6. Plan (pure, simulated ranks)")
+    w("")
+    ranks = S("ranks") or L("ranks")
+    per = S("chunks_per_rank") or L("chunks_per_rank")
+    w(f"`bench_plan` (one process per mode, one core, no I/O, no MPI): the save and load "
+      f"plans of `src/plan.c` for {ranks or 0:,.0f} simulated ranks x {per or 0:,.0f} chunks "
+      "(1,000 tensors: even ids `[16384*k + r, 1024]` F32 split on dim 0 over all ranks, "
+      "unevenly; odd ids `[1024 + t, 256]` BF16 replicated on every rank). The load reads "
+      f"the deduplicated save back into {L('target_ranks') or 0:,.0f} ranks with the same "
+      "kind of layout. Targets (issue): < 2 s and < 1 GiB for the plan. Peak RSS includes "
+      "the input lists (all ranks' chunks and boxes, as every rank holds them after the "
+      "all-gather; \"input\" column); the planner's own allocations are counted apart "
+      "(heap peak). Status uses wall time and the RSS peak during that plan.")
+    w("")
+    w("| plan | wall time | CPU time | heap peak | RSS peak during the plan (input) "
+      "| max / mean bytes per rank | status (< 2 s, < 1 GiB) |")
+    w("|---|---|---|---|---|---|---|")
+
+    def prow(G, pre, tag, what):
+        t, cpu = G(f"{pre}_{tag}_seconds"), G(f"{pre}_{tag}_cpu_seconds")
+        heap, mom = G(f"{pre}_{tag}_heap_peak_mib"), G(f"{pre}_{tag}_max_over_mean")
+        rss = G(f"{pre}_{tag}_rss_mib")
+        if rss is None or rss < 0:  # no VmHWM: the process peak over both plans
+            rss = G(f"{pre}_peak_rss_mib")
+        if t is None:
+            return
+        st_t = status(t, 2.0, higher_is_better=False)
+        if t >= 2.0 and cpu is not None and cpu < 2.0:
+            st_t = (f"**MISS** on wall time; PASS on CPU time ({cpu:.2f} s): the wall time "
+                    "includes waiting for a CPU on this busy machine")
+        st_m = status(rss, 1024.0, higher_is_better=False)
+        w(f"| {what} | {fr(t)} s | {fr(cpu)} s | {heap if heap is None else f'{heap:.0f}'} MiB "
+          f"| {rss if rss is None else f'{rss:.0f}'} MiB (input "
+          f"{fr(G('input_rss_mib'))} MiB) | "
+          f"{mom if mom is None else f'{mom:.3f}'} | time {st_t}; memory {st_m} |")
+
+    prow(S, "save", "dedup", "save, `remove_redundancy=1` (replicas written once, "
+         "balanced by bytes)")
+    prow(S, "save", "nodedup", "save, `remove_redundancy=0`")
+    prow(L, "load", "balanced", "load, `load_balanced=1` (one reader per saved chunk, "
+         "sends)")
+    prow(L, "load", "unbalanced", "load, `load_balanced=0`")
+    w("")
+    for G, mode in ((S, "save"), (L, "load")):
+        v = G(f"{mode}_peak_rss_mib")
+        if v is not None:
+            w(f"Process peak RSS of `bench_plan {mode}` (both plans, input included): "
+              f"{fr(v)} MiB ({status(v, 1024.0, higher_is_better=False)} against 1 GiB).")
+            w("")
 
 
 def main():

@@ -25,7 +25,7 @@ fi
 log "building (Release) in $BUILD"
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSHS_BUILD_TESTS=OFF >"$BUILD.cmake.log" 2>&1 ||
     { cat "$BUILD.cmake.log" >&2; exit 1; }
-cmake --build "$BUILD" --target bench_io bench_ckpt -j "$(nproc)" >"$BUILD.cmake.log" 2>&1 ||
+cmake --build "$BUILD" --target bench_io bench_ckpt bench_plan -j "$(nproc)" >"$BUILD.cmake.log" 2>&1 ||
     { cat "$BUILD.cmake.log" >&2; exit 1; }
 rm -f "$BUILD.cmake.log"
 
@@ -94,6 +94,38 @@ log "bench_ckpt incremental (90% frozen, 5 saves)"
 step "$BUILD/bench_ckpt" incremental "$WORK"
 log "bench_ckpt resume (shs_manager_load vs memcpy)"
 step "$BUILD/bench_ckpt" resume "$WORK"
+
+# Section 5: distributed (MPI), its own build with -DSHS_WITH_MPI=ON.
+if command -v mpirun >/dev/null 2>&1; then
+    MB=$ROOT/build-bench-mpi
+    log "building bench_dist (Release, SHS_WITH_MPI=ON) in $MB"
+    if cmake -S "$ROOT" -B "$MB" -DCMAKE_BUILD_TYPE=Release -DSHS_WITH_MPI=ON \
+        -DSHS_BUILD_TESTS=OFF >"$MB.cmake.log" 2>&1 &&
+        cmake --build "$MB" --target bench_dist -j "$(nproc)" >>"$MB.cmake.log" 2>&1; then
+        rm -f "$MB.cmake.log"
+        # as root Open MPI needs these; --oversubscribe: more ranks than cores
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+        mpi() { step mpirun --oversubscribe -np "$1" "$MB/bench/mpi/bench_dist" "$2" "$WORK"; }
+        log "bench_dist save (4 ranks, 1 GiB, vs 4 x write(2)[+fsync] at once)"
+        mpi 4 save
+        log "bench_dist load (4 -> 4 and 4 -> 3 ranks, vs memcpy)"
+        mpi 4 load
+        mpi 3 load
+        log "bench_dist dedup (replicated state, remove_redundancy)"
+        mpi 4 dedup
+    else
+        log "bench_dist did not build (see $MB.cmake.log): section 5 skipped"
+    fi
+else
+    log "mpirun not found: section 5 (distributed, MPI) skipped"
+fi
+
+# The planner alone (no I/O, no MPI): 16,384 simulated ranks, one process
+# per mode so that each peak RSS is its own (~1 GiB each, ~15 s in all).
+log "bench_plan save (save plan, 16,384 ranks x 1,000 chunks)"
+step "$BUILD/bench_plan" save
+log "bench_plan load (load plan, 16,384 -> 8,192 ranks, balanced and not)"
+step "$BUILD/bench_plan" load
 
 "$PY" "$ROOT/bench/report.py" machine "$WORK" end >>"$RAW"
 "$PY" "$ROOT/bench/report.py" render "$RAW" "bench/run.sh${1:+ $1}" >"$OUT.tmp"

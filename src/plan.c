@@ -14,6 +14,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------------
@@ -506,56 +507,141 @@ static inline uint64_t unique_bytes(const analysis *a, size_t u)
     return a->ubytes[u];
 }
 
-/* Order `ids` (unique ids, ascending) by decreasing bytes, ties kept in id
-   order (= tensor, then box order). */
-typedef struct size_cmp_ctx {
+/* Greedy placement order of unique ids: by `major` ascending (the number of
+   holders for a save, 0 for a load), then bytes descending, then id
+   ascending (= tensor, then box order).  Real states have few distinct
+   (major, bytes) pairs, so this is a stable counting sort over those
+   classes (a small hash table, two passes over the ids, one u32 array);
+   with too many distinct pairs it falls back to a merge sort. */
+typedef struct order_ctx {
     const analysis *a;
-} size_cmp_ctx;
+    bool by_holders;
+} order_ctx;
 
-static int cmp_size_desc(const void *vctx, uint32_t x, uint32_t y)
+static inline uint64_t order_major(const order_ctx *c, uint32_t u)
 {
-    const analysis *a = ((const size_cmp_ctx *)vctx)->a;
-    uint64_t bx = unique_bytes(a, x), by = unique_bytes(a, y);
+    return c->by_holders ? (uint64_t)(c->a->ustart[u + 1] - c->a->ustart[u]) : 0;
+}
+
+static int cmp_order(const void *vctx, uint32_t x, uint32_t y)
+{
+    const order_ctx *c = vctx;
+    uint64_t mx = order_major(c, x), my = order_major(c, y);
+    if (mx != my)
+        return mx < my ? -1 : 1;
+    uint64_t bx = unique_bytes(c->a, x), by = unique_bytes(c->a, y);
     if (bx != by)
         return bx > by ? -1 : 1;
     return x < y ? -1 : x > y;
 }
 
-static int order_by_size(uint32_t *ids, size_t k, const analysis *a)
+typedef struct oclass {
+    uint64_t major, bytes;
+    size_t pos;   /* count, then placement cursor */
+    uint32_t used;
+} oclass;
+
+static int cmp_oclass(const void *x, const void *y)
 {
-    uint64_t maxb = 0;
-    for (size_t i = 0; i < k; i++) {
-        uint64_t b = unique_bytes(a, ids[i]);
-        if (b > maxb)
-            maxb = b;
+    const oclass *a = *(const oclass *const *)x, *b = *(const oclass *const *)y;
+    if (a->major != b->major)
+        return a->major < b->major ? -1 : 1;
+    if (a->bytes != b->bytes)
+        return a->bytes > b->bytes ? -1 : 1;
+    return 0;
+}
+
+#define ORDER_MAX_CLASSES 65536
+
+static inline uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+/* The unique ids u < a->nu with sel == NULL or sel[u + 1] != 0, in greedy
+   order, into a new array *out (count *out_k). */
+static int order_uniques(uint32_t **out, size_t *out_k, const analysis *a,
+                         const uint32_t *sel, bool by_holders)
+{
+    order_ctx c = { a, by_holders };
+    size_t k = 0;
+    for (size_t u = 0; u < a->nu; u++)
+        k += !sel || sel[u + 1];
+    *out = NULL;
+    *out_k = k;
+    uint32_t *ids = shs__malloc((k ? k : 1) * sizeof *ids);
+    if (!ids)
+        return shs__err(SHS_ENOMEM, "plan: out of memory ordering %zu chunks", k);
+    size_t cap = 16;
+    while (cap < 2 * k && cap < 2 * ORDER_MAX_CLASSES)
+        cap *= 2;
+    oclass *tab = shs__calloc(cap, sizeof *tab);
+    oclass **cls = shs__malloc(cap / 2 * sizeof *cls);
+    size_t nc = 0;
+    bool fallback = !tab || !cls;
+    oclass *last = NULL;
+    for (size_t u = 0; u < a->nu && !fallback; u++) {
+        if (sel && !sel[u + 1])
+            continue;
+        uint64_t mj = order_major(&c, (uint32_t)u), nb = unique_bytes(a, u);
+        if (!last || last->major != mj || last->bytes != nb) {
+            size_t h = mix64(mj * 0x9e3779b97f4a7c15ull ^ nb) & (cap - 1);
+            while (tab[h].used && (tab[h].major != mj || tab[h].bytes != nb))
+                h = (h + 1) & (cap - 1);
+            if (!tab[h].used) {
+                if (nc == cap / 2) {
+                    fallback = true;
+                    break;
+                }
+                tab[h] = (oclass){ mj, nb, 0, 1 };
+                cls[nc++] = &tab[h];
+            }
+            last = &tab[h];
+        }
+        last->pos++;
     }
-    unsigned ib = bits_for(a->nu ? a->nu - 1 : 0);
-    if (k < 2)
-        return SHS_OK;
-    if (ib < 64 && (ib == 0 || (maxb >> (64 - ib)) == 0)) {
-        uint64_t *keys = shs__malloc(k * sizeof *keys);
-        uint64_t *tmp = shs__malloc(k * sizeof *tmp);
-        if (!keys || !tmp) {
-            shs__free(keys);
-            shs__free(tmp);
+    if (!fallback) {
+        qsort(cls, nc, sizeof *cls, cmp_oclass);
+        size_t sum = 0;
+        for (size_t i = 0; i < nc; i++) {
+            size_t n = cls[i]->pos;
+            cls[i]->pos = sum;
+            sum += n;
+        }
+        last = NULL;
+        for (size_t u = 0; u < a->nu; u++) {
+            if (sel && !sel[u + 1])
+                continue;
+            uint64_t mj = order_major(&c, (uint32_t)u), nb = unique_bytes(a, u);
+            if (!last || last->major != mj || last->bytes != nb) {
+                size_t h = mix64(mj * 0x9e3779b97f4a7c15ull ^ nb) & (cap - 1);
+                while (tab[h].major != mj || tab[h].bytes != nb)
+                    h = (h + 1) & (cap - 1);
+                last = &tab[h];
+            }
+            ids[last->pos++] = (uint32_t)u;
+        }
+    }
+    shs__free(tab);
+    shs__free(cls);
+    if (fallback) {
+        size_t j = 0;
+        for (size_t u = 0; u < a->nu; u++)
+            if (!sel || sel[u + 1])
+                ids[j++] = (uint32_t)u;
+        uint32_t *tmp = shs__malloc((k ? k : 1) * sizeof *tmp);
+        if (!tmp) {
+            shs__free(ids);
             return shs__err(SHS_ENOMEM, "plan: out of memory ordering %zu chunks", k);
         }
-        for (size_t i = 0; i < k; i++)
-            keys[i] = ((maxb - unique_bytes(a, ids[i])) << ib) | ids[i];
-        radix_u64(keys, tmp, k);
-        uint64_t mask = ib ? (UINT64_MAX >> (64 - ib)) : 0;
-        for (size_t i = 0; i < k; i++)
-            ids[i] = (uint32_t)(keys[i] & mask);
-        shs__free(keys);
+        msort_u32(ids, tmp, k, cmp_order, &c);
         shs__free(tmp);
-        return SHS_OK;
     }
-    uint32_t *tmp = shs__malloc(k * sizeof *tmp);
-    if (!tmp)
-        return shs__err(SHS_ENOMEM, "plan: out of memory ordering %zu chunks", k);
-    size_cmp_ctx c = { a };
-    msort_u32(ids, tmp, k, cmp_size_desc, &c);
-    shs__free(tmp);
+    *out = ids;
     return SHS_OK;
 }
 
@@ -628,11 +714,8 @@ int shs__plan_save(shs__save_plan *out, const shs_plan_tensor *tensors,
             }
         }
     } else {
-        if (!(ids = shs__malloc((a.nu ? a.nu : 1) * sizeof *ids)))
-            goto nomem;
-        for (size_t u = 0; u < a.nu; u++)
-            ids[u] = (uint32_t)u;
-        if ((rc = order_by_size(ids, a.nu, &a)) < 0)
+        size_t nids;
+        if ((rc = order_uniques(&ids, &nids, &a, NULL, true)) < 0)
             goto done;
         uint64_t *load = out->rank_bytes;
         for (size_t k = 0; k < a.nu; k++) {
@@ -734,6 +817,49 @@ static int cmp_req_box(const void *vctx, uint32_t x, uint32_t y)
     return 0;
 }
 
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)0)
+#endif
+
+/* Elements in the intersection of two boxes (offset[nd], shape[nd]); 0 when
+   they do not intersect (same rule as shs__box_intersect). */
+static inline uint64_t isect_vol(const uint64_t *a, const uint64_t *b, uint32_t nd)
+{
+    uint64_t v = 1;
+    for (uint32_t d = 0; d < nd; d++) {
+        uint64_t lo = a[d] > b[d] ? a[d] : b[d];
+        uint64_t ae = a[d] + a[nd + d], be = b[d] + b[nd + d];
+        uint64_t hi = ae < be ? ae : be;
+        if (hi <= lo)
+            return 0;
+        v *= hi - lo;
+    }
+    return v;
+}
+
+/* What the first pass found for one request (in tensor-major order): its
+   first intersecting unique and how many intersect; QRUN_GAPS when
+   non-intersecting uniques lie between them (later passes then re-test). */
+typedef struct qrun {
+    uint32_t first, n;
+} qrun;
+#define QRUN_GAPS 0x80000000u
+
+/*
+ * The load plan works tensor by tensor (requests ordered by tensor, rank,
+ * box), so that each pass walks one tensor's uniques, keys and boxes nearly
+ * sequentially instead of jumping between tensors for every request:
+ *   1. count: per request, the intersecting uniques (binary search on the
+ *      sweep keys), coverage, items per rank, requests per unique;
+ *   2. (balanced) the ranks needing each unique, then one reader per unique
+ *      in greedy order;
+ *   3. fill: items straight into their final rank-major place (per-rank
+ *      cursors; a rank's items come out in tensor, box order), sends.
+ * Arrays are sized exactly from the counts and freed as soon as they are no
+ * longer needed.
+ */
 int shs__plan_load(shs__load_plan *out, const shs_plan_tensor *tensors,
                    uint32_t ntensors, const shs_plan_chunk *saved,
                    size_t nsaved, const shs_plan_chunk *requests,
@@ -741,17 +867,27 @@ int shs__plan_load(shs__load_plan *out, const shs_plan_tensor *tensors,
 {
     analysis a;
     int rc;
-    uint32_t *rord = NULL, *rtmp = NULL, *cnt32 = NULL, *by_u = NULL, *needed = NULL;
-    uint32_t *reader = NULL;
-    size_t *pos = NULL;
+    uint32_t *rep, *tord = NULL, *tmp = NULL, *tstamp = NULL, *ucnt = NULL;
+    uint32_t *uranks = NULL, *uorder = NULL, *reader = NULL;
+    uint8_t *tdup = NULL, *uneed = NULL;
+    size_t *pos = NULL, *qt = NULL;
     uint64_t *ukey = NULL, *maxlen = NULL;
-    size_t cap = 0;
+    qrun *runs = NULL;
+    size_t total = 0;
 
     memset(out, 0, sizeof *out);
     if (nranks == 0)
         return shs__err(SHS_EINVAL, "plan: load with 0 ranks");
     if ((rc = analyze(&a, tensors, ntensors, saved, nsaved, 0, "saved chunk")) < 0)
         return rc;
+    /* Only each unique's representative chunk is needed from here on:
+       ustart becomes rep[u] = that chunk's id, ord goes. */
+    rep = a.ustart;
+    for (size_t u = 0; u < a.nu; u++)
+        rep[u] = a.ord[a.ustart[u]];
+    shs__free(a.ord);
+    a.ord = NULL;
+
     out->tensors = tensors;
     out->saved = saved;
     out->requests = requests;
@@ -774,186 +910,295 @@ int shs__plan_load(shs__load_plan *out, const shs_plan_tensor *tensors,
     out->send_start = shs__calloc((size_t)nranks + 1, sizeof *out->send_start);
     out->rank_read_bytes = shs__calloc(nranks, sizeof *out->rank_read_bytes);
     pos = shs__calloc((size_t)(nranks > ntensors ? nranks : ntensors) + 1, sizeof *pos);
-    rord = shs__malloc((nrequests ? nrequests : 1) * sizeof *rord);
-    rtmp = shs__malloc((nrequests ? nrequests : 1) * sizeof *rtmp);
-    ukey = shs__malloc((a.nu ? a.nu : 1) * sizeof *ukey);
-    maxlen = shs__calloc((size_t)ntensors + 1, sizeof *maxlen);
+    qt = shs__calloc((size_t)ntensors + 1, sizeof *qt);
+    tord = shs__malloc((nrequests ? nrequests : 1) * sizeof *tord);
+    tmp = shs__malloc((nrequests ? nrequests : 1) * sizeof *tmp);
+    tstamp = shs__calloc((size_t)ntensors + 1, sizeof *tstamp);
+    tdup = shs__calloc((size_t)ntensors + 1, 1);
     if (!out->item_start || !out->read_start || !out->send_start ||
-        !out->rank_read_bytes || !pos || !rord || !rtmp || !ukey || !maxlen)
+        !out->rank_read_bytes || !pos || !qt || !tord || !tmp || !tstamp || !tdup)
         goto nomem;
 
-    /* Requests in (rank, tensor, box) order: counting sort by tensor, then
-       stable counting sort by rank, then boxes inside each group. */
-    memset(pos, 0, ((size_t)ntensors + 1) * sizeof *pos);
-    for (size_t i = 0; i < nrequests; i++)
-        pos[requests[i].tensor + 1]++;
-    for (uint32_t t = 0; t < ntensors; t++)
-        pos[t + 1] += pos[t];
-    for (size_t i = 0; i < nrequests; i++)
-        rtmp[pos[requests[i].tensor]++] = (uint32_t)i;
-    memset(pos, 0, ((size_t)nranks + 1) * sizeof *pos);
+    /* Requests in (tensor, rank, box) order: counting sort by rank, stable
+       counting sort by tensor, then boxes inside the (tensor, rank) groups
+       that have several requests (noticed during the second sort). */
     for (size_t i = 0; i < nrequests; i++)
         pos[requests[i].rank + 1]++;
     for (uint32_t r = 0; r < nranks; r++)
         pos[r + 1] += pos[r];
     for (size_t i = 0; i < nrequests; i++)
-        rord[pos[requests[rtmp[i]].rank]++] = rtmp[i];
+        tmp[pos[requests[i].rank]++] = (uint32_t)i;
+    for (size_t i = 0; i < nrequests; i++)
+        qt[requests[i].tensor + 1]++;
+    for (uint32_t t = 0; t < ntensors; t++)
+        qt[t + 1] += qt[t];
+    memcpy(pos, qt, ((size_t)ntensors + 1) * sizeof *pos);
+    for (size_t k = 0; k < nrequests; k++) {
+        const shs_plan_chunk *q = &requests[tmp[k]];
+        if (tstamp[q->tensor] == q->rank + 1)
+            tdup[q->tensor] = 1;
+        tstamp[q->tensor] = q->rank + 1;
+        tord[pos[q->tensor]++] = tmp[k];
+    }
     {
         req_cmp_ctx rc_ctx = { requests, tensors };
-        for (size_t g = 0; g < nrequests;) {
-            const shs_plan_chunk *q = &requests[rord[g]];
-            size_t e = g + 1;
-            while (e < nrequests && requests[rord[e]].rank == q->rank &&
-                   requests[rord[e]].tensor == q->tensor)
-                e++;
-            if (e - g > 1)
-                msort_u32(rord + g, rtmp, e - g, cmp_req_box, &rc_ctx);
-            g = e;
+        for (uint32_t t = 0; t < ntensors; t++) {
+            if (!tdup[t])
+                continue;
+            for (size_t g = qt[t]; g < qt[t + 1];) {
+                uint32_t r = requests[tord[g]].rank;
+                size_t e = g + 1;
+                while (e < qt[t + 1] && requests[tord[e]].rank == r)
+                    e++;
+                if (e - g > 1)
+                    msort_u32(tord + g, tmp, e - g, cmp_req_box, &rc_ctx);
+                g = e;
+            }
         }
     }
-    shs__free(rtmp);
-    rtmp = NULL;
+    shs__free(tmp);
+    tmp = NULL;
+    shs__free(tstamp);
+    tstamp = NULL;
+    shs__free(tdup);
+    tdup = NULL;
+
+    /* The readers live until the end: allocated before the temporaries of
+       the passes so that, freed, those leave no hole below it (with glibc,
+       freed blocks below a live one stay in the process). */
+    if (load_balanced && !(reader = shs__malloc((a.nu ? a.nu : 1) * sizeof *reader)))
+        goto nomem;
 
     /* Sweep keys of the saved uniques (ascending within each tensor). */
+    ukey = shs__malloc((a.nu ? a.nu : 1) * sizeof *ukey);
+    maxlen = shs__calloc((size_t)ntensors + 1, sizeof *maxlen);
+    runs = shs__malloc((nrequests ? nrequests : 1) * sizeof *runs);
+    /* balanced: requests per unique; otherwise only whether it is needed */
+    if (load_balanced)
+        ucnt = shs__calloc(a.nu + 1, sizeof *ucnt);
+    else
+        uneed = shs__calloc(a.nu + 1, 1);
+    if (!ukey || !maxlen || !runs || (!ucnt && !uneed))
+        goto nomem;
     for (uint32_t t = 0; t < ntensors; t++) {
         uint32_t nd = tensors[t].ndim, ds = a.ds[t];
         for (size_t u = a.tu[t]; u < a.tu[t + 1]; u++) {
-            const shs_plan_chunk *c = &saved[urep(&a, u)];
+            const shs_plan_chunk *c = &saved[rep[u]];
             ukey[u] = box_start(c, nd, ds);
             if (box_len(c, nd, ds) > maxlen[t])
                 maxlen[t] = box_len(c, nd, ds);
         }
     }
 
-    /* Intersections, request by request. */
-    cap = nrequests + nrequests / 2 + 16;
-    if (!(out->items = shs__malloc(cap * sizeof *out->items)))
-        goto nomem;
-    for (size_t k = 0; k < nrequests; k++) {
-        uint32_t qi = rord[k];
-        const shs_plan_chunk *q = &requests[qi];
-        const shs_plan_tensor *T = &tensors[q->tensor];
-        uint32_t nd = T->ndim, ds = a.ds[q->tensor];
-        uint64_t qs = box_start(q, nd, ds), qe = qs + box_len(q, nd, ds);
-        uint64_t want = nd ? box_volume(q->box + nd, nd) : 1, got = 0;
-        uint64_t io[SHS_PLAN_MAX_NDIM], is[SHS_PLAN_MAX_NDIM];
-        if (want == 0)
-            continue;
-        /* first unique whose start could reach qs */
-        uint64_t lo = qs >= maxlen[q->tensor] ? qs - maxlen[q->tensor] + 1 : 0;
-        size_t l = a.tu[q->tensor], h = a.tu[q->tensor + 1];
-        while (l < h) {
-            size_t mid = l + (h - l) / 2;
-            if (ukey[mid] < lo)
-                l = mid + 1;
-            else
-                h = mid;
-        }
-        for (size_t u = l; u < a.tu[q->tensor + 1] && ukey[u] < qe; u++) {
-            const shs_plan_chunk *s = &saved[urep(&a, u)];
-            uint64_t vol = 1;
-            if (nd) {
-                if (!shs__box_intersect(nd, s->box, s->box + nd, q->box, q->box + nd,
-                                        io, is))
+    /* Pass 1: count.  The first uncovered request in (rank, tensor, box)
+       order is the one reported: tensors come in order and, inside one,
+       ranks and boxes do, so a later find wins only with a lower rank. */
+    {
+        bool bad = false;
+        uint32_t bad_q = 0;
+        uint64_t bad_got = 0, bad_want = 0;
+        for (uint32_t t = 0; t < ntensors; t++) {
+            const shs_plan_tensor *T = &tensors[t];
+            uint32_t nd = T->ndim, ds = a.ds[t];
+            size_t ub = a.tu[t], ue = a.tu[t + 1], prev = ue;
+            for (size_t k = qt[t]; k < qt[t + 1]; k++) {
+                if (k + 16 < nrequests)
+                    PREFETCH(&requests[tord[k + 16]]);
+                if (k + 8 < nrequests)
+                    PREFETCH(requests[tord[k + 8]].box);
+                uint32_t qi = tord[k];
+                const shs_plan_chunk *q = &requests[qi];
+                uint64_t qs = box_start(q, nd, ds), qe = qs + box_len(q, nd, ds);
+                uint64_t want = nd ? box_volume(q->box + nd, nd) : 1, got = 0;
+                runs[k] = (qrun){ 0, 0 };
+                if (want == 0)
                     continue;
-                vol = box_volume(is, nd);
+                /* first unique whose start could reach qs: galloping
+                   from the previous request's, as consecutive requests of
+                   a tensor (rank order) usually move forward */
+                uint64_t lo = qs >= maxlen[t] ? qs - maxlen[t] + 1 : 0;
+                size_t l = ub, h = ue;
+                if (prev < ue && ukey[prev] < lo) {
+                    size_t step = 1;
+                    l = prev + 1;
+                    while (l + step < ue && ukey[l + step] < lo) {
+                        l += step + 1;
+                        step *= 2;
+                    }
+                    h = l + step < ue ? l + step + 1 : ue;
+                } else if (prev < ue) {
+                    h = prev + 1;
+                }
+                while (l < h) {
+                    size_t mid = l + (h - l) / 2;
+                    if (ukey[mid] < lo)
+                        l = mid + 1;
+                    else
+                        h = mid;
+                }
+                prev = l;
+                uint32_t first = 0, n = 0;
+                bool gap = false, gaps = false;
+                for (size_t u = l; u < ue && ukey[u] < qe; u++) {
+                    uint64_t vol = nd ? isect_vol(saved[rep[u]].box, q->box, nd) : 1;
+                    if (!vol) {
+                        gap = n != 0;
+                        continue;
+                    }
+                    if (!n)
+                        first = (uint32_t)u;
+                    gaps |= gap;
+                    n++;
+                    got += vol;
+                    if (load_balanced) {
+                        ucnt[u + 1]++;
+                    } else {
+                        uneed[u] = 1;
+                        out->rank_read_bytes[q->rank] += elem_bytes(T, vol);
+                    }
+                }
+                if (got != want && (!bad || q->rank < requests[bad_q].rank)) {
+                    bad = true;
+                    bad_q = qi;
+                    bad_got = got;
+                    bad_want = want;
+                }
+                total += n;
+                if (total >= UINT32_MAX - 1 || (gaps && n >= QRUN_GAPS)) {
+                    rc = shs__err(SHS_EUNSUPPORTED, "plan: more than 2^32-2 intersections");
+                    goto done;
+                }
+                runs[k] = (qrun){ first, gaps ? n | QRUN_GAPS : n };
+                out->item_start[q->rank + 1] += n;
             }
-            if (out->nitems == cap) {
-                size_t ncap = cap + cap / 2;
-                shs__load_item *ni = shs__realloc(out->items, ncap * sizeof *ni);
-                if (!ni)
-                    goto nomem;
-                out->items = ni;
-                cap = ncap;
-            }
-            if (out->nitems >= UINT32_MAX - 1) {
-                rc = shs__err(SHS_EUNSUPPORTED, "plan: more than 2^32-2 intersections");
-                goto done;
-            }
-            /* src holds the unique id until the readers are chosen */
-            out->items[out->nitems++] = (shs__load_item){ urep(&a, u), qi, (uint32_t)u };
-            got += vol;
-            if (!load_balanced)
-                out->rank_read_bytes[q->rank] += elem_bytes(T, vol);
         }
-        if (got != want) {
+        if (bad) {
+            const shs_plan_chunk *q = &requests[bad_q];
+            uint32_t nd = tensors[q->tensor].ndim;
             char b[BOXSTR];
             rc = shs__err(SHS_EINVAL, "plan: tensor %" PRIu32 ": box %s requested by rank %"
                           PRIu32 " is not covered by the saved chunks (%" PRIu64 " of %"
                           PRIu64 " elements covered)", q->tensor,
-                          fmt_box(b, sizeof b, q->box, q->box + nd, nd), q->rank, got, want);
+                          fmt_box(b, sizeof b, q->box, q->box + nd, nd), q->rank,
+                          bad_got, bad_want);
             goto done;
         }
-        out->item_start[q->rank + 1] = out->nitems;
     }
-    for (uint32_t r = 0; r < nranks; r++)
-        if (out->item_start[r + 1] < out->item_start[r])
-            out->item_start[r + 1] = out->item_start[r];
-    shs__free(rord);
-    rord = NULL;
     shs__free(ukey);
     ukey = NULL;
-
-    /* Items grouped by saved unique. */
-    size_t ni = out->nitems;
-    if (!(cnt32 = shs__calloc(a.nu + 1, sizeof *cnt32)))
-        goto nomem;
-    for (size_t i = 0; i < ni; i++)
-        cnt32[out->items[i].src + 1]++;
-    size_t nneeded = 0;
-    for (size_t u = 0; u < a.nu; u++) {
-        if (cnt32[u + 1]) {
-            nneeded++;
+    shs__free(maxlen);
+    maxlen = NULL;
+    for (uint32_t r = 0; r < nranks; r++)
+        out->item_start[r + 1] += out->item_start[r];
+    out->nitems = total;
+    for (size_t u = 0; u < a.nu; u++)
+        if (load_balanced ? ucnt[u + 1] != 0 : uneed[u] != 0)
             out->needed_bytes += unique_bytes(&a, u);
-        }
-        cnt32[u + 1] += cnt32[u];
-    }
+    shs__free(uneed);
+    uneed = NULL;
 
-    if (!load_balanced) {
-        for (size_t i = 0; i < ni; i++)
-            out->items[i].src = requests[out->items[i].req].rank;
-    } else {
-        by_u = shs__malloc((ni ? ni : 1) * sizeof *by_u);
-        needed = shs__malloc((nneeded ? nneeded : 1) * sizeof *needed);
-        reader = shs__malloc((a.nu ? a.nu : 1) * sizeof *reader);
-        if (!by_u || !needed || !reader)
-            goto nomem;
-        for (size_t i = 0; i < ni; i++)
-            by_u[cnt32[out->items[i].src]++] = (uint32_t)i;
-        /* cnt32[u] is now the end of u's group (= start of u + 1) */
-        size_t k = 0;
-        for (size_t u = 0; u < a.nu; u++) {
-            reader[u] = UINT32_MAX;
-            if (cnt32[u] != (u ? cnt32[u - 1] : 0))
-                needed[k++] = (uint32_t)u;
-        }
-        if ((rc = order_by_size(needed, nneeded, &a)) < 0)
+    if (load_balanced) {
+        /* The ranks that need each unique: uranks[ucnt[u-1] .. ucnt[u]). */
+        size_t nneeded;
+        if ((rc = order_uniques(&uorder, &nneeded, &a, ucnt, false)) < 0)
             goto done;
+        shs__free(a.ubytes); /* bytes come from the boxes from here on */
+        a.ubytes = NULL;
+        for (size_t u = 0; u < a.nu; u++)
+            ucnt[u + 1] += ucnt[u];
+        uranks = shs__malloc((total ? total : 1) * sizeof *uranks);
+        if (!uranks)
+            goto nomem;
+        for (uint32_t t = 0; t < ntensors; t++) {
+            uint32_t nd = tensors[t].ndim;
+            for (size_t k = qt[t]; k < qt[t + 1]; k++) {
+                if (k + 16 < nrequests)
+                    PREFETCH(&requests[tord[k + 16]]);
+                uint32_t n = runs[k].n & ~QRUN_GAPS, u = runs[k].first;
+                if (!n)
+                    continue;
+                const shs_plan_chunk *q = &requests[tord[k]];
+                for (; n; u++) {
+                    if ((runs[k].n & QRUN_GAPS) && nd &&
+                        !isect_vol(saved[rep[u]].box, q->box, nd))
+                        continue;
+                    uranks[ucnt[u]++] = q->rank;
+                    n--;
+                }
+            }
+        }
+        /* ucnt[u] is now the end of u's ranks (= start of u + 1) */
         uint64_t *load = out->rank_read_bytes;
-        for (k = 0; k < nneeded; k++) {
-            uint32_t u = needed[k];
-            size_t b = u ? cnt32[u - 1] : 0, e = cnt32[u];
-            uint32_t best = requests[out->items[by_u[b]].req].rank;
+        for (size_t u = 0; u < a.nu; u++)
+            reader[u] = UINT32_MAX;
+        for (size_t j = 0; j < nneeded; j++) {
+            uint32_t u = uorder[j];
+            size_t b = u ? ucnt[u - 1] : 0, e = ucnt[u];
+            uint32_t best = uranks[b];
             for (size_t p = b + 1; p < e; p++) {
-                uint32_t r = requests[out->items[by_u[p]].req].rank;
+                uint32_t r = uranks[p];
                 if (load[r] < load[best] || (load[r] == load[best] && r < best))
                     best = r;
             }
+            const shs_plan_chunk *c = &saved[rep[u]];
+            const shs_plan_tensor *T = &tensors[c->tensor];
             reader[u] = best;
-            load[best] += unique_bytes(&a, u);
-            out->nreads++;
+            load[best] += elem_bytes(T, T->ndim ? box_volume(c->box + T->ndim, T->ndim) : 1);
         }
-        for (size_t i = 0; i < ni; i++) {
-            shs__load_item *it = &out->items[i];
-            it->src = reader[it->src];
-            if (it->src != requests[it->req].rank)
-                out->nsends++;
-        }
-        shs__free(by_u);
-        by_u = NULL;
-        shs__free(needed);
-        needed = NULL;
+        out->nreads = nneeded;
+        shs__free(uranks);
+        uranks = NULL;
+        shs__free(uorder);
+        uorder = NULL;
+    }
+    shs__free(ucnt);
+    ucnt = NULL;
+    shs__free(a.ubytes);
+    a.ubytes = NULL;
 
+    /* Pass 3: items into place (rank-major; per rank, tensor then box
+       order), counting sends. */
+    if (!(out->items = shs__malloc((total ? total : 1) * sizeof *out->items)))
+        goto nomem;
+    memcpy(pos, out->item_start, ((size_t)nranks + 1) * sizeof *pos);
+    for (uint32_t t = 0; t < ntensors; t++) {
+        const shs_plan_tensor *T = &tensors[t];
+        uint32_t nd = T->ndim;
+        for (size_t k = qt[t]; k < qt[t + 1]; k++) {
+            if (k + 16 < nrequests)
+                PREFETCH(&requests[tord[k + 16]]);
+            uint32_t n = runs[k].n & ~QRUN_GAPS, u = runs[k].first;
+            if (!n)
+                continue;
+            uint32_t qi = tord[k];
+            const shs_plan_chunk *q = &requests[qi];
+            uint32_t r = q->rank;
+            shs__load_item *it = out->items + pos[r];
+            pos[r] += n;
+            for (; n; u++) {
+                uint64_t vol = 1;
+                const uint64_t *sb = saved[rep[u]].box;
+                if ((runs[k].n & QRUN_GAPS) && nd && !isect_vol(sb, q->box, nd))
+                    continue;
+                uint32_t src = load_balanced ? reader[u] : r;
+                *it++ = (shs__load_item){ rep[u], qi, src };
+                n--;
+                if (src != r) {
+                    if (nd)
+                        vol = isect_vol(sb, q->box, nd);
+                    out->nsends++;
+                    out->send_start[src + 1]++;
+                    out->sent_bytes += elem_bytes(T, vol);
+                }
+            }
+        }
+    }
+    shs__free(runs);
+    runs = NULL;
+    shs__free(tord);
+    tord = NULL;
+
+    if (load_balanced) {
         /* reads per reader, in unique (tensor, box) order */
         out->reads = shs__malloc((out->nreads ? out->nreads : 1) * sizeof *out->reads);
         out->sends = shs__malloc((out->nsends ? out->nsends : 1) * sizeof *out->sends);
@@ -967,34 +1212,24 @@ int shs__plan_load(shs__load_plan *out, const shs_plan_tensor *tensors,
         memcpy(pos, out->read_start, ((size_t)nranks + 1) * sizeof *pos);
         for (size_t u = 0; u < a.nu; u++)
             if (reader[u] != UINT32_MAX)
-                out->reads[pos[reader[u]]++] = urep(&a, u);
+                out->reads[pos[reader[u]]++] = rep[u];
+        shs__free(reader);
+        reader = NULL;
 
         /* sends per source, in item order (= destination rank order) */
-        for (size_t i = 0; i < ni; i++) {
-            const shs__load_item *it = &out->items[i];
-            if (it->src != requests[it->req].rank)
-                out->send_start[it->src + 1]++;
-        }
         for (uint32_t r = 0; r < nranks; r++)
             out->send_start[r + 1] += out->send_start[r];
         memcpy(pos, out->send_start, ((size_t)nranks + 1) * sizeof *pos);
-        for (size_t i = 0; i < ni; i++) {
-            const shs__load_item *it = &out->items[i];
-            if (it->src != requests[it->req].rank) {
-                uint64_t io[SHS_PLAN_MAX_NDIM], is[SHS_PLAN_MAX_NDIM];
-                out->sends[pos[it->src]++] = (uint32_t)i;
-                out->sent_bytes += shs__load_item_box(out, it, io, is);
+        for (uint32_t r = 0; r < nranks; r++)
+            for (size_t i = out->item_start[r]; i < out->item_start[r + 1]; i++) {
+                uint32_t src = out->items[i].src;
+                if (src != r)
+                    out->sends[pos[src]++] = (uint32_t)i;
             }
-        }
     }
     for (uint32_t r = 0; r < nranks; r++)
         out->read_bytes += out->rank_read_bytes[r];
     out->max_over_mean = max_over_mean(out->rank_read_bytes, nranks);
-    if (ni && ni < cap) { /* give back the growth slack */
-        shs__load_item *shrunk = shs__realloc(out->items, ni * sizeof *shrunk);
-        if (shrunk)
-            out->items = shrunk;
-    }
     rc = SHS_OK;
     goto done;
 
@@ -1002,15 +1237,20 @@ nomem:
     rc = shs__err(SHS_ENOMEM, "plan: out of memory planning a load of %zu requests",
                   nrequests);
 done:
-    shs__free(rord);
-    shs__free(rtmp);
-    shs__free(cnt32);
-    shs__free(by_u);
-    shs__free(needed);
+    shs__free(tord);
+    shs__free(tmp);
+    shs__free(tstamp);
+    shs__free(tdup);
+    shs__free(ucnt);
+    shs__free(uneed);
+    shs__free(uranks);
+    shs__free(uorder);
     shs__free(reader);
     shs__free(pos);
+    shs__free(qt);
     shs__free(ukey);
     shs__free(maxlen);
+    shs__free(runs);
     analysis_release(&a);
     if (rc < 0)
         shs__load_plan_release(out);

@@ -210,6 +210,21 @@ static void check_load(const shs__load_plan *p, const shs_plan_tensor *T,
             }
             if (!p->load_balanced)
                 assert_int_equal(it->src, r);
+            /* a rank's items: by tensor, then requested box (offsets, then
+               shape); the items of one request together */
+            if (k > p->item_start[r]) {
+                const shs__load_item *pv = &p->items[k - 1];
+                const shs_plan_chunk *pq = &req->c[pv->req];
+                assert_true(pq->tensor <= q->tensor);
+                if (pq->tensor == q->tensor && pv->req != it->req) {
+                    int c = 0;
+                    for (uint32_t d = 0; d < 2 * nd && c == 0; d++)
+                        c = pq->box[d] < q->box[d] ? -1 : pq->box[d] > q->box[d];
+                    assert_true(c <= 0);
+                    for (size_t j = p->item_start[r]; j + 1 < k; j++)
+                        assert_int_not_equal(p->items[j].req, it->req);
+                }
+            }
         }
     }
     for (size_t i = 0; i < nreq; i++) {
@@ -919,6 +934,336 @@ static void test_simulation_1024(void **state)
     cl_free(&s);
 }
 
+/* ------------------------------------------------------------------------
+ * Greedy decisions against an independent reference (1-d tensors, whose
+ * canonical box order is offset order)
+ * ---------------------------------------------------------------------- */
+
+typedef struct ref_unique {
+    uint32_t tensor;
+    uint64_t off, len, bytes;
+    uint32_t holders;
+    uint32_t first;  /* index in the sorted chunk order */
+} ref_unique;
+
+static const clist *g_ref_list;
+
+static int cmp_ref_chunk(const void *x, const void *y)
+{
+    const shs_plan_chunk *a = &g_ref_list->c[*(const uint32_t *)x],
+                         *b = &g_ref_list->c[*(const uint32_t *)y];
+    if (a->tensor != b->tensor)
+        return a->tensor < b->tensor ? -1 : 1;
+    if (a->box[0] != b->box[0])
+        return a->box[0] < b->box[0] ? -1 : 1;
+    if (a->box[1] != b->box[1])
+        return a->box[1] < b->box[1] ? -1 : 1;
+    return 0;
+}
+
+static bool g_ref_by_holders;
+
+static int cmp_ref_unique(const void *x, const void *y)
+{
+    const ref_unique *a = x, *b = y;
+    if (g_ref_by_holders && a->holders != b->holders)
+        return a->holders < b->holders ? -1 : 1;
+    if (a->bytes != b->bytes)
+        return a->bytes > b->bytes ? -1 : 1;
+    if (a->tensor != b->tensor)
+        return a->tensor < b->tensor ? -1 : 1;
+    if (a->off != b->off)
+        return a->off < b->off ? -1 : 1;
+    return a->len < b->len ? -1 : a->len > b->len;
+}
+
+/* Uniques of a list of 1-d chunks in reference greedy order; *ord gets the
+   chunk ids sorted by (tensor, box). */
+static ref_unique *ref_uniques(const clist *l, const shs_plan_tensor *T, size_t *nu,
+                               uint32_t **ord, bool by_holders)
+{
+    uint32_t *o = malloc((l->n + 1) * sizeof *o);
+    ref_unique *u = calloc(l->n + 1, sizeof *u);
+    assert_non_null(o);
+    assert_non_null(u);
+    for (size_t i = 0; i < l->n; i++)
+        o[i] = (uint32_t)i;
+    g_ref_list = l;
+    qsort(o, l->n, sizeof *o, cmp_ref_chunk);
+    size_t n = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        const shs_plan_chunk *c = &l->c[o[i]];
+        if (i == 0 || cmp_ref_chunk(&o[i - 1], &o[i]) != 0) {
+            u[n] = (ref_unique){ c->tensor, c->box[0], c->box[1],
+                                 c->box[1] * shs_dtype_bits(T[c->tensor].dtype) / 8, 0,
+                                 (uint32_t)i };
+            n++;
+        }
+        u[n - 1].holders++;
+    }
+    g_ref_by_holders = by_holders;
+    qsort(u, n, sizeof *u, cmp_ref_unique);
+    *nu = n;
+    *ord = o;
+    return u;
+}
+
+/* Save with remove_redundancy: each unique, in (holders ascending, bytes
+   descending, tensor, box) order, to its least loaded holder (ties: lowest
+   rank). */
+static void check_save_reference(const shs__save_plan *p, const shs_plan_tensor *T,
+                                 const clist *l, uint32_t nranks)
+{
+    size_t nu;
+    uint32_t *o;
+    ref_unique *u = ref_uniques(l, T, &nu, &o, true);
+    uint64_t *load = calloc(nranks, sizeof *load);
+    uint8_t *w = calloc(l->n + 1, 1);
+    assert_non_null(load);
+    assert_non_null(w);
+    for (size_t k = 0; k < nu; k++) {
+        uint32_t best = UINT32_MAX, bc = 0;
+        for (uint32_t h = 0; h < u[k].holders; h++) {
+            uint32_t c = o[u[k].first + h], r = l->c[c].rank;
+            if (best == UINT32_MAX || load[r] < load[best] ||
+                (load[r] == load[best] && r < best)) {
+                best = r;
+                bc = c;
+            }
+        }
+        w[bc] = 1;
+        load[best] += u[k].bytes;
+    }
+    for (size_t i = 0; i < l->n; i++)
+        if (p->write[i] != w[i])
+            fail_msg("chunk %zu (tensor %u, rank %u, offset %llu): write %d, reference %d",
+                     i, l->c[i].tensor, l->c[i].rank, (unsigned long long)l->c[i].box[0],
+                     p->write[i], w[i]);
+    assert_memory_equal(load, p->rank_bytes, nranks * sizeof *load);
+    free(load);
+    free(w);
+    free(u);
+    free(o);
+}
+
+static void test_save_order_reference(void **state)
+{
+    (void)state;
+    /* Few sizes (counting order) and, in tensor 2, more than 65,536
+       distinct (holders, bytes) pairs (the merge-sort fallback). */
+    enum { NR = 5, N2 = 70000 };
+    uint64_t shapes[3] = { 0, 0, 0 };
+    shs_plan_tensor T[3] = { { 1, SHS_F32, &shapes[0] }, { 1, SHS_BF16, &shapes[1] },
+                             { 1, SHS_U8, &shapes[2] } };
+    clist s;
+    cl_init(&s, 64 + 40 + 2 * N2, 1);
+    /* t0: 4 blocks of 16, each on 1..4 ranks */
+    for (uint32_t b = 0; b < 4; b++)
+        for (uint32_t h = 0; h <= b; h++)
+            cl_add(&s, 0, (b + 2 * h) % NR, 1, (const uint64_t[]){ 16 * b },
+                   (const uint64_t[]){ 16 });
+    shapes[0] = 64;
+    /* t1: FSDP-like single-holder shards (uneven) + one replicated block:
+       the replicas must go where the shards left room */
+    uint64_t off = 0;
+    for (uint32_t r = 0; r < NR; r++) {
+        uint64_t len = 100 + 10 * (NR - r);
+        cl_add(&s, 1, r, 1, &off, &len);
+        off += len;
+    }
+    for (uint32_t r = 0; r < NR; r++)
+        cl_add(&s, 1, r, 1, &off, (const uint64_t[]){ 30 });
+    shapes[1] = off + 30;
+    /* t2: N2 chunks of distinct lengths, some on two ranks */
+    off = 0;
+    for (uint32_t i = 0; i < N2; i++) {
+        uint64_t len = 1 + (uint64_t)((i * 40503u) % N2);
+        uint32_t r0 = i % NR, r1 = (i * 7 + 1) % NR;
+        cl_add(&s, 2, r0, 1, &off, &len);
+        if (i % 3 == 0 && r1 != r0)
+            cl_add(&s, 2, r1, 1, &off, &len);
+        off += len;
+    }
+    shapes[2] = off;
+    for (uint32_t nt = 2; nt <= 3; nt++) {
+        size_t n = 0;
+        while (n < s.n && s.c[n].tensor < nt)
+            n++;
+        clist v = s;
+        v.n = n;
+        shs__save_plan p;
+        assert_int_equal(shs__plan_save(&p, T, nt, v.c, v.n, NR, true), SHS_OK);
+        if (nt == 2) /* check_save is quadratic; the reference is exact */
+            check_save(&p, T, &v, NR, true);
+        check_save_reference(&p, T, &v, NR);
+        assert_int_equal(p.written_bytes, p.unique_bytes);
+        shs__save_plan_release(&p);
+    }
+    /* Single-holder shards of 300, 250, 200 bytes and a replicated block
+       of 400 bytes bigger than any shard: placed after the shards, the
+       replica goes to the rank with the smallest shard (sizes first would
+       put it on rank 0: 700 / 250 / 200 bytes). */
+    cl_reset(&s);
+    shapes[0] = 150 + 125 + 100 + 200;
+    cl_add(&s, 0, 0, 1, (const uint64_t[]){ 0 }, (const uint64_t[]){ 150 });
+    cl_add(&s, 0, 1, 1, (const uint64_t[]){ 150 }, (const uint64_t[]){ 125 });
+    cl_add(&s, 0, 2, 1, (const uint64_t[]){ 275 }, (const uint64_t[]){ 100 });
+    for (uint32_t r = 0; r < 3; r++)
+        cl_add(&s, 0, r, 1, (const uint64_t[]){ 375 }, (const uint64_t[]){ 200 });
+    T[0].dtype = SHS_BF16;
+    shs__save_plan p;
+    assert_int_equal(shs__plan_save(&p, T, 1, s.c, s.n, 3, true), SHS_OK);
+    check_save_reference(&p, T, &s, 3);
+    assert_int_equal(p.write[5], 1); /* the replica on rank 2 */
+    assert_int_equal(p.rank_bytes[0], 300);
+    assert_int_equal(p.rank_bytes[1], 250);
+    assert_int_equal(p.rank_bytes[2], 600);
+    shs__save_plan_release(&p);
+    cl_free(&s);
+}
+
+/* Load with load_balanced on 1-d tensors: every needed saved chunk, in
+   (bytes descending, tensor, box) order, read by the least loaded rank that
+   needs it (ties: lowest rank); several requests per (tensor, rank), in
+   shuffled order. */
+static void test_load_reference(void **state)
+{
+    (void)state;
+    enum { NS = 7, NL = 5, NT = 3 };
+    uint64_t shapes[NT] = { 1000, 357, 64 };
+    shs_plan_tensor T[NT] = { { 1, SHS_F32, &shapes[0] }, { 1, SHS_BF16, &shapes[1] },
+                              { 1, SHS_F64, &shapes[2] } };
+    clist s, q, q2;
+    cl_init(&s, 64, 1);
+    cl_init(&q, 256, 1);
+    for (uint32_t t = 0; t < NT; t++)
+        for (uint32_t i = 0; i < NS; i++) { /* uneven pieces */
+            uint64_t off, len;
+            split(shapes[t], NS, i, &off, &len);
+            if (i == 2 && len > 3) { /* one piece in two */
+                cl_add(&s, t, i, 1, &off, (const uint64_t[]){ 3 });
+                off += 3;
+                len -= 3;
+            }
+            cl_add(&s, t, i, 1, &off, &len);
+        }
+    /* each rank: 3 slices of t0 (strided), its share of t1, all of t2 */
+    for (uint32_t r = 0; r < NL; r++) {
+        for (uint32_t j = 0; j < 3; j++) {
+            uint64_t off, len;
+            split(shapes[0], 3 * NL, j * NL + r, &off, &len);
+            cl_add(&q, 0, r, 1, &off, &len);
+        }
+        uint64_t off, len;
+        split(shapes[1], NL, r, &off, &len);
+        cl_add(&q, 1, r, 1, &off, &len);
+        cl_add(&q, 2, r, 1, (const uint64_t[]){ 0 }, &shapes[2]);
+    }
+    uint32_t pq[256];
+    uint64_t seed = 7;
+    shuffle(pq, q.n, &seed);
+    cl_init(&q2, q.n, 0);
+    for (size_t i = 0; i < q.n; i++)
+        q2.c[q2.n++] = q.c[pq[i]];
+
+    shs__load_plan p;
+    assert_int_equal(shs__plan_load(&p, T, NT, s.c, s.n, q2.c, q2.n, NL, true), SHS_OK);
+    check_load(&p, T, &s, &q2, NL);
+    /* reference readers */
+    size_t nu;
+    uint32_t *o;
+    ref_unique *u = ref_uniques(&s, T, &nu, &o, false);
+    uint64_t load[NL] = { 0 };
+    uint32_t *reader = malloc(s.n * sizeof *reader);
+    assert_non_null(reader);
+    for (size_t i = 0; i < s.n; i++)
+        reader[i] = UINT32_MAX;
+    for (uint32_t r = 0; r < NL; r++)
+        for (size_t k = p.read_start[r]; k < p.read_start[r + 1]; k++)
+            reader[p.reads[k]] = r;
+    for (size_t k = 0; k < nu; k++) {
+        uint32_t c = o[u[k].first], best = UINT32_MAX;
+        for (size_t i = 0; i < q2.n; i++) {
+            const shs_plan_chunk *r = &q2.c[i];
+            if (r->tensor != u[k].tensor || r->box[0] >= u[k].off + u[k].len ||
+                u[k].off >= r->box[0] + r->box[1])
+                continue;
+            if (best == UINT32_MAX || load[r->rank] < load[best] ||
+                (load[r->rank] == load[best] && r->rank < best))
+                best = r->rank;
+        }
+        assert_int_equal(reader[c], best);
+        if (best != UINT32_MAX)
+            load[best] += u[k].bytes;
+    }
+    assert_memory_equal(load, p.rank_read_bytes, sizeof load);
+    shs__load_plan_release(&p);
+    free(reader);
+    free(u);
+    free(o);
+    cl_free(&s);
+    cl_free(&q);
+    cl_free(&q2);
+}
+
+/* 2-d grids whose requests span several saved chunks with non-intersecting
+   ones between them in sweep order, several requests per (tensor, rank). */
+static void test_load_gaps(void **state)
+{
+    (void)state;
+    enum { NL = 3 };
+    uint64_t sh0[2] = { 12, 10 }, sh1[2] = { 9, 16 };
+    shs_plan_tensor T[2] = { { 2, SHS_F32, sh0 }, { 2, SHS_F16, sh1 } };
+    clist s, q;
+    cl_init(&s, 64, 2);
+    cl_init(&q, 64, 2);
+    add_grid(&s, 0, &T[0], 4, 5, 1); /* 4 x 5 blocks */
+    add_grid(&s, 1, &T[1], 3, 4, 1);
+    for (uint32_t r = 0; r < NL; r++) {
+        /* column bands: cross every row band of the grid */
+        uint64_t off, len;
+        split(sh0[1], 2 * NL, 2 * r + 1, &off, &len);
+        cl_add(&q, 0, r, 2, (const uint64_t[]){ 0, off }, (const uint64_t[]){ 12, len });
+        split(sh0[1], 2 * NL, 2 * r, &off, &len);
+        cl_add(&q, 0, r, 2, (const uint64_t[]){ 0, off }, (const uint64_t[]){ 12, len });
+        split(sh1[0], NL, r, &off, &len);
+        cl_add(&q, 1, r, 2, (const uint64_t[]){ off, 3 }, (const uint64_t[]){ len, 9 });
+        cl_add(&q, 1, r, 2, (const uint64_t[]){ off, 0 }, (const uint64_t[]){ len, 3 });
+        cl_add(&q, 1, r, 2, (const uint64_t[]){ off, 12 }, (const uint64_t[]){ len, 4 });
+    }
+    for (int lb = 0; lb < 2; lb++) {
+        shs__load_plan p;
+        assert_int_equal(shs__plan_load(&p, T, 2, s.c, s.n, q.c, q.n, NL, lb), SHS_OK);
+        check_load(&p, T, &s, &q, NL);
+        shs__load_plan_release(&p);
+    }
+    /* the first uncovered request is named in (rank, tensor, box) order,
+       also when a higher rank's request of a lower tensor is uncovered too */
+    clist s2;
+    cl_init(&s2, 64, 2);
+    for (size_t i = 0; i < s.n; i++) /* drop block (1, 2) of t0 and (2, 3) of t1 */
+        if (!(s.c[i].tensor == 0 && s.c[i].rank == 7) &&
+            !(s.c[i].tensor == 1 && s.c[i].rank == 11))
+            cl_add(&s2, s.c[i].tensor, s.c[i].rank, 2, s.c[i].box, s.c[i].box + 2);
+    shs__load_plan p;
+    assert_int_equal(shs__plan_load(&p, T, 2, s2.c, s2.n, q.c, q.n, NL, true), SHS_EINVAL);
+    assert_non_null(strstr(shs_last_error(), "tensor 0"));
+    assert_non_null(strstr(shs_last_error(), "rank 1"));
+    assert_non_null(strstr(shs_last_error(), "[0:12, 4:6]"));
+    cl_reset(&s2);
+    for (size_t i = 0; i < s.n; i++) /* drop t0's block (3, 4) and t1's (0, 0) */
+        if (!(s.c[i].tensor == 0 && s.c[i].rank == 19) &&
+            !(s.c[i].tensor == 1 && s.c[i].rank == 0))
+            cl_add(&s2, s.c[i].tensor, s.c[i].rank, 2, s.c[i].box, s.c[i].box + 2);
+    assert_int_equal(shs__plan_load(&p, T, 2, s2.c, s2.n, q.c, q.n, NL, false), SHS_EINVAL);
+    assert_non_null(strstr(shs_last_error(), "tensor 1"));
+    assert_non_null(strstr(shs_last_error(), "rank 0"));
+    assert_non_null(strstr(shs_last_error(), "[0:3, 0:3]"));
+    cl_free(&s2);
+    cl_free(&s);
+    cl_free(&q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -933,6 +1278,9 @@ int main(void)
         cmocka_unit_test(test_invalid),
         cmocka_unit_test(test_oom),
         cmocka_unit_test(test_simulation_1024),
+        cmocka_unit_test(test_save_order_reference),
+        cmocka_unit_test(test_load_reference),
+        cmocka_unit_test(test_load_gaps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
