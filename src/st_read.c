@@ -327,6 +327,24 @@ static int expect_literal(parser *ps, const char *lit, size_t n)
     return SHS_OK;
 }
 
+/* A member's key and its ':' (whitespace around both skipped).  With
+   `key` NULL the key is only checked, not decoded. */
+static int parse_key(parser *ps, const char **key, size_t *len)
+{
+    int rc;
+    skip_ws(ps);
+    if (ps->p >= ps->end || *ps->p != '"')
+        return syntax_err(ps, "expected a string key");
+    if ((rc = parse_string(ps, key, len)) < 0)
+        return rc;
+    skip_ws(ps);
+    if (ps->p >= ps->end || *ps->p != ':')
+        return syntax_err(ps, "expected ':'");
+    ps->p++;
+    skip_ws(ps);
+    return SHS_OK;
+}
+
 /*
  * Skip any JSON value, checking its syntax, without recursion.  `depth` is
  * the nesting depth of the container holding the value.
@@ -401,15 +419,8 @@ static int skip_value(parser *ps, int depth)
         }
         continue;
     object_key:
-        skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != '"')
-            return syntax_err(ps, "expected a string key");
-        if ((rc = parse_string(ps, NULL, NULL)) < 0)
+        if ((rc = parse_key(ps, NULL, NULL)) < 0)
             return rc;
-        skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != ':')
-            return syntax_err(ps, "expected ':'");
-        ps->p++;
     }
 }
 
@@ -510,20 +521,12 @@ static int parse_tensor(parser *ps, tensor *t)
         goto check;
     }
     for (;;) {
-        skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != '"')
-            return syntax_err(ps, "expected a string key");
         const char *kstart;
         size_t klen;
         /* keys are compared decoded, as serde does ("sh\u0061pe" is
            "shape"); the arena has room for every string of the header */
-        if ((rc = parse_string(ps, &kstart, &klen)) < 0)
+        if ((rc = parse_key(ps, &kstart, &klen)) < 0)
             return rc;
-        skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != ':')
-            return syntax_err(ps, "expected ':'");
-        ps->p++;
-        skip_ws(ps);
         if (ps->p >= ps->end)
             return syntax_err(ps, "unexpected end of header");
         unsigned field = 0;
@@ -636,17 +639,9 @@ static int parse_metadata(parser *ps)
         return SHS_OK;
     }
     for (;;) {
-        skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != '"')
-            return syntax_err(ps, "expected a string key");
         meta_entry e;
-        if ((rc = parse_string(ps, &e.key, &e.key_len)) < 0)
+        if ((rc = parse_key(ps, &e.key, &e.key_len)) < 0)
             return rc;
-        skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != ':')
-            return syntax_err(ps, "expected ':'");
-        ps->p++;
-        skip_ws(ps);
         if (ps->p >= ps->end)
             return syntax_err(ps, "unexpected end of header");
         if (*ps->p == '"') {
@@ -688,17 +683,10 @@ static int parse_header(parser *ps)
         goto done;
     }
     for (;;) {
-        skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != '"')
-            return syntax_err(ps, "expected a string key");
         const char *name;
         size_t name_len;
-        if ((rc = parse_string(ps, &name, &name_len)) < 0)
+        if ((rc = parse_key(ps, &name, &name_len)) < 0)
             return rc;
-        skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != ':')
-            return syntax_err(ps, "expected ':'");
-        ps->p++;
         if (name_len == 12 && memcmp(name, "__metadata__", 12) == 0) {
             if (ps->seen_meta)
                 defer(ps, SHS_EDUPLICATE, "%s: duplicate key '__metadata__'", ps->fname);
