@@ -44,112 +44,18 @@
 
 static const char *g_mode = "";
 
+#define BENCH_NAME "bench_ckpt"
+#include "benchutil.h"
+
 /* ------------------------------------------------------------------ */
 /* helpers                                                            */
 /* ------------------------------------------------------------------ */
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void die(const char *what, int rc)
-{
-    fprintf(stderr, "bench_ckpt %s: %s failed: %s (%s)\n", g_mode, what,
-            rc < 0 ? shs_strerror(rc) : strerror(errno), rc < 0 ? shs_last_error() : "");
-    exit(1);
-}
-
-#define CHECK(call)                         \
-    do {                                    \
-        int rc_ = (call);                   \
-        if (rc_ < 0)                        \
-            die(#call, rc_);                \
-    } while (0)
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "bench_ckpt: out of memory (%zu bytes)\n", n);
-        exit(1);
-    }
-    return p;
-}
-
-static void result(const char *key, double value, const char *unit, const char *label)
-{
-    printf("@@ {\"mode\":\"%s\",\"key\":\"%s\",\"value\":%.9g,\"unit\":\"%s\","
-           "\"label\":\"%s\"}\n", g_mode, key, value, unit, label);
-    fflush(stdout);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double best_of(const double *t, int n)
-{
-    double b = t[0];
-    for (int i = 1; i < n; i++)
-        if (t[i] < b)
-            b = t[i];
-    return b;
-}
-
-static double median_of(const double *t, int n)
-{
-    double s[64];
-    memcpy(s, t, (size_t)n * sizeof *t);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
-
-static char *path_in(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = xmalloc(n);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static void rmtree(const char *p)
-{
-    nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* Remove every step directory of a save path (untimed), keep the path. */
 static void clear_save_path(const char *sp)
 {
     rmtree(sp);
     mkdir(sp, 0755);
-}
-
-static void peak_rss(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    printf("peak RSS (ru_maxrss): %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
-    result("peak_rss", (double)ru.ru_maxrss / 1024.0, "MiB", "peak RSS of the process");
 }
 
 /* ------------------------------------------------------------------ */
@@ -171,9 +77,6 @@ typedef struct bstate {
     size_t total, model_bytes, opt_bytes;
     shs_state *st;
 } bstate;
-
-static const char *const KIND[4] = { "attn.qkv.weight", "mlp.up.weight", "mlp.down.weight",
-                                     "norm.weight" };
 
 static uint32_t g_x = 2463534242u;
 
@@ -201,30 +104,14 @@ static void fill(btensor *t)
 
 static void make_state(bstate *s)
 {
-    unsigned wsum = 0;
-    for (int i = 0; i < N_MODEL; i++)
-        if (i % 4 != 3)
-            wsum += 1u + (unsigned)(i * 37) % 64u;
     unsigned rows_left = MODEL_ROWS;
     memset(s, 0, sizeof *s);
     for (int i = 0; i < N_MODEL; i++) {
         btensor *t = &s->t[i];
-        snprintf(t->name, sizeof t->name, "model.layers.%d.%s", i / 4, KIND[i % 4]);
         t->kind = SHS_KIND_MODEL;
         t->dtype = SHS_F32;
-        if (i % 4 == 3) {
-            t->ndim = 1;
-            t->shape[0] = 64u * (unsigned)(i + 1);
-        } else {
-            unsigned w = 1u + (unsigned)(i * 37) % 64u;
-            unsigned rows = i == N_MODEL - 2 ? rows_left
-                                             : (unsigned)((uint64_t)MODEL_ROWS * w / wsum);
-            rows_left -= rows;
-            t->ndim = 2;
-            t->shape[0] = rows;
-            t->shape[1] = 1024;
-        }
-        size_t numel = t->ndim == 1 ? t->shape[0] : t->shape[0] * t->shape[1];
+        size_t numel = model_tensor(i, N_MODEL, MODEL_ROWS, &rows_left, t->name,
+                                    sizeof t->name, &t->ndim, t->shape);
         t->nbytes = numel * 4;
         for (int m = 0; m < 2; m++) {
             btensor *o = &s->t[N_MODEL + 2 * i + m];
@@ -296,33 +183,6 @@ static shs_manager *make_manager(bstate *s, const char *save_path, int async, in
     shs_manager *m;
     CHECK(shs_manager_create(&m, &c, s->st));
     return m;
-}
-
-static shs_progress progress_at(int64_t step)
-{
-    shs_progress p;
-    memset(&p, 0, sizeof p);
-    p.global_step = step;
-    p.step_num = step;
-    p.loss_scale = 1.0;
-    p.global_batch_size = 32;
-    p.consumed_samples = step * 32;
-    return p;
-}
-
-static void write_full(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n) {
-        ssize_t r = write(fd, p, n);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            die("write", 1);
-        }
-        p += r;
-        n -= (size_t)r;
-    }
 }
 
 /* write(2) of every tensor buffer into one file + fsync, from no file. */
@@ -804,24 +664,22 @@ int main(int argc, char **argv)
                         "       bench_ckpt profile-load DIR [ITERS]\n");
         return 2;
     }
+    static const struct {
+        const char *arg, *mode; /* command-line name, "mode" of the @@ lines */
+        int (*run)(const char *dir);
+    } modes[] = {
+        { "save", "ckpt_save", mode_save },
+        { "async", "ckpt_async", mode_async },
+        { "incremental", "ckpt_incr", mode_incremental },
+        { "resume", "ckpt_resume", mode_resume },
+    };
     g_mode = argv[1];
     const char *dir = argv[2];
-    if (strcmp(g_mode, "save") == 0) {
-        g_mode = "ckpt_save";
-        return mode_save(dir);
-    }
-    if (strcmp(g_mode, "async") == 0) {
-        g_mode = "ckpt_async";
-        return mode_async(dir);
-    }
-    if (strcmp(g_mode, "incremental") == 0) {
-        g_mode = "ckpt_incr";
-        return mode_incremental(dir);
-    }
-    if (strcmp(g_mode, "resume") == 0) {
-        g_mode = "ckpt_resume";
-        return mode_resume(dir);
-    }
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+        if (strcmp(g_mode, modes[i].arg) == 0) {
+            g_mode = modes[i].mode;
+            return modes[i].run(dir);
+        }
     if (strcmp(g_mode, "profile-load") == 0)
         return mode_profile_load(dir, argc > 3 ? atoi(argv[3]) : 10);
     fprintf(stderr, "bench_ckpt: unknown mode %s\n", argv[1]);

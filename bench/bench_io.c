@@ -46,21 +46,8 @@
 
 static const char *g_mode = "";
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Process CPU time (user + system) next to wall time: on a shared machine
-   a run can wait for a CPU; its CPU time does not count that wait. */
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#define BENCH_NAME "bench_io"
+#include "benchutil.h"
 
 static double g_cpu0, g_last_cpu; /* CPU seconds of the last tic..toc */
 
@@ -75,77 +62,6 @@ static double toc(double t0)
     double t = now() - t0;
     g_last_cpu = cpu_now() - g_cpu0;
     return t;
-}
-
-static void die(const char *what, int rc)
-{
-    fprintf(stderr, "bench_io %s: %s failed: %s (%s)\n", g_mode, what,
-            rc < 0 ? shs_strerror(rc) : strerror(errno),
-            rc < 0 ? shs_last_error() : "");
-    exit(1);
-}
-
-#define CHECK(call)                         \
-    do {                                    \
-        int rc_ = (call);                   \
-        if (rc_ < 0)                        \
-            die(#call, rc_);                \
-    } while (0)
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "bench_io: out of memory (%zu bytes)\n", n);
-        exit(1);
-    }
-    return p;
-}
-
-/* One machine-readable result line. */
-static void result(const char *key, double value, const char *unit, const char *label)
-{
-    printf("@@ {\"mode\":\"%s\",\"key\":\"%s\",\"value\":%.9g,\"unit\":\"%s\","
-           "\"label\":\"%s\"}\n", g_mode, key, value, unit, label);
-    fflush(stdout);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double best_of(const double *t, int n)
-{
-    double b = t[0];
-    for (int i = 1; i < n; i++)
-        if (t[i] < b)
-            b = t[i];
-    return b;
-}
-
-static double median_of(const double *t, int n)
-{
-    double s[64];
-    memcpy(s, t, (size_t)n * sizeof *t);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
-
-static void write_full(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n) {
-        ssize_t r = write(fd, p, n);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            die("write", 1);
-        }
-        p += r;
-        n -= (size_t)r;
-    }
 }
 
 static void pread_full(int fd, void *buf, size_t n, off_t off)
@@ -166,22 +82,6 @@ static void pread_full(int fd, void *buf, size_t n, off_t off)
         n -= (size_t)r;
         off += r;
     }
-}
-
-static char *path_in(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = xmalloc(n);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
-static void peak_rss(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    printf("peak RSS (ru_maxrss): %.1f MiB\n", (double)ru.ru_maxrss / 1024.0);
-    result("peak_rss", (double)ru.ru_maxrss / 1024.0, "MiB", "peak RSS of the process");
 }
 
 /* VmHWM can be reset (Linux >= 4.0: "5" to clear_refs), unlike ru_maxrss:
@@ -230,35 +130,15 @@ typedef struct state {
     size_t total;
 } state;
 
-static const char *const KIND[4] = { "attn.qkv.weight", "mlp.up.weight",
-                                     "mlp.down.weight", "norm.weight" };
-
 static void make_state(state *s, int fill)
 {
-    unsigned wsum = 0;
-    for (int i = 0; i < N_TENSORS; i++)
-        if (i % 4 != 3)
-            wsum += 1u + (unsigned)(i * 37) % 64u;
     unsigned rows_left = TOTAL_ROWS;
-    int last_large = N_TENSORS - 2;
     s->total = 0;
     uint32_t x = 2463534242u;
     for (int i = 0; i < N_TENSORS; i++) {
         btensor *t = &s->t[i];
-        snprintf(t->name, sizeof t->name, "model.layers.%d.%s", i / 4, KIND[i % 4]);
-        if (i % 4 == 3) {
-            t->ndim = 1;
-            t->shape[0] = 64u * (unsigned)(i + 1);
-        } else {
-            unsigned w = 1u + (unsigned)(i * 37) % 64u;
-            unsigned rows = i == last_large ? rows_left
-                                            : (unsigned)((uint64_t)TOTAL_ROWS * w / wsum);
-            rows_left -= rows;
-            t->ndim = 2;
-            t->shape[0] = rows;
-            t->shape[1] = 1024;
-        }
-        size_t numel = t->ndim == 1 ? t->shape[0] : t->shape[0] * t->shape[1];
+        size_t numel = model_tensor(i, N_TENSORS, TOTAL_ROWS, &rows_left, t->name,
+                                    sizeof t->name, &t->ndim, t->shape);
         t->nbytes = numel * 4;
         s->total += t->nbytes;
         t->data = NULL;

@@ -21,68 +21,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char *g_root;
-
-static int setup(void **state)
-{
-    (void)state;
-    g_root = tu_mkdtemp();
-    return g_root ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_rmtree(g_root);
-    free(g_root);
-    return 0;
-}
-
-/* A new (not yet existing) path under the test root; caller frees. */
-static char *subpath(const char *name)
-{
-    return strdup(tu_path(g_root, name));
-}
-
-static char *subdir(const char *name)
-{
-    char *p = subpath(name);
-    assert_int_equal(mkdir(p, 0755), 0);
-    return p;
-}
-
-#define ASSERT_MSG_HAS(needle)                                                        \
-    do {                                                                              \
-        if (!strstr(shs_last_error(), (needle)))                                      \
-            fail_msg("error message lacks '%s': %s", (needle), shs_last_error());    \
-    } while (0)
-
-static void cfg_saving(shs_config *c, const char *save_path)
-{
-    shs_config_init(c);
-    c->save_path = save_path;
-    c->save_max = 0;
-    c->fsync = 0;
-    c->save_interleaved_steps = 1000000;
-}
-
-/* Save `st` once at p->global_step into save_path. */
-static int save_once(const char *save_path, shs_state *st, const shs_progress *p, int fsync_on)
-{
-    shs_config c;
-    cfg_saving(&c, save_path);
-    c.fsync = fsync_on;
-    shs_manager *m = NULL;
-    int rc = shs_manager_create(&m, &c, st);
-    if (rc < 0)
-        return rc;
-    rc = shs_manager_save(m, p, 0);
-    if (rc == SHS_OK)
-        rc = shs_manager_wait(m);
-    shs_manager_free(m);
-    return rc;
-}
-
 /* Load `path` (save path or step directory) into `st` through a manager. */
 static int load_from(const char *path, shs_state *st, shs_progress *p, shs_load_result *res,
                      int strict, int64_t step)
@@ -101,33 +39,6 @@ static int load_from(const char *path, shs_state *st, shs_progress *p, shs_load_
     rc = shs_manager_load(m, p ? p : &local, res);
     shs_manager_free(m);
     return rc;
-}
-
-static int path_exists(const char *p)
-{
-    struct stat st;
-    return lstat(p, &st) == 0;
-}
-
-/* Number of entries of `dir` whose name starts with `prefix`. */
-static int count_prefixed(const char *dir, const char *prefix)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
-            n++;
-    closedir(d);
-    return n;
-}
-
-static int count_leftovers(const char *dir)
-{
-    return count_prefixed(dir, ".tmp-") + count_prefixed(dir, ".trash-") +
-           count_prefixed(dir, SHS__TRACKER ".tmp");
 }
 
 /* Name of the first file in `dir` containing `part` (static buffer). */
@@ -277,11 +188,11 @@ static shs_progress progress_sample(int64_t step)
 static void test_roundtrip(void **state)
 {
     (void)state;
-    char *sp = subpath("rt");
+    char *sp = tu_subpath("rt");
     bundle a, b;
     bundle_make(&a, 3);
     shs_progress p = progress_sample(123);
-    assert_int_equal(save_once(sp, a.st, &p, 1), SHS_OK);
+    assert_int_equal(tu_save_once(sp, a.st, &p, 1), SHS_OK);
 
     bundle_make(&b, 0);
     shs_progress q = { 0 };
@@ -325,7 +236,7 @@ static void test_roundtrip(void **state)
     p = progress_sample(124);
     snprintf(p.ckpt_status, sizeof p.ckpt_status, "%s", "saved");
     p.loss_scale = 0.125;
-    assert_int_equal(save_once(sp, a.st, &p, 0), SHS_OK);
+    assert_int_equal(tu_save_once(sp, a.st, &p, 0), SHS_OK);
     memset(&q, 0, sizeof q);
     assert_int_equal(load_from(sp, b.st, &q, NULL, 1, -1), SHS_OK);
     assert_string_equal(q.ckpt_status, "saved");
@@ -341,18 +252,18 @@ static void test_roundtrip(void **state)
 static void test_layout(void **state)
 {
     (void)state;
-    char *sp = subpath("layout");
+    char *sp = tu_subpath("layout");
     bundle a;
     bundle_make(&a, 5);
     shs_progress p = progress_sample(7);
-    assert_int_equal(save_once(sp, a.st, &p, 0), SHS_OK);
+    assert_int_equal(tu_save_once(sp, a.st, &p, 0), SHS_OK);
     char *dir = strdup(tu_path(sp, "iteration_00000007"));
     struct stat sb;
     assert_int_equal(stat(dir, &sb), 0);
     assert_true(S_ISDIR(sb.st_mode));
 
     size_t len;
-    char *tr = tu_read_file(tu_path(sp, SHS__TRACKER), &len);
+    char *tr = tu_read_file(tu_path(sp, TU_TRACKER), &len);
     assert_non_null(tr);
     assert_true(strcmp(tr, "7") == 0 || strcmp(tr, "7\n") == 0);
     free(tr);
@@ -425,13 +336,13 @@ static void test_layout(void **state)
             fail_msg("tensor '%s' found in %d data files", k_defs[k].name, found[k]);
     json_decref(mj);
     free(meta);
-    assert_true(path_exists(tu_path(dir, "metadata.json")));
+    assert_true(tu_path_exists(tu_path(dir, "metadata.json")));
     int rc = shs_checkpoint_verify(dir);
     if (rc != SHS_OK)
         fail_msg("verify: %s", shs_last_error());
     /* no temporary entries left behind */
-    assert_int_equal(count_leftovers(sp), 0);
-    assert_int_equal(count_prefixed(dir, ".") , 2); /* "." and ".." only */
+    assert_int_equal(tu_count_leftovers(sp), 0);
+    assert_int_equal(tu_count_prefixed(dir, ".") , 2); /* "." and ".." only */
     bundle_free(&a);
     free(dir);
     free(sp);
@@ -441,65 +352,30 @@ static void test_layout(void **state)
 /* A small state for the hostile-input, resolve and mismatch tests   */
 /* ------------------------------------------------------------------ */
 
-typedef struct small {
-    shs_state *st;
-    float w[12], b[3], wm[12];
-} small;
-
-static const uint64_t k_w_shape[2] = { 4, 3 }, k_b_shape[1] = { 3 };
-
-static void small_add(shs_state *st, const char *name, shs_kind kind, shs_dtype dt, size_t nd,
-                      const uint64_t *shape, void *data)
-{
-    shs_tensor_spec sp = SHS_TENSOR_SPEC_INIT;
-    sp.name = name;
-    sp.kind = kind;
-    sp.dtype = dt;
-    sp.ndim = nd;
-    sp.shape = shape;
-    sp.data = data;
-    assert_int_equal(shs_state_add_tensor(st, &sp), SHS_OK);
-}
+typedef tu_small small;
 
 static void small_make(small *s, float base)
 {
-    memset(s, 0, sizeof *s);
-    for (int i = 0; i < 12; i++) {
-        s->w[i] = base + (float)i;
-        s->wm[i] = base * 2 + (float)i * 0.5f;
-    }
-    for (int i = 0; i < 3; i++)
-        s->b[i] = base - (float)i;
-    assert_int_equal(shs_state_create(&s->st), SHS_OK);
-    small_add(s->st, "w", SHS_KIND_MODEL, SHS_F32, 2, k_w_shape, s->w);
-    small_add(s->st, "b", SHS_KIND_MODEL, SHS_F32, 1, k_b_shape, s->b);
-    small_add(s->st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w_shape, s->wm);
+    tu_small_make(s, base, 1);
     if (base != 0) {
         uint8_t rng[8] = { 1, 2, 3, 4, 5, 6, 7, (uint8_t)base };
         assert_int_equal(shs_state_set_blob(s->st, "rng", rng, sizeof rng), SHS_OK);
     }
 }
 
-static void small_free(small *s)
-{
-    shs_state_free(s->st);
-}
-
 /* A save path holding one committed checkpoint of `small` at `step`;
    returns the step directory (caller frees), *save_path set too. */
 static char *make_ckpt(const char *name, int64_t step, float base, char **save_path)
 {
-    char *sp = subpath(name);
+    char *sp = tu_subpath(name);
     small s;
     small_make(&s, base);
     shs_progress p = progress_sample(step);
-    int rc = save_once(sp, s.st, &p, 0);
+    int rc = tu_save_once(sp, s.st, &p, 0);
     if (rc != SHS_OK)
         fail_msg("save: %s", shs_last_error());
-    small_free(&s);
-    char buf[64];
-    snprintf(buf, sizeof buf, "iteration_%08lld", (long long)step);
-    char *dir = strdup(tu_path(sp, buf));
+    shs_state_free(s.st);
+    char *dir = strdup(tu_step_dir(sp, step));
     if (save_path)
         *save_path = sp;
     else
@@ -514,7 +390,7 @@ static int load_small(const char *dir)
     small_make(&s, 0);
     shs_progress p = { 0 };
     int rc = load_from(dir, s.st, &p, NULL, 1, -1);
-    small_free(&s);
+    shs_state_free(s.st);
     return rc;
 }
 
@@ -557,6 +433,27 @@ static void expect_bad(const char *dir, int status, const char *needle, const ch
 }
 
 typedef void (*meta_edit)(json_t *root);
+
+/* A fresh checkpoint `name` (step 5) whose `file` (a JSON file of the step
+   directory) is edited by `edit`; with `verify_first` it must verify before
+   the edit.  Then load and verify must fail as corrupt, with messages naming
+   `needle` and then `file`. */
+static void expect_bad_edit(const char *name, const char *file, int verify_first,
+                            meta_edit edit, const char *needle, const char *what)
+{
+    char *dir = make_ckpt(name, 5, 1.0f, NULL);
+    char *fp = strdup(tu_path(dir, file));
+    if (verify_first)
+        assert_int_equal(shs_checkpoint_verify(dir), SHS_OK);
+    json_t *r = read_json(fp);
+    edit(r);
+    write_json(fp, r);
+    json_decref(r);
+    expect_bad(dir, SHS_ECORRUPT, needle, what);
+    expect_bad(dir, SHS_ECORRUPT, file, what);
+    free(fp);
+    free(dir);
+}
 
 static void edit_file0_dotdot(json_t *r)
 {
@@ -614,17 +511,7 @@ static void test_hostile_metadata(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char name[32];
         snprintf(name, sizeof name, "hm%zu", i);
-        char *dir = make_ckpt(name, 5, 1.0f, NULL);
-        char *mp = strdup(tu_path(dir, "metadata.json"));
-        assert_int_equal(shs_checkpoint_verify(dir), SHS_OK);
-        json_t *r = read_json(mp);
-        cases[i].fn(r);
-        write_json(mp, r);
-        json_decref(r);
-        expect_bad(dir, SHS_ECORRUPT, cases[i].needle, cases[i].what);
-        expect_bad(dir, SHS_ECORRUPT, "metadata.json", cases[i].what);
-        free(mp);
-        free(dir);
+        expect_bad_edit(name, "metadata.json", 1, cases[i].fn, cases[i].needle, cases[i].what);
     }
 
     /* invalid JSON */
@@ -739,16 +626,7 @@ static void test_hostile_common(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char name[32];
         snprintf(name, sizeof name, "hc%zu", i);
-        char *dir = make_ckpt(name, 5, 1.0f, NULL);
-        char *cp = strdup(tu_path(dir, "common.json"));
-        json_t *o = read_json(cp);
-        bad[i].fn(o);
-        write_json(cp, o);
-        json_decref(o);
-        expect_bad(dir, SHS_ECORRUPT, bad[i].needle, bad[i].needle);
-        expect_bad(dir, SHS_ECORRUPT, "common.json", bad[i].needle);
-        free(cp);
-        free(dir);
+        expect_bad_edit(name, "common.json", 0, bad[i].fn, bad[i].needle, bad[i].needle);
     }
     /* MindSpore writes loss_scale as a string: accepted */
     char *dir = make_ckpt("hc_ls", 5, 1.0f, NULL);
@@ -767,7 +645,7 @@ static void test_hostile_common(void **state)
     assert_true(p.loss_scale == 1.0);
     assert_int_equal(p.global_step, 5);
     assert_int_equal(shs_checkpoint_verify(dir), SHS_OK);
-    small_free(&s);
+    shs_state_free(s.st);
     free(cp);
     free(dir);
 }
@@ -777,7 +655,7 @@ static void test_hostile_tracker(void **state)
     (void)state;
     char *sp = NULL;
     char *dir = make_ckpt("ht", 5, 1.0f, &sp);
-    char *tp = strdup(tu_path(sp, SHS__TRACKER));
+    char *tp = strdup(tu_path(sp, TU_TRACKER));
     char out[4096];
     const char *bad[] = { "abc", "12x", "", "-5", " 5", "5\n\n", "99999999999999999999" };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -785,18 +663,18 @@ static void test_hostile_tracker(void **state)
         int rc = shs_checkpoint_resolve(out, sizeof out, sp, -1);
         if (rc != SHS_ECORRUPT)
             fail_msg("tracker '%s': resolve gave %d (%s)", bad[i], rc, shs_last_error());
-        ASSERT_MSG_HAS(SHS__TRACKER);
+        TU_ASSERT_MSG_HAS(TU_TRACKER);
         /* and a load through the manager fails the same way */
         assert_int_equal(load_small(sp), SHS_ECORRUPT);
     }
     /* a step with no directory */
     write_text(tp, "42");
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_ECORRUPT);
-    ASSERT_MSG_HAS("42");
+    TU_ASSERT_MSG_HAS("42");
     /* a step whose directory is incomplete */
     assert_int_equal(mkdir(tu_path(sp, "iteration_00000042"), 0755), 0);
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_ECORRUPT);
-    ASSERT_MSG_HAS("42");
+    TU_ASSERT_MSG_HAS("42");
     /* the good tracker, with or without newline */
     write_text(tp, "5\n");
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_OK);
@@ -806,19 +684,19 @@ static void test_hostile_tracker(void **state)
     assert_string_equal(out, dir);
 
     /* only incomplete directories: no checkpoint */
-    char *sp2 = subdir("ht_incomplete");
+    char *sp2 = tu_subdir("ht_incomplete");
     assert_int_equal(mkdir(tu_path(sp2, "iteration_00000003"), 0755), 0);
     write_text(tu_path(sp2, "iteration_00000003/common.json"), "{}");
     assert_int_equal(mkdir(tu_path(sp2, "step-4"), 0755), 0);
     int rc = shs_checkpoint_resolve(out, sizeof out, sp2, -1);
     if (rc != SHS_ENOCHECKPOINT)
         fail_msg("incomplete dirs: resolve gave %d (%s)", rc, shs_last_error());
-    ASSERT_MSG_HAS("ht_incomplete");
+    TU_ASSERT_MSG_HAS("ht_incomplete");
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp2, 3), SHS_ENOCHECKPOINT);
     /* a missing path */
     rc = shs_checkpoint_resolve(out, sizeof out, tu_path(sp2, "nope"), -1);
     assert_true(rc < 0);
-    ASSERT_MSG_HAS("nope");
+    TU_ASSERT_MSG_HAS("nope");
     free(sp2);
     free(tp);
     free(sp);
@@ -832,13 +710,13 @@ static void test_hostile_tracker(void **state)
 static void test_resolve(void **state)
 {
     (void)state;
-    char *sp = subpath("res");
+    char *sp = tu_subpath("res");
     small s;
     for (int step = 1; step <= 3; step++) {
         small_make(&s, (float)step * 10);
         shs_progress p = progress_sample(step);
-        assert_int_equal(save_once(sp, s.st, &p, 0), SHS_OK);
-        small_free(&s);
+        assert_int_equal(tu_save_once(sp, s.st, &p, 0), SHS_OK);
+        shs_state_free(s.st);
     }
     char out[4096];
     char *d1 = strdup(tu_path(sp, "iteration_00000001"));
@@ -847,7 +725,7 @@ static void test_resolve(void **state)
     /* tracker */
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_OK);
     assert_string_equal(out, d3);
-    write_text(tu_path(sp, SHS__TRACKER), "2");
+    write_text(tu_path(sp, TU_TRACKER), "2");
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_OK);
     assert_string_equal(out, d2);
     /* the manager loads what the tracker says */
@@ -856,17 +734,17 @@ static void test_resolve(void **state)
     assert_int_equal(load_from(sp, s.st, &p, NULL, 1, -1), SHS_OK);
     assert_true(s.w[0] == 20.0f);
     assert_int_equal(p.global_step, 2);
-    small_free(&s);
+    shs_state_free(s.st);
     /* explicit step wins over the tracker */
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, 1), SHS_OK);
     assert_string_equal(out, d1);
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, 3), SHS_OK);
     assert_string_equal(out, d3);
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, 4), SHS_ENOCHECKPOINT);
-    ASSERT_MSG_HAS("4");
+    TU_ASSERT_MSG_HAS("4");
     /* no tracker: the newest complete directory (an incomplete newer one
        and a temporary one are ignored) */
-    assert_int_equal(unlink(tu_path(sp, SHS__TRACKER)), 0);
+    assert_int_equal(unlink(tu_path(sp, TU_TRACKER)), 0);
     assert_int_equal(mkdir(tu_path(sp, "iteration_00000009"), 0755), 0);
     assert_int_equal(mkdir(tu_path(sp, ".tmp-iteration_00000010-abc"), 0755), 0);
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_OK);
@@ -879,10 +757,10 @@ static void test_resolve(void **state)
     assert_int_equal(load_from(d1, s.st, &p, NULL, 1, -1), SHS_OK);
     assert_true(s.w[3] == 13.0f);
     assert_int_equal(p.global_step, 1);
-    small_free(&s);
+    shs_state_free(s.st);
 
     /* torchtitan-style step-N directories */
-    char *sp2 = subdir("res_stepn");
+    char *sp2 = tu_subdir("res_stepn");
     assert_int_equal(rename(d2, tu_path(sp2, "step-2")), 0);
     assert_int_equal(rename(d3, tu_path(sp2, "step-30")), 0);
     /* step-30 holds step 3's data, but the name is what counts */
@@ -890,25 +768,25 @@ static void test_resolve(void **state)
     assert_string_equal(out, tu_path(sp2, "step-30"));
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp2, 2), SHS_OK);
     assert_string_equal(out, tu_path(sp2, "step-2"));
-    write_text(tu_path(sp2, SHS__TRACKER), "2");
+    write_text(tu_path(sp2, TU_TRACKER), "2");
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp2, -1), SHS_OK);
     assert_string_equal(out, tu_path(sp2, "step-2"));
     small_make(&s, 0);
     assert_int_equal(load_from(sp2, s.st, NULL, NULL, 1, -1), SHS_OK);
     assert_true(s.w[1] == 21.0f);
     assert_true(s.b[2] == 18.0f);
-    small_free(&s);
+    shs_state_free(s.st);
     assert_int_equal(shs_checkpoint_verify(tu_path(sp2, "step-2")), SHS_OK);
 
     /* a plain directory of safetensors files */
-    char *pd = subdir("res_plain");
+    char *pd = tu_subdir("res_plain");
     float w[12], b[3];
     for (int i = 0; i < 12; i++)
         w[i] = (float)i * 1.5f;
     for (int i = 0; i < 3; i++)
         b[i] = -(float)i;
-    shs_tensor_view v1 = { "w", SHS_F32, 2, k_w_shape, w };
-    shs_tensor_view v2 = { "b", SHS_F32, 1, k_b_shape, b };
+    shs_tensor_view v1 = { "w", SHS_F32, 2, tu_w_shape, w };
+    shs_tensor_view v2 = { "b", SHS_F32, 1, tu_b_shape, b };
     assert_int_equal(shs_save_file(tu_path(pd, "model-00001-of-00002.safetensors"), &v1, 1, NULL,
                                    0, NULL),
                      SHS_OK);
@@ -920,8 +798,8 @@ static void test_resolve(void **state)
     shs_state *ps;
     float gw[12] = { 0 }, gb[3] = { 0 };
     assert_int_equal(shs_state_create(&ps), SHS_OK);
-    small_add(ps, "w", SHS_KIND_MODEL, SHS_F32, 2, k_w_shape, gw);
-    small_add(ps, "b", SHS_KIND_MODEL, SHS_F32, 1, k_b_shape, gb);
+    tu_add_tensor(ps, "w", SHS_KIND_MODEL, SHS_F32, 2, tu_w_shape, gw, NULL);
+    tu_add_tensor(ps, "b", SHS_KIND_MODEL, SHS_F32, 1, tu_b_shape, gb, NULL);
     shs_load_result res;
     memset(&p, 0, sizeof p);
     p.global_step = 77;
@@ -938,11 +816,11 @@ static void test_resolve(void **state)
                                    NULL),
                      SHS_OK);
     assert_int_equal(shs_state_create(&ps), SHS_OK);
-    small_add(ps, "w", SHS_KIND_MODEL, SHS_F32, 2, k_w_shape, gw);
-    small_add(ps, "b", SHS_KIND_MODEL, SHS_F32, 1, k_b_shape, gb);
+    tu_add_tensor(ps, "w", SHS_KIND_MODEL, SHS_F32, 2, tu_w_shape, gw, NULL);
+    tu_add_tensor(ps, "b", SHS_KIND_MODEL, SHS_F32, 1, tu_b_shape, gb, NULL);
     rc = load_from(pd, ps, NULL, NULL, 1, -1);
     assert_int_equal(rc, SHS_ECORRUPT);
-    ASSERT_MSG_HAS("'b'");
+    TU_ASSERT_MSG_HAS("'b'");
     shs_state_free(ps);
 
     free(pd);
@@ -960,16 +838,16 @@ static void test_resolve(void **state)
 static void test_reshard(void **state)
 {
     (void)state;
-    char *sp = subpath("reshard");
+    char *sp = tu_subpath("reshard");
     float whole[60];
     for (int i = 0; i < 60; i++)
         whole[i] = (float)i + 0.25f;
     static const uint64_t gshape[2] = { 10, 6 };
     shs_state *st;
     assert_int_equal(shs_state_create(&st), SHS_OK);
-    small_add(st, "t", SHS_KIND_MODEL, SHS_F32, 2, gshape, whole);
+    tu_add_tensor(st, "t", SHS_KIND_MODEL, SHS_F32, 2, gshape, whole, NULL);
     shs_progress p = progress_sample(4);
-    assert_int_equal(save_once(sp, st, &p, 0), SHS_OK);
+    assert_int_equal(tu_save_once(sp, st, &p, 0), SHS_OK);
     shs_state_free(st);
 
     /* a [4, 3] chunk at [3, 2] of the global [10, 6] */
@@ -998,23 +876,23 @@ static void test_reshard(void **state)
 
     /* save only a chunk [5, 6] at [0, 0]; loading the whole tensor is not
        covered */
-    char *sp2 = subpath("reshard_partial");
+    char *sp2 = tu_subpath("reshard_partial");
     static const uint64_t hshape[2] = { 5, 6 }, hoff[2] = { 0, 0 };
     assert_int_equal(shs_state_create(&st), SHS_OK);
     spec.shape = hshape;
     spec.global_offset = hoff;
     spec.data = whole;
     assert_int_equal(shs_state_add_tensor(st, &spec), SHS_OK);
-    assert_int_equal(save_once(sp2, st, &p, 0), SHS_OK);
+    assert_int_equal(tu_save_once(sp2, st, &p, 0), SHS_OK);
     shs_state_free(st);
     float all[60];
     assert_int_equal(shs_state_create(&st), SHS_OK);
-    small_add(st, "t", SHS_KIND_MODEL, SHS_F32, 2, gshape, all);
+    tu_add_tensor(st, "t", SHS_KIND_MODEL, SHS_F32, 2, gshape, all, NULL);
     rc = load_from(sp2, st, NULL, NULL, 1, -1);
     if (rc != SHS_ECORRUPT)
         fail_msg("uncovered chunk: got %d (%s)", rc, shs_last_error());
-    ASSERT_MSG_HAS("cover");
-    ASSERT_MSG_HAS("'t'");
+    TU_ASSERT_MSG_HAS("cover");
+    TU_ASSERT_MSG_HAS("'t'");
     shs_state_free(st);
     /* but the covered half loads */
     float half[30];
@@ -1062,19 +940,19 @@ static void test_mismatch(void **state)
 
     /* registered tensor missing from the checkpoint */
     assert_int_equal(shs_state_create(&st), SHS_OK);
-    small_add(st, "w", SHS_KIND_MODEL, SHS_F32, 2, k_w_shape, w);
-    small_add(st, "b", SHS_KIND_MODEL, SHS_F32, 1, k_b_shape, b);
-    small_add(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w_shape, wm);
+    tu_add_tensor(st, "w", SHS_KIND_MODEL, SHS_F32, 2, tu_w_shape, w, NULL);
+    tu_add_tensor(st, "b", SHS_KIND_MODEL, SHS_F32, 1, tu_b_shape, b, NULL);
+    tu_add_tensor(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, tu_w_shape, wm, NULL);
     static const uint64_t two[1] = { 2 };
-    small_add(st, "extra_registered", SHS_KIND_MODEL, SHS_F32, 1, two, extra);
+    tu_add_tensor(st, "extra_registered", SHS_KIND_MODEL, SHS_F32, 1, two, extra, NULL);
     assert_int_equal(load_from(sp, st, NULL, NULL, 1, -1), SHS_EMISMATCH);
-    ASSERT_MSG_HAS("extra_registered");
+    TU_ASSERT_MSG_HAS("extra_registered");
     shs_state_free(st);
 
     /* tensor in the checkpoint not registered */
     assert_int_equal(shs_state_create(&st), SHS_OK);
-    small_add(st, "w", SHS_KIND_MODEL, SHS_F32, 2, k_w_shape, w);
-    small_add(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w_shape, wm);
+    tu_add_tensor(st, "w", SHS_KIND_MODEL, SHS_F32, 2, tu_w_shape, w, NULL);
+    tu_add_tensor(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, tu_w_shape, wm, NULL);
     assert_int_equal(load_from(sp, st, NULL, NULL, 1, -1), SHS_EMISMATCH);
     if (!has_token(shs_last_error(), "b"))
         fail_msg("extra tensor 'b' not named: %s", shs_last_error());
@@ -1085,35 +963,35 @@ static void test_mismatch(void **state)
     /* mis-shaped */
     static const uint64_t t34[2] = { 3, 4 };
     assert_int_equal(shs_state_create(&st), SHS_OK);
-    small_add(st, "w", SHS_KIND_MODEL, SHS_F32, 2, t34, w);
-    small_add(st, "b", SHS_KIND_MODEL, SHS_F32, 1, k_b_shape, b);
-    small_add(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w_shape, wm);
+    tu_add_tensor(st, "w", SHS_KIND_MODEL, SHS_F32, 2, t34, w, NULL);
+    tu_add_tensor(st, "b", SHS_KIND_MODEL, SHS_F32, 1, tu_b_shape, b, NULL);
+    tu_add_tensor(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, tu_w_shape, wm, NULL);
     assert_int_equal(load_from(sp, st, NULL, NULL, 1, -1), SHS_EMISMATCH);
-    ASSERT_MSG_HAS("'w'");
-    ASSERT_MSG_HAS("3,4");
-    ASSERT_MSG_HAS("4,3");
+    TU_ASSERT_MSG_HAS("'w'");
+    TU_ASSERT_MSG_HAS("3,4");
+    TU_ASSERT_MSG_HAS("4,3");
     shs_state_free(st);
 
     /* wrong dtype */
     assert_int_equal(shs_state_create(&st), SHS_OK);
-    small_add(st, "w", SHS_KIND_MODEL, SHS_F16, 2, k_w_shape, w16);
-    small_add(st, "b", SHS_KIND_MODEL, SHS_F32, 1, k_b_shape, b);
-    small_add(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w_shape, wm);
+    tu_add_tensor(st, "w", SHS_KIND_MODEL, SHS_F16, 2, tu_w_shape, w16, NULL);
+    tu_add_tensor(st, "b", SHS_KIND_MODEL, SHS_F32, 1, tu_b_shape, b, NULL);
+    tu_add_tensor(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, tu_w_shape, wm, NULL);
     assert_int_equal(load_from(sp, st, NULL, NULL, 1, -1), SHS_EMISMATCH);
-    ASSERT_MSG_HAS("'w'");
-    ASSERT_MSG_HAS("F16");
-    ASSERT_MSG_HAS("F32");
+    TU_ASSERT_MSG_HAS("'w'");
+    TU_ASSERT_MSG_HAS("F16");
+    TU_ASSERT_MSG_HAS("F32");
     shs_state_free(st);
 
     /* non-strict: loads the rest, reports what it skipped */
     memset(w, 0, sizeof w);
     memset(wm, 0, sizeof wm);
     assert_int_equal(shs_state_create(&st), SHS_OK);
-    small_add(st, "w", SHS_KIND_MODEL, SHS_F32, 2, k_w_shape, w);
-    small_add(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w_shape, wm);
+    tu_add_tensor(st, "w", SHS_KIND_MODEL, SHS_F32, 2, tu_w_shape, w, NULL);
+    tu_add_tensor(st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, tu_w_shape, wm, NULL);
     extra[0] = 42.0f;
     extra[1] = 43.0f;
-    small_add(st, "extra_registered", SHS_KIND_MODEL, SHS_F32, 1, two, extra);
+    tu_add_tensor(st, "extra_registered", SHS_KIND_MODEL, SHS_F32, 1, two, extra, NULL);
     shs_load_result res;
     int rc = load_nonstrict(sp, st, &res);
     if (rc != SHS_OK)
@@ -1159,8 +1037,8 @@ static int f_rename(const char *a, const char *b)
     if (count_fail("rename"))
         return -1;
     int r = shs__io_posix.rename(a, b);
-    size_t lb = strlen(b), lt = strlen(SHS__TRACKER);
-    if (r == 0 && lb >= lt && strcmp(b + lb - lt, SHS__TRACKER) == 0)
+    size_t lb = strlen(b), lt = strlen(TU_TRACKER);
+    if (r == 0 && lb >= lt && strcmp(b + lb - lt, TU_TRACKER) == 0)
         g_tracker_renamed = 1;
     return r;
 }
@@ -1199,15 +1077,6 @@ static void fops_init(void)
     g_fops.exchange = f_exchange;
 }
 
-static char *read_tracker_text(const char *sp)
-{
-    size_t len;
-    char *t = tu_read_file(tu_path(sp, SHS__TRACKER), &len);
-    if (t && len && t[len - 1] == '\n')
-        t[len - 1] = 0;
-    return t;
-}
-
 /* One failure run: good saves (step 1; with incremental also step 2, so
    that the faulty save hard-links the frozen file), then a save with the
    N-th I/O call failing: of the next step, or (resave) of the last good
@@ -1216,11 +1085,11 @@ static char *read_tracker_text(const char *sp)
 static int fault_run(const char *name, long n, int err, int incremental, int resave,
                      long *calls_out)
 {
-    char *sp = subpath(name);
+    char *sp = tu_subpath(name);
     small s;
     small_make(&s, 1.0f);
     shs_config c;
-    cfg_saving(&c, sp);
+    tu_cfg_saving(&c, sp);
     c.fsync = 1;
     c.incremental = incremental;
     shs_manager *m;
@@ -1268,7 +1137,7 @@ static int fault_run(const char *name, long n, int err, int incremental, int res
                      shs_last_error(), want);
         if (!*shs_last_error())
             fail_msg("%s: N=%ld: empty message", name, n);
-        char *t = read_tracker_text(sp);
+        char *t = tu_read_tracker(sp);
         assert_non_null(t);
         const char *want_t = g_tracker_renamed ? new_s : good_s;
         if (strcmp(t, want_t) != 0)
@@ -1304,16 +1173,16 @@ static int fault_run(const char *name, long n, int err, int incremental, int res
     if (rc != SHS_OK)
         fail_msg("%s: N=%ld (%s): tracker target does not load: %s", name, n, g_failed_op,
                  shs_last_error());
-    small_free(&l);
+    shs_state_free(l.st);
 
     /* a new manager removes the leftovers */
     assert_int_equal(shs_manager_create(&m, &c, s.st), SHS_OK);
-    int left = count_leftovers(sp);
+    int left = tu_count_leftovers(sp);
     if (left)
         fail_msg("%s: N=%ld (%s): %d leftovers after shs_manager_create", name, n, g_failed_op,
                  left);
     shs_manager_free(m);
-    small_free(&s);
+    shs_state_free(s.st);
     tu_rmtree(sp);
     free(sp);
     return ok && calls < n;
@@ -1369,22 +1238,22 @@ static void test_leftovers_cleaned(void **state)
     assert_int_equal(mkdir(tu_path(sp, ".trash-iteration_00000002-0123456789abcdef/sub"), 0755),
                      0);
     write_text(tu_path(sp, ".trash-iteration_00000002-0123456789abcdef/sub/x"), "x");
-    write_text(tu_path(sp, SHS__TRACKER ".tmp.0123456789abcdef"), "4");
+    write_text(tu_path(sp, TU_TRACKER ".tmp.0123456789abcdef"), "4");
     /* not ours: stays */
     write_text(tu_path(sp, "notes.txt"), "keep me");
-    assert_int_equal(count_leftovers(sp), 3);
+    assert_int_equal(tu_count_leftovers(sp), 3);
     small s;
     small_make(&s, 1.0f);
     shs_config c;
-    cfg_saving(&c, sp);
+    tu_cfg_saving(&c, sp);
     shs_manager *m;
     assert_int_equal(shs_manager_create(&m, &c, s.st), SHS_OK);
-    assert_int_equal(count_leftovers(sp), 0);
-    assert_true(path_exists(tu_path(sp, "notes.txt")));
-    assert_true(path_exists(dir));
+    assert_int_equal(tu_count_leftovers(sp), 0);
+    assert_true(tu_path_exists(tu_path(sp, "notes.txt")));
+    assert_true(tu_path_exists(dir));
     assert_int_equal(shs_checkpoint_verify(dir), SHS_OK);
     shs_manager_free(m);
-    small_free(&s);
+    shs_state_free(s.st);
     free(dir);
     free(sp);
 }
@@ -1406,5 +1275,5 @@ int main(void)
         cmocka_unit_test(test_fault_injection_resave),
         cmocka_unit_test(test_leftovers_cleaned),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_setup_root, tu_teardown_root);
 }

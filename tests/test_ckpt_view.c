@@ -17,99 +17,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define TRACKER "latest_checkpointed_iteration.txt"
-
-static char *g_root;
-
-static int setup(void **state)
-{
-    (void)state;
-    g_root = tu_mkdtemp();
-    return g_root ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_rmtree(g_root);
-    free(g_root);
-    return 0;
-}
-
-#define OK(expr)                                                                      \
-    do {                                                                              \
-        int rc_ = (expr);                                                             \
-        if (rc_ != SHS_OK)                                                            \
-            fail_msg("%s: %d %s", #expr, rc_, shs_last_error());                      \
-    } while (0)
-
-static char *subdir(const char *name)
-{
-    char *p = strdup(tu_path(g_root, name));
-    assert_non_null(p);
-    return p;
-}
-
-static int path_exists(const char *p)
-{
-    struct stat st;
-    return lstat(p, &st) == 0;
-}
-
-static int count_prefixed(const char *dir, const char *prefix)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
-            n++;
-    closedir(d);
-    return n;
-}
-
-static const char *step_dir(const char *sp, int64_t step)
-{
-    char name[40];
-    snprintf(name, sizeof name, "iteration_%08lld", (long long)step);
-    return tu_path(sp, name);
-}
-
 /* ------------------------------------------------------------------ */
 /* A checkpoint through the manager: model w (F32 [4,3]), b (F32 [3]), */
 /* optimizer w.exp_avg (F32 [4,3]); blobs rng, lr_scheduler, dataloader */
 /* ------------------------------------------------------------------ */
-
-static const uint64_t k_w[2] = { 4, 3 }, k_b[1] = { 3 };
-
-typedef struct st3 {
-    float w[12], b[3], wm[12];
-} st3;
-
-static void fill3(st3 *s, float base)
-{
-    for (int i = 0; i < 12; i++) {
-        s->w[i] = base + (float)i;
-        s->wm[i] = base * 2 + (float)i * 0.5f;
-    }
-    for (int i = 0; i < 3; i++)
-        s->b[i] = base - (float)i;
-}
-
-static void add_t(shs_state *st, const char *name, shs_kind kind, size_t nd,
-                  const uint64_t *shape, void *data)
-{
-    shs_tensor_spec sp = SHS_TENSOR_SPEC_INIT;
-    sp.name = name;
-    sp.kind = kind;
-    sp.dtype = SHS_F32;
-    sp.ndim = nd;
-    sp.shape = shape;
-    sp.data = data;
-    OK(shs_state_add_tensor(st, &sp));
-}
 
 static const char *const k_blob_names[3] = { "rng", "lr_scheduler", "dataloader" };
 
@@ -118,45 +29,19 @@ static void blob_value(char *buf, size_t cap, const char *name, int64_t step)
     snprintf(buf, cap, "%s-of-step-%lld", name, (long long)step);
 }
 
-static shs_progress prog(int64_t step)
-{
-    shs_progress p = { 0 };
-    p.epoch_num = 1;
-    p.step_num = step;
-    p.global_step = step;
-    p.loss_scale = 1024.0;
-    p.global_batch_size = 32;
-    p.consumed_samples = step * 32;
-    return p;
-}
-
 /* Save a checkpoint of `step` (values from `base`) into save path sp. */
 static void save3(const char *sp, int64_t step, float base)
 {
-    st3 s;
-    fill3(&s, base);
-    shs_state *st;
-    OK(shs_state_create(&st));
-    add_t(st, "w", SHS_KIND_MODEL, 2, k_w, s.w);
-    add_t(st, "b", SHS_KIND_MODEL, 1, k_b, s.b);
-    add_t(st, "w.exp_avg", SHS_KIND_OPTIMIZER, 2, k_w, s.wm);
+    tu_small s;
+    tu_small_make(&s, base, 1);
     for (int i = 0; i < 3; i++) {
         char buf[64];
         blob_value(buf, sizeof buf, k_blob_names[i], step);
-        OK(shs_state_set_blob(st, k_blob_names[i], buf, strlen(buf)));
+        TU_OK(shs_state_set_blob(s.st, k_blob_names[i], buf, strlen(buf)));
     }
-    shs_config c;
-    shs_config_init(&c);
-    c.save_path = sp;
-    c.save_max = 0;
-    c.fsync = 0;
-    c.save_interleaved_steps = 1000000;
-    shs_manager *m;
-    OK(shs_manager_create(&m, &c, st));
-    shs_progress p = prog(step);
-    OK(shs_manager_save(m, &p, 0));
-    shs_manager_free(m);
-    shs_state_free(st);
+    shs_progress p = tu_prog(step);
+    TU_OK(tu_save_once(sp, s.st, &p, 0));
+    shs_state_free(s.st);
 }
 
 /* The bytes [b0, b1) of dir/name. */
@@ -182,7 +67,7 @@ static void check_chunks(const shs_checkpoint *ck, const char *dir, size_t ti,
     assert_non_null(t);
     for (size_t c = 0; c < t->n_chunks; c++) {
         shs_chunk_info ci;
-        OK(shs_checkpoint_chunk(&ci, ck, ti, c));
+        TU_OK(shs_checkpoint_chunk(&ci, ck, ti, c));
         assert_true(ci.file < shs_checkpoint_file_count(ck));
         const char *fname = shs_checkpoint_file_name(ck, ci.file);
         assert_non_null(fname);
@@ -191,9 +76,9 @@ static void check_chunks(const shs_checkpoint *ck, const char *dir, size_t ti,
         shs_file *f;
         shs_open_opts oo = SHS_OPEN_OPTS_INIT;
         oo.flags = SHS_OPEN_NO_MMAP;
-        OK(shs_file_open(&f, tu_path(dir, fname), &oo));
+        TU_OK(shs_file_open(&f, tu_path(dir, fname), &oo));
         size_t k;
-        OK(shs_file_find(&k, f, ci.key));
+        TU_OK(shs_file_find(&k, f, ci.key));
         const shs_tensor_info *fi = shs_file_tensor(f, k);
         assert_non_null(fi);
         assert_int_equal(fi->dtype, t->dtype);
@@ -217,11 +102,11 @@ static void check_chunks(const shs_checkpoint *ck, const char *dir, size_t ti,
 static void test_view_of_saved_step(void **state)
 {
     (void)state;
-    char *sp = subdir("view");
+    char *sp = tu_subpath("view");
     save3(sp, 7, 10.0f);
-    char *dir = strdup(step_dir(sp, 7));
+    char *dir = strdup(tu_step_dir(sp, 7));
     shs_checkpoint *ck = NULL;
-    OK(shs_checkpoint_open(&ck, dir));
+    TU_OK(shs_checkpoint_open(&ck, dir));
     assert_non_null(ck);
     assert_int_equal(shs_checkpoint_step(ck), 7);
     assert_int_equal(shs_checkpoint_world_size(ck), 1);
@@ -234,12 +119,12 @@ static void test_view_of_saved_step(void **state)
         const char *name = shs_checkpoint_file_name(ck, i);
         assert_non_null(name);
         assert_non_null(strstr(name, ".safetensors"));
-        assert_true(path_exists(tu_path(dir, name)));
+        assert_true(tu_path_exists(tu_path(dir, name)));
         assert_int_equal(shs_checkpoint_file_rank(ck, i), 0);
         for (size_t j = 0; j < i; j++)
             assert_string_not_equal(name, shs_checkpoint_file_name(ck, j));
     }
-    assert_int_equal(count_prefixed(dir, "checkpoint-"), (int)nf);
+    assert_int_equal(tu_count_prefixed(dir, "checkpoint-"), (int)nf);
     assert_null(shs_checkpoint_file_name(ck, nf));
     assert_int_equal(shs_checkpoint_file_rank(ck, nf), -1);
 
@@ -253,7 +138,7 @@ static void test_view_of_saved_step(void **state)
         assert_string_equal(t->name, names[i]);
         assert_int_equal(t->kind, kinds[i]);
         assert_int_equal(t->dtype, SHS_F32);
-        const uint64_t *want = i == 0 ? k_b : k_w;
+        const uint64_t *want = i == 0 ? tu_b_shape : tu_w_shape;
         assert_int_equal(t->ndim, i == 0 ? 1 : 2);
         for (size_t d = 0; d < t->ndim; d++)
             assert_true(t->shape[d] == want[d]);
@@ -266,9 +151,9 @@ static void test_view_of_saved_step(void **state)
 
     /* the data of w is the saved values (one whole chunk, world size 1) */
     size_t wi;
-    OK(shs_checkpoint_find(&wi, ck, "w"));
+    TU_OK(shs_checkpoint_find(&wi, ck, "w"));
     assert_int_equal(wi, 1);
-    OK(shs_checkpoint_chunk(&ci, ck, wi, 0));
+    TU_OK(shs_checkpoint_chunk(&ci, ck, wi, 0));
     assert_int_equal(shs_checkpoint_tensor(ck, wi)->n_chunks, 1);
     assert_true(ci.offset[0] == 0 && ci.offset[1] == 0);
     assert_true(ci.shape[0] == 4 && ci.shape[1] == 3);
@@ -282,9 +167,9 @@ static void test_view_of_saved_step(void **state)
 
     /* find: hit and miss */
     size_t idx = 99;
-    OK(shs_checkpoint_find(&idx, ck, "w.exp_avg"));
+    TU_OK(shs_checkpoint_find(&idx, ck, "w.exp_avg"));
     assert_int_equal(idx, 2);
-    OK(shs_checkpoint_find(&idx, ck, "b"));
+    TU_OK(shs_checkpoint_find(&idx, ck, "b"));
     assert_int_equal(idx, 0);
     idx = 99;
     assert_int_equal(shs_checkpoint_find(&idx, ck, "nope"), SHS_ENOTFOUND);
@@ -296,7 +181,7 @@ static void test_view_of_saved_step(void **state)
     int seen[3] = { 0 };
     for (size_t i = 0; i < 3; i++) {
         shs_blob_info b;
-        OK(shs_checkpoint_blob(&b, ck, i));
+        TU_OK(shs_checkpoint_blob(&b, ck, i));
         int which = -1;
         for (int k = 0; k < 3; k++)
             if (strcmp(b.name, k_blob_names[k]) == 0)
@@ -322,8 +207,8 @@ static void test_view_of_saved_step(void **state)
     shs_checkpoint_close(NULL);
 
     /* common.json */
-    shs_progress p, want = prog(7);
-    OK(shs_checkpoint_read_progress(&p, dir));
+    shs_progress p, want = tu_prog(7);
+    TU_OK(shs_checkpoint_read_progress(&p, dir));
     assert_int_equal(p.epoch_num, want.epoch_num);
     assert_int_equal(p.step_num, want.step_num);
     assert_int_equal(p.global_step, want.global_step);
@@ -332,7 +217,7 @@ static void test_view_of_saved_step(void **state)
     assert_int_equal(p.consumed_samples, want.consumed_samples);
     assert_string_equal(p.ckpt_status, "");
     /* an extra key is refused */
-    OK(tu_write_file(tu_path(dir, "common.json"),
+    TU_OK(tu_write_file(tu_path(dir, "common.json"),
                      "{\"epoch_num\":0,\"step_num\":0,\"global_step\":0,\"loss_scale\":1,"
                      "\"global_batch_size\":1,\"consumed_samples\":0,\"ckpt_status\":null,"
                      "\"x\":1}",
@@ -354,9 +239,9 @@ static void write_st(const char *path, const char *const *names, const shs_dtype
                      const uint64_t (*shapes)[2], const size_t *ndims, size_t n)
 {
     shs_writer *w;
-    OK(shs_writer_create(&w, path, NULL));
+    TU_OK(shs_writer_create(&w, path, NULL));
     for (size_t i = 0; i < n; i++)
-        OK(shs_writer_add_tensor(w, names[i], dts[i], ndims[i], shapes[i]));
+        TU_OK(shs_writer_add_tensor(w, names[i], dts[i], ndims[i], shapes[i]));
     for (size_t i = 0; i < n; i++) {
         uint64_t numel = 1;
         for (size_t d = 0; d < ndims[i]; d++)
@@ -366,17 +251,17 @@ static void write_st(const char *path, const char *const *names, const shs_dtype
         assert_non_null(buf);
         for (size_t k = 0; k < len; k++)
             buf[k] = (unsigned char)(k * 7 + i);
-        OK(shs_writer_write(w, names[i], buf, len));
+        TU_OK(shs_writer_write(w, names[i], buf, len));
         free(buf);
     }
-    OK(shs_writer_commit(w));
+    TU_OK(shs_writer_commit(w));
     shs_writer_free(w);
 }
 
 static void test_view_of_plain_dir(void **state)
 {
     (void)state;
-    char *dir = subdir("plain");
+    char *dir = tu_subpath("plain");
     assert_int_equal(mkdir(dir, 0755), 0);
     {
         const char *names[2] = { "y", "x" };
@@ -392,10 +277,10 @@ static void test_view_of_plain_dir(void **state)
         const size_t nd[1] = { 1 };
         write_st(tu_path(dir, "run-opt-0.safetensors"), names, dts, shapes, nd, 1);
     }
-    OK(tu_write_file(tu_path(dir, "README.txt"), "hi", 2));
+    TU_OK(tu_write_file(tu_path(dir, "README.txt"), "hi", 2));
 
     shs_checkpoint *ck;
-    OK(shs_checkpoint_open(&ck, dir));
+    TU_OK(shs_checkpoint_open(&ck, dir));
     assert_int_equal(shs_checkpoint_is_plain(ck), 1);
     assert_int_equal(shs_checkpoint_step(ck), -1);
     assert_int_equal(shs_checkpoint_world_size(ck), 1);
@@ -415,7 +300,7 @@ static void test_view_of_plain_dir(void **state)
         assert_int_equal(t->dtype, dts[i]);
         assert_int_equal(t->n_chunks, 1);
         shs_chunk_info ci;
-        OK(shs_checkpoint_chunk(&ci, ck, i, 0));
+        TU_OK(shs_checkpoint_chunk(&ci, ck, i, 0));
         assert_string_equal(ci.key, t->name);
         assert_int_equal(ci.file, i == 0 ? 1 : 0);
         for (size_t d = 0; d < t->ndim; d++) {
@@ -430,7 +315,7 @@ static void test_view_of_plain_dir(void **state)
     shs_blob_info b;
     assert_int_equal(shs_checkpoint_blob(&b, ck, 0), SHS_ERANGE);
     size_t idx;
-    OK(shs_checkpoint_find(&idx, ck, "y"));
+    TU_OK(shs_checkpoint_find(&idx, ck, "y"));
     assert_int_equal(idx, 2);
     assert_int_equal(shs_checkpoint_find(&idx, ck, "z"), SHS_ENOTFOUND);
     shs_checkpoint_close(ck);
@@ -443,7 +328,7 @@ static void test_view_of_plain_dir(void **state)
 static void test_open_empty_dir(void **state)
 {
     (void)state;
-    char *empty = subdir("plain_empty");
+    char *empty = tu_subpath("plain_empty");
     assert_int_equal(mkdir(empty, 0755), 0);
     shs_checkpoint *ck = (shs_checkpoint *)1;
     assert_int_equal(shs_checkpoint_open(&ck, empty), SHS_ENOCHECKPOINT);
@@ -458,62 +343,62 @@ static void test_open_empty_dir(void **state)
 static void test_list_and_tracker(void **state)
 {
     (void)state;
-    char *sp = subdir("list");
+    char *sp = tu_subpath("list");
     save3(sp, 9, 1.0f);
     save3(sp, 3, 2.0f);
     save3(sp, 5, 3.0f);
     /* an incomplete directory and a plain file named like a step */
-    assert_int_equal(mkdir(step_dir(sp, 11), 0755), 0);
-    OK(tu_write_file(tu_path(step_dir(sp, 11), "metadata.json"), "{}", 2));
-    OK(tu_write_file(tu_path(sp, "iteration_00000012"), "x", 1));
+    assert_int_equal(mkdir(tu_step_dir(sp, 11), 0755), 0);
+    TU_OK(tu_write_file(tu_path(tu_step_dir(sp, 11), "metadata.json"), "{}", 2));
+    TU_OK(tu_write_file(tu_path(sp, "iteration_00000012"), "x", 1));
 
     int64_t steps[4] = { -7, -7, -7, -7 };
     size_t n = 0;
-    OK(shs_checkpoint_list(steps, 2, &n, sp));
+    TU_OK(shs_checkpoint_list(steps, 2, &n, sp));
     assert_int_equal(n, 3);
     assert_int_equal(steps[0], 3);
     assert_int_equal(steps[1], 5);
     assert_int_equal(steps[2], -7); /* beyond cap: untouched */
     n = 0;
-    OK(shs_checkpoint_list(NULL, 0, &n, sp));
+    TU_OK(shs_checkpoint_list(NULL, 0, &n, sp));
     assert_int_equal(n, 3);
-    OK(shs_checkpoint_list(steps, 4, &n, sp));
+    TU_OK(shs_checkpoint_list(steps, 4, &n, sp));
     assert_int_equal(n, 3);
     assert_true(steps[0] == 3 && steps[1] == 5 && steps[2] == 9);
 
     /* a step-N directory of a step already listed counts once */
     char *dup = strdup(tu_path(sp, "step-5"));
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "cp -a '%s' '%s'", step_dir(sp, 5), dup);
+    snprintf(cmd, sizeof cmd, "cp -a '%s' '%s'", tu_step_dir(sp, 5), dup);
     assert_int_equal(system(cmd), 0);
-    OK(shs_checkpoint_list(steps, 4, &n, sp));
+    TU_OK(shs_checkpoint_list(steps, 4, &n, sp));
     assert_int_equal(n, 3);
     free(dup);
 
-    assert_int_equal(shs_checkpoint_list(steps, 4, &n, tu_path(g_root, "nope")), SHS_ENOENT);
+    assert_int_equal(shs_checkpoint_list(steps, 4, &n, tu_path(tu_root, "nope")), SHS_ENOENT);
 
     /* tracker: the last save wrote it */
     int64_t t = -1;
-    OK(shs_checkpoint_read_tracker(&t, sp));
+    TU_OK(shs_checkpoint_read_tracker(&t, sp));
     assert_int_equal(t, 5);
-    OK(tu_write_file(tu_path(sp, TRACKER), "12\n", 3));
-    OK(shs_checkpoint_read_tracker(&t, sp));
+    TU_OK(tu_write_file(tu_path(sp, TU_TRACKER), "12\n", 3));
+    TU_OK(shs_checkpoint_read_tracker(&t, sp));
     assert_int_equal(t, 12);
     static const char *const bad[] = { "abc", "", "12\n\n", "-3", " 4", "4x",
                                        "1234567890123456789012" };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        OK(tu_write_file(tu_path(sp, TRACKER), bad[i], strlen(bad[i])));
+        TU_OK(tu_write_file(tu_path(sp, TU_TRACKER), bad[i], strlen(bad[i])));
         t = 77;
         if (shs_checkpoint_read_tracker(&t, sp) != SHS_ECORRUPT)
             fail_msg("tracker '%s' not refused as corrupt", bad[i]);
         assert_int_equal(t, 77);
     }
-    unlink(tu_path(sp, TRACKER));
+    unlink(tu_path(sp, TU_TRACKER));
     assert_int_equal(shs_checkpoint_read_tracker(&t, sp), SHS_ENOENT);
-    char *empty = subdir("list_empty");
+    char *empty = tu_subpath("list_empty");
     assert_int_equal(mkdir(empty, 0755), 0);
     assert_int_equal(shs_checkpoint_read_tracker(&t, empty), SHS_ENOENT);
-    OK(shs_checkpoint_list(steps, 4, &n, empty));
+    TU_OK(shs_checkpoint_list(steps, 4, &n, empty));
     assert_int_equal(n, 0);
     free(empty);
     free(sp);
@@ -526,30 +411,30 @@ static void test_list_and_tracker(void **state)
 static void test_remove_and_clean(void **state)
 {
     (void)state;
-    char *sp = subdir("rm");
+    char *sp = tu_subpath("rm");
     save3(sp, 3, 1.0f);
     save3(sp, 5, 2.0f);
     save3(sp, 8, 3.0f);
-    char *d3 = strdup(step_dir(sp, 3));
-    assert_true(path_exists(d3));
-    OK(shs_checkpoint_remove(sp, 3));
-    assert_false(path_exists(d3));
-    assert_int_equal(count_prefixed(sp, ".trash-"), 0);
+    char *d3 = strdup(tu_step_dir(sp, 3));
+    assert_true(tu_path_exists(d3));
+    TU_OK(shs_checkpoint_remove(sp, 3));
+    assert_false(tu_path_exists(d3));
+    assert_int_equal(tu_count_prefixed(sp, ".trash-"), 0);
     /* removing a missing step is fine */
-    OK(shs_checkpoint_remove(sp, 3));
-    OK(shs_checkpoint_remove(sp, 4));
+    TU_OK(shs_checkpoint_remove(sp, 3));
+    TU_OK(shs_checkpoint_remove(sp, 4));
     assert_int_equal(shs_checkpoint_remove(sp, -1), SHS_EINVAL);
 
     /* a torchtitan-style step-N directory */
     char *s5 = strdup(tu_path(sp, "step-5"));
-    assert_int_equal(rename(step_dir(sp, 5), s5), 0);
-    OK(shs_checkpoint_remove(sp, 5));
-    assert_false(path_exists(s5));
-    assert_int_equal(count_prefixed(sp, ".trash-"), 0);
-    assert_true(path_exists(step_dir(sp, 8)));
+    assert_int_equal(rename(tu_step_dir(sp, 5), s5), 0);
+    TU_OK(shs_checkpoint_remove(sp, 5));
+    assert_false(tu_path_exists(s5));
+    assert_int_equal(tu_count_prefixed(sp, ".trash-"), 0);
+    assert_true(tu_path_exists(tu_step_dir(sp, 8)));
     int64_t steps[4];
     size_t n;
-    OK(shs_checkpoint_list(steps, 4, &n, sp));
+    TU_OK(shs_checkpoint_list(steps, 4, &n, sp));
     assert_int_equal(n, 1);
     assert_int_equal(steps[0], 8);
 
@@ -557,25 +442,25 @@ static void test_remove_and_clean(void **state)
     char tmpd[4096];
     snprintf(tmpd, sizeof tmpd, "%s", tu_path(sp, ".tmp-iteration_00000009-abc"));
     assert_int_equal(mkdir(tmpd, 0755), 0);
-    OK(tu_write_file(tu_path(tmpd, "part.safetensors"), "xyz", 3));
+    TU_OK(tu_write_file(tu_path(tmpd, "part.safetensors"), "xyz", 3));
     assert_int_equal(mkdir(tu_path(tmpd, "sub"), 0755), 0);
-    OK(tu_write_file(tu_path(sp, ".trash-iteration_00000001-0123"), "t", 1));
-    OK(tu_write_file(tu_path(sp, TRACKER ".tmp.abcd"), "9", 1));
-    OK(tu_write_file(tu_path(sp, "notes.txt"), "keep", 4));
-    OK(tu_write_file(tu_path(sp, "tmp-not-a-leftover"), "keep", 4));
-    OK(tu_write_file(tu_path(sp, ".tmpx"), "keep", 4));
-    OK(shs_checkpoint_clean(sp));
-    assert_false(path_exists(tmpd));
-    assert_false(path_exists(tu_path(sp, ".trash-iteration_00000001-0123")));
-    assert_false(path_exists(tu_path(sp, TRACKER ".tmp.abcd")));
-    assert_true(path_exists(tu_path(sp, "notes.txt")));
-    assert_true(path_exists(tu_path(sp, "tmp-not-a-leftover")));
-    assert_true(path_exists(tu_path(sp, ".tmpx")));
-    assert_true(path_exists(tu_path(sp, TRACKER)));
-    assert_true(path_exists(tu_path(step_dir(sp, 8), "metadata.json")));
-    OK(shs_checkpoint_verify(step_dir(sp, 8)));
+    TU_OK(tu_write_file(tu_path(sp, ".trash-iteration_00000001-0123"), "t", 1));
+    TU_OK(tu_write_file(tu_path(sp, TU_TRACKER ".tmp.abcd"), "9", 1));
+    TU_OK(tu_write_file(tu_path(sp, "notes.txt"), "keep", 4));
+    TU_OK(tu_write_file(tu_path(sp, "tmp-not-a-leftover"), "keep", 4));
+    TU_OK(tu_write_file(tu_path(sp, ".tmpx"), "keep", 4));
+    TU_OK(shs_checkpoint_clean(sp));
+    assert_false(tu_path_exists(tmpd));
+    assert_false(tu_path_exists(tu_path(sp, ".trash-iteration_00000001-0123")));
+    assert_false(tu_path_exists(tu_path(sp, TU_TRACKER ".tmp.abcd")));
+    assert_true(tu_path_exists(tu_path(sp, "notes.txt")));
+    assert_true(tu_path_exists(tu_path(sp, "tmp-not-a-leftover")));
+    assert_true(tu_path_exists(tu_path(sp, ".tmpx")));
+    assert_true(tu_path_exists(tu_path(sp, TU_TRACKER)));
+    assert_true(tu_path_exists(tu_path(tu_step_dir(sp, 8), "metadata.json")));
+    TU_OK(shs_checkpoint_verify(tu_step_dir(sp, 8)));
     /* a missing save path has nothing to clean */
-    OK(shs_checkpoint_clean(tu_path(g_root, "nope")));
+    TU_OK(shs_checkpoint_clean(tu_path(tu_root, "nope")));
     free(s5);
     free(d3);
     free(sp);
@@ -592,7 +477,7 @@ static void test_remove_and_clean(void **state)
 static void test_hostile_metadata(void **state)
 {
     (void)state;
-    char *dir = subdir("hostile");
+    char *dir = tu_subpath("hostile");
     assert_int_equal(mkdir(dir, 0755), 0);
     static const char *const docs[] = {
         "",
@@ -639,7 +524,7 @@ static void test_hostile_metadata(void **state)
         "\"key\":\"k\",\"byte_range\":[0,2],\"xxh3\":\"0000000000000000\"}]}",
     };
     for (size_t i = 0; i < sizeof docs / sizeof *docs; i++) {
-        OK(tu_write_file(tu_path(dir, "metadata.json"), docs[i], strlen(docs[i])));
+        TU_OK(tu_write_file(tu_path(dir, "metadata.json"), docs[i], strlen(docs[i])));
         shs_checkpoint *ck = (shs_checkpoint *)1;
         int rc = shs_checkpoint_open(&ck, dir);
         if (rc != SHS_ECORRUPT)
@@ -653,12 +538,12 @@ static void test_hostile_metadata(void **state)
         "{" HDR "," FILES ",\"tensors\":{\"t\":{\"kind\":\"model\",\"dtype\":\"F32\","
         "\"shape\":[2],\"chunks\":[" CHUNK("\"byte_range\":[8,16],\"xxh3\":\"00000000000000ff\"")
         "]}}}";
-    OK(tu_write_file(tu_path(dir, "metadata.json"), good, strlen(good)));
+    TU_OK(tu_write_file(tu_path(dir, "metadata.json"), good, strlen(good)));
     shs_checkpoint *ck;
-    OK(shs_checkpoint_open(&ck, dir));
+    TU_OK(shs_checkpoint_open(&ck, dir));
     assert_int_equal(shs_checkpoint_step(ck), 1);
     shs_chunk_info ci;
-    OK(shs_checkpoint_chunk(&ci, ck, 0, 0));
+    TU_OK(shs_checkpoint_chunk(&ci, ck, 0, 0));
     assert_true(ci.has_xxh3 && ci.xxh3 == 0xff && ci.byte_begin == 8 && ci.byte_end == 16);
     shs_checkpoint_close(ck);
     /* a metadata.json that is a directory */
@@ -681,5 +566,5 @@ int main(void)
         cmocka_unit_test(test_remove_and_clean),
         cmocka_unit_test(test_hostile_metadata),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_setup_root, tu_teardown_root);
 }

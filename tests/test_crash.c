@@ -44,7 +44,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TRACKER "latest_checkpointed_iteration.txt"
 #define GBS 32
 
 /* ------------------------------------------------------------------ */
@@ -332,7 +331,7 @@ static void dump_dir(const char *path)
     fflush(stdout);
     snprintf(cmd, sizeof cmd, "ls -la '%s' 1>&2; for d in '%s'/*/ '%s'/.[a-z]*/; do "
              "[ -d \"$d\" ] && { echo \"$d:\"; ls -la \"$d\"; }; done 1>&2; "
-             "echo 'tracker:' 1>&2; cat '%s/" TRACKER "' 1>&2; echo 1>&2",
+             "echo 'tracker:' 1>&2; cat '%s/" TU_TRACKER "' 1>&2; echo 1>&2",
              path, path, path, path);
     if (system(cmd) != 0) {
         /* best effort */
@@ -377,7 +376,7 @@ static void count_leftovers(run *r, long *tmp, long *trash, long *trk)
             (*tmp)++;
         else if (strncmp(e->d_name, ".trash-", 7) == 0)
             (*trash)++;
-        else if (strncmp(e->d_name, TRACKER ".", sizeof TRACKER) == 0)
+        else if (strncmp(e->d_name, TU_TRACKER ".", sizeof TU_TRACKER) == 0)
             (*trk)++;
     }
     closedir(d);
@@ -497,7 +496,7 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
         struct dirent *e;
         while ((e = readdir(d))) {
             if (strncmp(e->d_name, ".tmp-", 5) == 0 || strncmp(e->d_name, ".trash-", 7) == 0 ||
-                strncmp(e->d_name, TRACKER ".", sizeof TRACKER) == 0) {
+                strncmp(e->d_name, TU_TRACKER ".", sizeof TU_TRACKER) == 0) {
                 closedir(d);
                 FAILF(r, "leftover %s remains after shs_manager_create", e->d_name);
             }
@@ -650,7 +649,7 @@ static double now_s(void)
 /* Time of one synchronous fsynced save (sets the kill-delay scale). */
 static double calibrate(const char *base)
 {
-    char *path = strdup(tu_path(base, "calib"));
+    char *path = tu_path_dup(base, "calib");
     tstate ts;
     shs_config c;
     shs_manager *m = NULL;
@@ -691,9 +690,9 @@ static void test_kill9_during_saves(void **unused)
         seed = ((uint64_t)time(NULL) << 16) ^ (uint64_t)getpid();
     char *base = tu_mkdtemp();
     assert_non_null(base);
-    char *save_path = strdup(tu_path(base, "ckpt"));
-    char *recpath = strdup(tu_path(base, "committed.rec"));
-    char *errpath = strdup(tu_path(base, "child.err"));
+    char *save_path = tu_path_dup(base, "ckpt");
+    char *recpath = tu_path_dup(base, "committed.rec");
+    char *errpath = tu_path_dup(base, "child.err");
     run r = { .seed = seed, .save_path = save_path };
     double t_save = calibrate(base);
     /* kill delays: mostly spread over a few saves, sometimes tiny (during
@@ -798,7 +797,7 @@ static void test_kill9_at_start(void **unused)
     for (int k = 0; k < 4; k++) {
         char name[32];
         snprintf(name, sizeof name, "fresh%d", k);
-        char *save_path = strdup(tu_path(base, name));
+        char *save_path = tu_path_dup(base, name);
         run r = { .seed = 0, .iter = k, .save_path = save_path };
         pid_t pid = fork();
         assert_true(pid >= 0);

@@ -20,120 +20,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char *g_root;
-
-static int setup(void **state)
-{
-    (void)state;
-    g_root = tu_mkdtemp();
-    return g_root ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_rmtree(g_root);
-    free(g_root);
-    return 0;
-}
-
-static char *subpath(const char *name)
-{
-    return strdup(tu_path(g_root, name));
-}
-
-#define ASSERT_MSG_HAS(needle)                                                        \
-    do {                                                                              \
-        if (!strstr(shs_last_error(), (needle)))                                      \
-            fail_msg("error message lacks '%s': %s", (needle), shs_last_error());    \
-    } while (0)
-
-#define OK(expr)                                                                      \
-    do {                                                                              \
-        int rc_ = (expr);                                                             \
-        if (rc_ != SHS_OK)                                                            \
-            fail_msg("%s: %d %s", #expr, rc_, shs_last_error());                      \
-    } while (0)
-
-static int path_exists(const char *p)
-{
-    struct stat st;
-    return lstat(p, &st) == 0;
-}
-
-static const char *step_name(int64_t step)
-{
-    static char buf[4][40];
-    static int k;
-    char *b = buf[k++ & 3];
-    snprintf(b, 40, "iteration_%08lld", (long long)step);
-    return b;
-}
-
 static int step_exists(const char *sp, int64_t step)
 {
-    return path_exists(tu_path(sp, step_name(step)));
-}
-
-/* Entries of `dir` other than "." and "..". */
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            n++;
-    closedir(d);
-    return n;
-}
-
-static int count_prefixed(const char *dir, const char *prefix)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
-            n++;
-    closedir(d);
-    return n;
-}
-
-static int count_leftovers(const char *dir)
-{
-    return count_prefixed(dir, ".tmp-") + count_prefixed(dir, ".trash-") +
-           count_prefixed(dir, SHS__TRACKER ".tmp");
-}
-
-static int64_t tracker_step(const char *sp)
-{
-    size_t len;
-    char *t = tu_read_file(tu_path(sp, SHS__TRACKER), &len);
-    if (!t)
-        return -1;
-    int64_t v = strtoll(t, NULL, 10);
-    free(t);
-    return v;
+    return tu_path_exists(tu_step_dir(sp, step));
 }
 
 static ino_t inode_of(const char *p)
 {
     struct stat st;
     return stat(p, &st) == 0 ? st.st_ino : 0;
-}
-
-static void cfg_saving(shs_config *c, const char *save_path)
-{
-    shs_config_init(c);
-    c->save_path = save_path;
-    c->save_max = 0;
-    c->fsync = 0;
-    c->save_interleaved_steps = 1000000;
 }
 
 static void cfg_loading(shs_config *c, const char *load_path)
@@ -148,57 +43,17 @@ static void cfg_loading(shs_config *c, const char *load_path)
 /* blobs rng, lr_scheduler, dataloader                                */
 /* ------------------------------------------------------------------ */
 
-typedef struct st3 {
-    shs_state *st;
-    float w[12], b[3], wm[12];
-} st3;
-
-static const uint64_t k_w[2] = { 4, 3 }, k_b[1] = { 3 };
-
-static void add_t(shs_state *st, const char *name, shs_kind kind, shs_dtype dt, size_t nd,
-                  const uint64_t *shape, void *data, const char *master_of)
-{
-    shs_tensor_spec sp = SHS_TENSOR_SPEC_INIT;
-    sp.name = name;
-    sp.kind = kind;
-    sp.dtype = dt;
-    sp.ndim = nd;
-    sp.shape = shape;
-    sp.data = data;
-    sp.master_of = master_of;
-    OK(shs_state_add_tensor(st, &sp));
-}
-
-static void fill3(st3 *s, float base)
-{
-    for (int i = 0; i < 12; i++) {
-        s->w[i] = base + (float)i;
-        s->wm[i] = base * 2 + (float)i * 0.5f;
-    }
-    for (int i = 0; i < 3; i++)
-        s->b[i] = base - (float)i;
-}
+typedef tu_small st3;
 
 static void set_blobs(shs_state *st, const char *tag)
 {
     char buf[64];
     snprintf(buf, sizeof buf, "rng-%s", tag);
-    OK(shs_state_set_blob(st, "rng", buf, strlen(buf)));
+    TU_OK(shs_state_set_blob(st, "rng", buf, strlen(buf)));
     snprintf(buf, sizeof buf, "{\"lr\": \"%s\"}", tag);
-    OK(shs_state_set_blob(st, "lr_scheduler", buf, strlen(buf)));
+    TU_OK(shs_state_set_blob(st, "lr_scheduler", buf, strlen(buf)));
     snprintf(buf, sizeof buf, "{\"cursor\": \"%s\"}", tag);
-    OK(shs_state_set_blob(st, "dataloader", buf, strlen(buf)));
-}
-
-static void make3(st3 *s, float base, int with_opt)
-{
-    memset(s, 0, sizeof *s);
-    fill3(s, base);
-    OK(shs_state_create(&s->st));
-    add_t(s->st, "w", SHS_KIND_MODEL, SHS_F32, 2, k_w, s->w, NULL);
-    add_t(s->st, "b", SHS_KIND_MODEL, SHS_F32, 1, k_b, s->b, NULL);
-    if (with_opt)
-        add_t(s->st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w, s->wm, NULL);
+    TU_OK(shs_state_set_blob(st, "dataloader", buf, strlen(buf)));
 }
 
 static void assert3(const st3 *s, float base, int check_opt)
@@ -213,41 +68,14 @@ static void assert3(const st3 *s, float base, int check_opt)
         assert_true(s->b[i] == base - (float)i);
 }
 
-static void assert_blob_str(shs_state *st, const char *name, const char *want)
-{
-    const void *d;
-    size_t n;
-    if (shs_state_get_blob(st, name, &d, &n) != SHS_OK)
-        fail_msg("no blob '%s'", name);
-    if (n != strlen(want) || memcmp(d, want, n) != 0)
-        fail_msg("blob '%s' = '%.*s', want '%s'", name, (int)n, (const char *)d, want);
-}
-
-static shs_progress prog(int64_t step)
-{
-    shs_progress p = { 0 };
-    p.epoch_num = 1;
-    p.step_num = step;
-    p.global_step = step;
-    p.loss_scale = 1024.0;
-    p.global_batch_size = 32;
-    p.consumed_samples = step * 32;
-    return p;
-}
-
 /* Save base-valued state at `step` into sp with a one-shot manager. */
 static void save3(const char *sp, int64_t step, float base)
 {
     st3 s;
-    make3(&s, base, 1);
+    tu_small_make(&s, base, 1);
     set_blobs(s.st, "saved");
-    shs_config c;
-    cfg_saving(&c, sp);
-    shs_manager *m;
-    OK(shs_manager_create(&m, &c, s.st));
-    shs_progress p = prog(step);
-    OK(shs_manager_save(m, &p, 0));
-    shs_manager_free(m);
+    shs_progress p = tu_prog(step);
+    TU_OK(tu_save_once(sp, s.st, &p, 0));
     shs_state_free(s.st);
 }
 
@@ -259,56 +87,56 @@ static void test_config_errors(void **state)
 {
     (void)state;
     st3 s;
-    make3(&s, 1, 1);
+    tu_small_make(&s, 1, 1);
     shs_config c;
     shs_config_init(&c);
     shs_manager *m = (shs_manager *)&c; /* must be reset to NULL */
     assert_int_equal(shs_manager_create(&m, &c, s.st), SHS_ECONFIG);
-    ASSERT_MSG_HAS("save_path");
+    TU_ASSERT_MSG_HAS("save_path");
     assert_null(m);
 
     /* enable_save false: an empty save_path is fine, nothing is written */
-    char *sp = subpath("cfg_nosave");
+    char *sp = tu_subpath("cfg_nosave");
     shs_config_init(&c);
     c.enable_save = 0;
     c.save_interleaved_steps = 1;
-    OK(shs_manager_create(&m, &c, s.st));
+    TU_OK(shs_manager_create(&m, &c, s.st));
     /* run in an empty directory: relative paths would land there */
     char cwd_before[4096];
     assert_non_null(getcwd(cwd_before, sizeof cwd_before));
-    char *cwd_tmp = subpath("cfg_cwd");
+    char *cwd_tmp = tu_subpath("cfg_cwd");
     assert_int_equal(mkdir(cwd_tmp, 0755), 0);
     assert_int_equal(chdir(cwd_tmp), 0);
-    int before = count_entries(".");
+    int before = tu_count_entries(".");
     assert_int_equal(before, 0);
     for (int64_t step = 1; step <= 5; step++) {
-        shs_progress p = prog(step);
+        shs_progress p = tu_prog(step);
         int saved = -1;
-        OK(shs_manager_step(m, &p, &saved));
+        TU_OK(shs_manager_step(m, &p, &saved));
         assert_int_equal(saved, 0);
     }
-    shs_progress p = prog(5);
-    OK(shs_manager_finish(m, &p));
-    assert_int_equal(count_entries("."), before);
-    assert_false(path_exists(SHS__TRACKER));
+    shs_progress p = tu_prog(5);
+    TU_OK(shs_manager_finish(m, &p));
+    assert_int_equal(tu_count_entries("."), before);
+    assert_false(tu_path_exists(TU_TRACKER));
     shs_manager_free(m);
-    assert_int_equal(count_entries("."), 0);
+    assert_int_equal(tu_count_entries("."), 0);
     assert_int_equal(chdir(cwd_before), 0);
     free(cwd_tmp);
 
     /* enable_save false with a save_path: still nothing written there */
     c.save_path = sp;
-    OK(shs_manager_create(&m, &c, s.st));
-    OK(shs_manager_step(m, &p, NULL));
-    OK(shs_manager_finish(m, &p));
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    TU_OK(shs_manager_step(m, &p, NULL));
+    TU_OK(shs_manager_finish(m, &p));
     shs_manager_free(m);
-    assert_false(path_exists(sp));
+    assert_false(tu_path_exists(sp));
 
     /* interval 0 */
-    cfg_saving(&c, sp);
+    tu_cfg_saving(&c, sp);
     c.save_interleaved_steps = 0;
     assert_int_equal(shs_manager_create(&m, &c, s.st), SHS_ECONFIG);
-    ASSERT_MSG_HAS("save_interleaved_steps");
+    TU_ASSERT_MSG_HAS("save_interleaved_steps");
     /* through shs_config_set as well */
     shs_config_init(&c);
     assert_true(shs_config_set(&c, "save_max", "-1") < 0);
@@ -323,26 +151,26 @@ static void test_config_errors(void **state)
 
 static void run_interval(const char *name, int first, int64_t *saved_steps, size_t *n_saved)
 {
-    char *sp = subpath(name);
+    char *sp = tu_subpath(name);
     st3 s;
-    make3(&s, 1, 1);
+    tu_small_make(&s, 1, 1);
     shs_config c;
-    cfg_saving(&c, sp);
+    tu_cfg_saving(&c, sp);
     c.save_interleaved_steps = 3;
     c.enable_first_step_checkpoint = first;
     shs_manager *m;
-    OK(shs_manager_create(&m, &c, s.st));
+    TU_OK(shs_manager_create(&m, &c, s.st));
     *n_saved = 0;
     for (int64_t step = 1; step <= 10; step++) {
-        shs_progress p = prog(step);
+        shs_progress p = tu_prog(step);
         int saved = -1;
-        OK(shs_manager_step(m, &p, &saved));
+        TU_OK(shs_manager_step(m, &p, &saved));
         assert_true(saved == 0 || saved == 1);
         if (saved)
             saved_steps[(*n_saved)++] = step;
     }
-    shs_progress p = prog(10);
-    OK(shs_manager_finish(m, &p));
+    shs_progress p = tu_prog(10);
+    TU_OK(shs_manager_finish(m, &p));
     shs_manager_free(m);
     /* directories match what was reported */
     for (int64_t step = 1; step <= 10; step++) {
@@ -353,7 +181,7 @@ static void run_interval(const char *name, int first, int64_t *saved_steps, size
             fail_msg("%s: step %lld: directory %s", name, (long long)step,
                      want ? "missing" : "unexpected");
     }
-    assert_int_equal(tracker_step(sp), 10);
+    assert_int_equal(tu_tracker_step(sp), 10);
     shs_state_free(s.st);
     free(sp);
 }
@@ -376,36 +204,36 @@ static void test_interval(void **state)
     assert_int_equal(v[3], 9);
 
     /* finish right after a save of the same step: no second save */
-    char *sp = subpath("int_finish");
+    char *sp = tu_subpath("int_finish");
     st3 s;
-    make3(&s, 1, 1);
+    tu_small_make(&s, 1, 1);
     shs_config c;
-    cfg_saving(&c, sp);
+    tu_cfg_saving(&c, sp);
     c.save_interleaved_steps = 3;
     shs_manager *m;
-    OK(shs_manager_create(&m, &c, s.st));
-    shs_progress p = prog(9);
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    shs_progress p = tu_prog(9);
     int saved = 0;
-    OK(shs_manager_step(m, &p, &saved));
+    TU_OK(shs_manager_step(m, &p, &saved));
     assert_int_equal(saved, 1);
-    char *d9 = strdup(tu_path(sp, step_name(9)));
+    char *d9 = strdup(tu_path(sp, tu_step_name(9)));
     ino_t ino = inode_of(d9);
     struct stat sb0, sb1;
     assert_int_equal(stat(tu_path(d9, "metadata.json"), &sb0), 0);
     assert_true(ino != 0);
     s.w[0] = 1000; /* a second save would hold this */
-    OK(shs_manager_finish(m, &p));
+    TU_OK(shs_manager_finish(m, &p));
     shs_manager_free(m);
     assert_int_equal(inode_of(d9), ino);
     assert_int_equal(stat(tu_path(d9, "metadata.json"), &sb1), 0);
     assert_int_equal(sb0.st_ino, sb1.st_ino);
-    assert_int_equal(count_prefixed(sp, "iteration_"), 1);
+    assert_int_equal(tu_count_prefixed(sp, "iteration_"), 1);
     st3 l;
-    make3(&l, 0, 1);
+    tu_small_make(&l, 0, 1);
     cfg_loading(&c, sp);
-    OK(shs_manager_create(&m, &c, l.st));
+    TU_OK(shs_manager_create(&m, &c, l.st));
     shs_progress q = { 0 };
-    OK(shs_manager_load(m, &q, NULL));
+    TU_OK(shs_manager_load(m, &q, NULL));
     shs_manager_free(m);
     assert_true(l.w[0] == 1.0f);
     shs_state_free(l.st);
@@ -422,16 +250,16 @@ static void run_steps(const char *sp, int save_max, int keep_k, int64_t from, in
                       st3 *s)
 {
     shs_config c;
-    cfg_saving(&c, sp);
+    tu_cfg_saving(&c, sp);
     c.save_interleaved_steps = 1;
     c.save_max = save_max;
     c.keep_latest_k = keep_k;
     shs_manager *m;
-    OK(shs_manager_create(&m, &c, s->st));
+    TU_OK(shs_manager_create(&m, &c, s->st));
     for (int64_t step = from; step <= to; step++) {
-        fill3(s, (float)step);
-        shs_progress p = prog(step);
-        OK(shs_manager_step(m, &p, NULL));
+        tu_small_fill(s, (float)step);
+        shs_progress p = tu_prog(step);
+        TU_OK(shs_manager_step(m, &p, NULL));
     }
     shs_manager_free(m);
 }
@@ -439,10 +267,10 @@ static void run_steps(const char *sp, int save_max, int keep_k, int64_t from, in
 static void test_retention(void **state)
 {
     (void)state;
-    char *sp = subpath("ret");
+    char *sp = tu_subpath("ret");
     save3(sp, 999, 999); /* another run's checkpoint */
     st3 s;
-    make3(&s, 1, 1);
+    tu_small_make(&s, 1, 1);
     run_steps(sp, 2, 0, 1, 6, &s);
     for (int64_t step = 1; step <= 4; step++)
         if (step_exists(sp, step))
@@ -450,39 +278,39 @@ static void test_retention(void **state)
     assert_true(step_exists(sp, 5));
     assert_true(step_exists(sp, 6));
     assert_true(step_exists(sp, 999)); /* never another run's */
-    assert_int_equal(tracker_step(sp), 6);
-    assert_int_equal(count_leftovers(sp), 0);
-    OK(shs_checkpoint_verify(tu_path(sp, step_name(999))));
+    assert_int_equal(tu_tracker_step(sp), 6);
+    assert_int_equal(tu_count_leftovers(sp), 0);
+    TU_OK(shs_checkpoint_verify(tu_path(sp, tu_step_name(999))));
 
     /* keep_latest_k wins over save_max */
-    char *sp2 = subpath("ret_k");
+    char *sp2 = tu_subpath("ret_k");
     run_steps(sp2, 1, 3, 1, 6, &s);
-    assert_int_equal(count_prefixed(sp2, "iteration_"), 3);
+    assert_int_equal(tu_count_prefixed(sp2, "iteration_"), 3);
     assert_true(step_exists(sp2, 4) && step_exists(sp2, 5) && step_exists(sp2, 6));
 
     /* keep 1: the newest always remains and loads */
-    char *sp3 = subpath("ret_1");
+    char *sp3 = tu_subpath("ret_1");
     run_steps(sp3, 1, 0, 1, 4, &s);
-    assert_int_equal(count_prefixed(sp3, "iteration_"), 1);
+    assert_int_equal(tu_count_prefixed(sp3, "iteration_"), 1);
     assert_true(step_exists(sp3, 4));
-    assert_int_equal(tracker_step(sp3), 4);
+    assert_int_equal(tu_tracker_step(sp3), 4);
     st3 l;
-    make3(&l, 0, 1);
+    tu_small_make(&l, 0, 1);
     shs_config c;
     cfg_loading(&c, sp3);
     shs_manager *m;
-    OK(shs_manager_create(&m, &c, l.st));
+    TU_OK(shs_manager_create(&m, &c, l.st));
     shs_progress q = { 0 };
-    OK(shs_manager_load(m, &q, NULL));
+    TU_OK(shs_manager_load(m, &q, NULL));
     shs_manager_free(m);
     assert3(&l, 4, 1);
     assert_int_equal(q.global_step, 4);
     shs_state_free(l.st);
 
     /* save_max 0 keeps all */
-    char *sp4 = subpath("ret_all");
+    char *sp4 = tu_subpath("ret_all");
     run_steps(sp4, 0, 0, 1, 5, &s);
-    assert_int_equal(count_prefixed(sp4, "iteration_"), 5);
+    assert_int_equal(tu_count_prefixed(sp4, "iteration_"), 5);
 
     shs_state_free(s.st);
     free(sp);
@@ -498,33 +326,33 @@ static void test_retention(void **state)
 static void test_resave_same_step(void **state)
 {
     (void)state;
-    char *sp = subpath("resave");
+    char *sp = tu_subpath("resave");
     st3 s;
-    make3(&s, 1, 1);
+    tu_small_make(&s, 1, 1);
     set_blobs(s.st, "first");
     shs_config c;
-    cfg_saving(&c, sp);
+    tu_cfg_saving(&c, sp);
     shs_manager *m;
-    OK(shs_manager_create(&m, &c, s.st));
-    shs_progress p = prog(5);
-    OK(shs_manager_save(m, &p, 0));
-    fill3(&s, 50);
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    shs_progress p = tu_prog(5);
+    TU_OK(shs_manager_save(m, &p, 0));
+    tu_small_fill(&s, 50);
     set_blobs(s.st, "second");
     p.consumed_samples = 4242;
-    OK(shs_manager_save(m, &p, 0));
+    TU_OK(shs_manager_save(m, &p, 0));
     shs_manager_free(m);
-    assert_int_equal(count_entries(sp), 2); /* the step and the tracker */
-    assert_int_equal(count_leftovers(sp), 0);
-    OK(shs_checkpoint_verify(tu_path(sp, step_name(5))));
+    assert_int_equal(tu_count_entries(sp), 2); /* the step and the tracker */
+    assert_int_equal(tu_count_leftovers(sp), 0);
+    TU_OK(shs_checkpoint_verify(tu_path(sp, tu_step_name(5))));
     st3 l;
-    make3(&l, 0, 1);
+    tu_small_make(&l, 0, 1);
     cfg_loading(&c, sp);
-    OK(shs_manager_create(&m, &c, l.st));
+    TU_OK(shs_manager_create(&m, &c, l.st));
     shs_progress q = { 0 };
-    OK(shs_manager_load(m, &q, NULL));
+    TU_OK(shs_manager_load(m, &q, NULL));
     shs_manager_free(m);
     assert3(&l, 50, 1);
-    assert_blob_str(l.st, "rng", "rng-second");
+    tu_assert_blob_str(l.st, "rng", "rng-second");
     assert_int_equal(q.consumed_samples, 4242);
     shs_state_free(l.st);
     shs_state_free(s.st);
@@ -538,7 +366,7 @@ static void test_resave_same_step(void **state)
 static void test_no_optim(void **state)
 {
     (void)state;
-    char *sp = subpath("noopt");
+    char *sp = tu_subpath("noopt");
     /* a BF16 model weight with an F32 master copy and an Adam moment */
     uint16_t wb[12];
     float master[12], moment[12];
@@ -548,20 +376,20 @@ static void test_no_optim(void **state)
         moment[i] = (float)i;
     }
     shs_state *st;
-    OK(shs_state_create(&st));
-    add_t(st, "w", SHS_KIND_MODEL, SHS_BF16, 2, k_w, wb, NULL);
-    add_t(st, "opt.w.master", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w, master, "w");
-    add_t(st, "opt.w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w, moment, NULL);
-    OK(shs_state_set_blob(st, "rng", "saved-rng", 9));
+    TU_OK(shs_state_create(&st));
+    tu_add_tensor(st, "w", SHS_KIND_MODEL, SHS_BF16, 2, tu_w_shape, wb, NULL);
+    tu_add_tensor(st, "opt.w.master", SHS_KIND_OPTIMIZER, SHS_F32, 2, tu_w_shape, master, "w");
+    tu_add_tensor(st, "opt.w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, tu_w_shape, moment, NULL);
+    TU_OK(shs_state_set_blob(st, "rng", "saved-rng", 9));
     shs_config c;
-    cfg_saving(&c, sp);
+    tu_cfg_saving(&c, sp);
     c.no_save_optim = 1;
     shs_manager *m;
-    OK(shs_manager_create(&m, &c, st));
-    shs_progress p = prog(8);
-    OK(shs_manager_save(m, &p, 0));
+    TU_OK(shs_manager_create(&m, &c, st));
+    shs_progress p = tu_prog(8);
+    TU_OK(shs_manager_save(m, &p, 0));
     shs_manager_free(m);
-    char *dir = strdup(tu_path(sp, step_name(8)));
+    char *dir = strdup(tu_path(sp, tu_step_name(8)));
     DIR *d = opendir(dir);
     assert_non_null(d);
     struct dirent *e;
@@ -569,7 +397,7 @@ static void test_no_optim(void **state)
         if (strstr(e->d_name, "-opt-"))
             fail_msg("no_save_optim wrote %s", e->d_name);
     closedir(d);
-    OK(shs_checkpoint_verify(dir));
+    TU_OK(shs_checkpoint_verify(dir));
 
     /* a fresh state: master and moment hold sentinels */
     uint16_t wb2[12] = { 0 };
@@ -579,31 +407,31 @@ static void test_no_optim(void **state)
         moment2[i] = -9;
     }
     shs_state *st2;
-    OK(shs_state_create(&st2));
-    add_t(st2, "w", SHS_KIND_MODEL, SHS_BF16, 2, k_w, wb2, NULL);
-    add_t(st2, "opt.w.master", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w, master2, "w");
-    add_t(st2, "opt.w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, k_w, moment2, NULL);
-    OK(shs_state_set_blob(st2, "rng", "mine", 4));
+    TU_OK(shs_state_create(&st2));
+    tu_add_tensor(st2, "w", SHS_KIND_MODEL, SHS_BF16, 2, tu_w_shape, wb2, NULL);
+    tu_add_tensor(st2, "opt.w.master", SHS_KIND_OPTIMIZER, SHS_F32, 2, tu_w_shape, master2, "w");
+    tu_add_tensor(st2, "opt.w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, tu_w_shape, moment2, NULL);
+    TU_OK(shs_state_set_blob(st2, "rng", "mine", 4));
 
     /* strict, with optimizer: fails naming the optimizer tensors */
     cfg_loading(&c, sp);
-    OK(shs_manager_create(&m, &c, st2));
+    TU_OK(shs_manager_create(&m, &c, st2));
     shs_progress q = { 0 };
     q.global_step = 3;
     int rc = shs_manager_load(m, &q, NULL);
     assert_int_equal(rc, SHS_EMISMATCH);
-    ASSERT_MSG_HAS("opt.w.master");
-    ASSERT_MSG_HAS("opt.w.exp_avg");
+    TU_ASSERT_MSG_HAS("opt.w.master");
+    TU_ASSERT_MSG_HAS("opt.w.exp_avg");
     shs_manager_free(m);
 
     /* no_load_optim: weights only, masters refreshed, progress kept */
     memset(wb2, 0, sizeof wb2);
     cfg_loading(&c, sp);
     c.no_load_optim = 1;
-    OK(shs_manager_create(&m, &c, st2));
-    q = prog(3);
+    TU_OK(shs_manager_create(&m, &c, st2));
+    q = tu_prog(3);
     shs_load_result res;
-    OK(shs_manager_load(m, &q, &res));
+    TU_OK(shs_manager_load(m, &q, &res));
     shs_manager_free(m);
     assert_int_equal(res.loaded, 1);
     assert_int_equal(res.optimizer_loaded, 0);
@@ -629,43 +457,43 @@ static void test_no_optim(void **state)
 static void test_exclude(void **state)
 {
     (void)state;
-    char *sp = subpath("excl");
+    char *sp = tu_subpath("excl");
     save3(sp, 4, 4);
     st3 l;
-    make3(&l, 0, 1);
+    tu_small_make(&l, 0, 1);
     set_blobs(l.st, "mine");
     shs_config c;
     cfg_loading(&c, sp);
-    OK(shs_config_set(&c, "exclude_from_loading", "rng,lr_scheduler"));
+    TU_OK(shs_config_set(&c, "exclude_from_loading", "rng,lr_scheduler"));
     shs_manager *m;
-    OK(shs_manager_create(&m, &c, l.st));
+    TU_OK(shs_manager_create(&m, &c, l.st));
     shs_progress q = { 0 };
-    OK(shs_manager_load(m, &q, NULL));
+    TU_OK(shs_manager_load(m, &q, NULL));
     shs_manager_free(m);
     shs_config_release(&c);
     assert3(&l, 4, 1);
-    assert_blob_str(l.st, "rng", "rng-mine");
-    assert_blob_str(l.st, "lr_scheduler", "{\"lr\": \"mine\"}");
-    assert_blob_str(l.st, "dataloader", "{\"cursor\": \"saved\"}");
+    tu_assert_blob_str(l.st, "rng", "rng-mine");
+    tu_assert_blob_str(l.st, "lr_scheduler", "{\"lr\": \"mine\"}");
+    tu_assert_blob_str(l.st, "dataloader", "{\"cursor\": \"saved\"}");
     assert_int_equal(q.global_step, 4);
     shs_state_free(l.st);
 
     /* optimizer excluded: optimizer buffers untouched */
-    make3(&l, 0, 1);
+    tu_small_make(&l, 0, 1);
     for (int i = 0; i < 12; i++)
         l.wm[i] = -5;
     cfg_loading(&c, sp);
-    OK(shs_config_set(&c, "exclude_from_loading", "optimizer"));
-    OK(shs_manager_create(&m, &c, l.st));
+    TU_OK(shs_config_set(&c, "exclude_from_loading", "optimizer"));
+    TU_OK(shs_manager_create(&m, &c, l.st));
     shs_load_result res;
-    OK(shs_manager_load(m, &q, &res));
+    TU_OK(shs_manager_load(m, &q, &res));
     shs_manager_free(m);
     shs_config_release(&c);
     assert3(&l, 4, 0);
     assert_int_equal(res.optimizer_loaded, 0);
     for (int i = 0; i < 12; i++)
         assert_true(l.wm[i] == -5);
-    assert_blob_str(l.st, "rng", "rng-saved");
+    tu_assert_blob_str(l.st, "rng", "rng-saved");
     shs_state_free(l.st);
     free(sp);
 }
@@ -677,18 +505,18 @@ static void test_exclude(void **state)
 static void test_batch_size_change(void **state)
 {
     (void)state;
-    char *sp = subpath("gbs");
+    char *sp = tu_subpath("gbs");
     save3(sp, 100, 1); /* gbs 32, consumed 3200 */
     st3 l;
-    make3(&l, 0, 1);
+    tu_small_make(&l, 0, 1);
     shs_config c;
     cfg_loading(&c, sp);
     shs_manager *m;
-    OK(shs_manager_create(&m, &c, l.st));
+    TU_OK(shs_manager_create(&m, &c, l.st));
     shs_progress q = { 0 };
     q.global_batch_size = 64;
     shs_load_result res;
-    OK(shs_manager_load(m, &q, &res));
+    TU_OK(shs_manager_load(m, &q, &res));
     assert_int_equal(q.global_step, 50);
     assert_int_equal(q.global_batch_size, 64);
     assert_int_equal(q.consumed_samples, 3200);
@@ -696,7 +524,7 @@ static void test_batch_size_change(void **state)
     /* same batch size: unchanged */
     memset(&q, 0, sizeof q);
     q.global_batch_size = 32;
-    OK(shs_manager_load(m, &q, &res));
+    TU_OK(shs_manager_load(m, &q, &res));
     assert_int_equal(q.global_step, 100);
     assert_int_equal(res.batch_size_changed, 0);
     shs_manager_free(m);
@@ -722,28 +550,28 @@ static int load_with(shs_config *c, st3 *l, shs_progress *q, shs_load_result *re
 static void test_auto_resume(void **state)
 {
     (void)state;
-    char *sp = subpath("ar_save"), *other = subpath("ar_other"), *init = subpath("ar_init"),
-         *empty = subpath("ar_empty");
+    char *sp = tu_subpath("ar_save"), *other = tu_subpath("ar_other"), *init = tu_subpath("ar_init"),
+         *empty = tu_subpath("ar_empty");
     save3(sp, 10, 10);
     save3(sp, 20, 20);
     save3(other, 30, 30);
     save3(init, 40, 40);
     st3 l;
-    make3(&l, 0, 1);
+    tu_small_make(&l, 0, 1);
     shs_config c;
     shs_progress q = { 0 };
     shs_load_result res;
 
     /* nothing anywhere: fresh start */
-    cfg_saving(&c, empty);
-    OK(load_with(&c, &l, &q, &res));
+    tu_cfg_saving(&c, empty);
+    TU_OK(load_with(&c, &l, &q, &res));
     assert_int_equal(res.loaded, 0);
     assert_true(l.w[0] == 0);
 
     /* load_path empty, save_path has checkpoints: newest */
-    cfg_saving(&c, sp);
+    tu_cfg_saving(&c, sp);
     c.initial_load_path = init;
-    OK(load_with(&c, &l, &q, &res));
+    TU_OK(load_with(&c, &l, &q, &res));
     assert_int_equal(res.loaded, 1);
     assert_int_equal(res.step, 20);
     assert3(&l, 20, 1);
@@ -751,28 +579,28 @@ static void test_auto_resume(void **state)
 
     /* load_step */
     c.load_step = 10;
-    OK(load_with(&c, &l, &q, &res));
+    TU_OK(load_with(&c, &l, &q, &res));
     assert_int_equal(res.step, 10);
     assert3(&l, 10, 1);
     c.load_step = 15;
     assert_int_equal(load_with(&c, &l, &q, &res), SHS_ENOCHECKPOINT);
 
     /* load_path set to another save path wins */
-    cfg_saving(&c, sp);
+    tu_cfg_saving(&c, sp);
     c.load_path = other;
-    OK(load_with(&c, &l, &q, &res));
+    TU_OK(load_with(&c, &l, &q, &res));
     assert_int_equal(res.step, 30);
     assert3(&l, 30, 1);
 
     /* initial_load_path only when save_path holds nothing; model only */
-    cfg_saving(&c, empty);
+    tu_cfg_saving(&c, empty);
     c.initial_load_path = init;
-    fill3(&l, 0);
+    tu_small_fill(&l, 0);
     for (int i = 0; i < 12; i++)
         l.wm[i] = -3;
     memset(&q, 0, sizeof q);
     q.global_step = 0;
-    OK(load_with(&c, &l, &q, &res));
+    TU_OK(load_with(&c, &l, &q, &res));
     assert_int_equal(res.loaded, 1);
     assert_int_equal(res.step, 40);
     assert_int_equal(res.optimizer_loaded, 0);
@@ -782,18 +610,18 @@ static void test_auto_resume(void **state)
     assert_int_equal(q.global_step, 0); /* progress not taken from it */
     /* with initial_load_model_only false: optimizer too */
     c.initial_load_model_only = 0;
-    OK(load_with(&c, &l, &q, &res));
+    TU_OK(load_with(&c, &l, &q, &res));
     assert3(&l, 40, 1);
     /* a save path with only an incomplete directory still counts as empty */
     assert_int_equal(mkdir(empty, 0755) == 0 || errno == EEXIST, 1);
     assert_int_equal(mkdir(tu_path(empty, "iteration_00000099"), 0755), 0);
     c.initial_load_model_only = 1;
-    OK(load_with(&c, &l, &q, &res));
+    TU_OK(load_with(&c, &l, &q, &res));
     assert_int_equal(res.step, 40);
     /* the save path wins over initial_load_path once it has a checkpoint */
-    cfg_saving(&c, sp);
+    tu_cfg_saving(&c, sp);
     c.initial_load_path = init;
-    OK(load_with(&c, &l, &q, &res));
+    TU_OK(load_with(&c, &l, &q, &res));
     assert_int_equal(res.step, 20);
 
     shs_state_free(l.st);
@@ -813,39 +641,39 @@ static void load_step3(const char *sp, int64_t step, st3 *l, shs_progress *q)
     cfg_loading(&c, sp);
     c.load_step = step;
     memset(q, 0, sizeof *q);
-    OK(load_with(&c, l, q, NULL));
+    TU_OK(load_with(&c, l, q, NULL));
 }
 
 static void test_async(void **state)
 {
     (void)state;
-    char *sp = subpath("async");
+    char *sp = tu_subpath("async");
     st3 s;
-    make3(&s, 1, 1);
+    tu_small_make(&s, 1, 1);
     set_blobs(s.st, "a1");
     shs_config c;
-    cfg_saving(&c, sp);
+    tu_cfg_saving(&c, sp);
     c.async_save = 1;
     c.save_interleaved_steps = 2;
     shs_manager *m;
-    OK(shs_manager_create(&m, &c, s.st));
+    TU_OK(shs_manager_create(&m, &c, s.st));
     for (int64_t step = 1; step <= 8; step++) {
-        fill3(&s, (float)step);
-        shs_progress p = prog(step);
+        tu_small_fill(&s, (float)step);
+        shs_progress p = tu_prog(step);
         int saved;
-        OK(shs_manager_step(m, &p, &saved));
+        TU_OK(shs_manager_step(m, &p, &saved));
         assert_int_equal(saved, step % 2 == 0);
     }
-    OK(shs_manager_wait(m));
+    TU_OK(shs_manager_wait(m));
     /* every save committed, the last one tracked */
-    assert_int_equal(tracker_step(sp), 8);
+    assert_int_equal(tu_tracker_step(sp), 8);
     shs_save_stats stats;
-    OK(shs_manager_last_save(m, &stats));
+    TU_OK(shs_manager_last_save(m, &stats));
     assert_int_equal(stats.step, 8);
     for (int64_t step = 2; step <= 8; step += 2) {
-        OK(shs_checkpoint_verify(tu_path(sp, step_name(step))));
+        TU_OK(shs_checkpoint_verify(tu_path(sp, tu_step_name(step))));
         st3 l;
-        make3(&l, 0, 1);
+        tu_small_make(&l, 0, 1);
         shs_progress q;
         load_step3(sp, step, &l, &q);
         assert3(&l, (float)step, 1);
@@ -854,53 +682,53 @@ static void test_async(void **state)
     }
 
     /* the snapshot is taken before shs_manager_save returns */
-    fill3(&s, 100);
-    shs_progress p = prog(100);
-    OK(shs_manager_save(m, &p, 0));
-    fill3(&s, 666);
+    tu_small_fill(&s, 100);
+    shs_progress p = tu_prog(100);
+    TU_OK(shs_manager_save(m, &p, 0));
+    tu_small_fill(&s, 666);
     set_blobs(s.st, "changed");
-    OK(shs_manager_wait(m));
-    assert_int_equal(tracker_step(sp), 100);
+    TU_OK(shs_manager_wait(m));
+    assert_int_equal(tu_tracker_step(sp), 100);
     st3 l;
-    make3(&l, 0, 1);
+    tu_small_make(&l, 0, 1);
     shs_progress q;
     load_step3(sp, 100, &l, &q);
     assert3(&l, 100, 1);
-    assert_blob_str(l.st, "rng", "rng-a1");
+    tu_assert_blob_str(l.st, "rng", "rng-a1");
     shs_state_free(l.st);
 
     /* deferred snapshot: fence, then modify */
-    fill3(&s, 200);
-    p = prog(200);
-    OK(shs_manager_save(m, &p, SHS_SAVE_DEFER_SNAPSHOT));
-    OK(shs_manager_fence(m));
-    fill3(&s, 777);
-    OK(shs_manager_wait(m));
-    make3(&l, 0, 1);
+    tu_small_fill(&s, 200);
+    p = tu_prog(200);
+    TU_OK(shs_manager_save(m, &p, SHS_SAVE_DEFER_SNAPSHOT));
+    TU_OK(shs_manager_fence(m));
+    tu_small_fill(&s, 777);
+    TU_OK(shs_manager_wait(m));
+    tu_small_make(&l, 0, 1);
     load_step3(sp, 200, &l, &q);
     assert3(&l, 200, 1);
     shs_state_free(l.st);
 
     /* finish saves the last step and waits */
-    fill3(&s, 201);
-    p = prog(201);
-    OK(shs_manager_finish(m, &p));
-    assert_int_equal(tracker_step(sp), 201);
+    tu_small_fill(&s, 201);
+    p = tu_prog(201);
+    TU_OK(shs_manager_finish(m, &p));
+    assert_int_equal(tu_tracker_step(sp), 201);
     shs_manager_free(m);
-    make3(&l, 0, 1);
+    tu_small_make(&l, 0, 1);
     load_step3(sp, -1, &l, &q);
     assert3(&l, 201, 1);
     assert_int_equal(q.global_step, 201);
     shs_state_free(l.st);
-    assert_int_equal(count_leftovers(sp), 0);
+    assert_int_equal(tu_count_leftovers(sp), 0);
 
     /* freeing the manager with a save in flight completes it */
-    OK(shs_manager_create(&m, &c, s.st));
-    fill3(&s, 300);
-    p = prog(300);
-    OK(shs_manager_save(m, &p, 0));
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    tu_small_fill(&s, 300);
+    p = tu_prog(300);
+    TU_OK(shs_manager_save(m, &p, 0));
     shs_manager_free(m);
-    assert_int_equal(tracker_step(sp), 300);
+    assert_int_equal(tu_tracker_step(sp), 300);
     shs_state_free(s.st);
     free(sp);
 }
@@ -935,36 +763,36 @@ static void test_async_failure(void **state)
     for (int k = 0; k < 2; k++) {
         char name[32];
         snprintf(name, sizeof name, "async_fail%d", k);
-        char *sp = subpath(name);
+        char *sp = tu_subpath(name);
         st3 s;
-        make3(&s, 1, 1);
+        tu_small_make(&s, 1, 1);
         shs_config c;
-        cfg_saving(&c, sp);
+        tu_cfg_saving(&c, sp);
         c.async_save = 1;
         c.save_interleaved_steps = 5;
         shs_manager *m;
-        OK(shs_manager_create(&m, &c, s.st));
-        shs_progress p = prog(5);
-        OK(shs_manager_step(m, &p, NULL));
-        OK(shs_manager_wait(m));
+        TU_OK(shs_manager_create(&m, &c, s.st));
+        shs_progress p = tu_prog(5);
+        TU_OK(shs_manager_step(m, &p, NULL));
+        TU_OK(shs_manager_wait(m));
 
-        fill3(&s, 10);
+        tu_small_fill(&s, 10);
         g_calls = 0;
         g_errno = EIO;
         g_fail_at = where[k];
         shs__io_set(&ops);
-        p = prog(10);
+        p = tu_prog(10);
         int rc = shs_manager_step(m, &p, NULL);
         assert_int_equal(rc, SHS_OK); /* started */
         if (k == 0) {
             rc = shs_manager_wait(m);
         } else {
             /* reported by the next call once known */
-            OK(shs_manager_fence(m));
+            TU_OK(shs_manager_fence(m));
             while (__atomic_load_n(&g_calls, __ATOMIC_SEQ_CST) < g_fail_at)
                 usleep(1000);
             usleep(20000);
-            shs_progress p11 = prog(11);
+            shs_progress p11 = tu_prog(11);
             rc = shs_manager_step(m, &p11, NULL);
             if (rc == SHS_OK)
                 rc = shs_manager_wait(m);
@@ -973,25 +801,25 @@ static void test_async_failure(void **state)
         g_fail_at = 0;
         if (rc != SHS_EIO)
             fail_msg("async failure %d: got %d (%s)", k, rc, shs_last_error());
-        ASSERT_MSG_HAS("10");
+        TU_ASSERT_MSG_HAS("10");
         /* reported once */
-        OK(shs_manager_wait(m));
-        assert_int_equal(tracker_step(sp), 5);
+        TU_OK(shs_manager_wait(m));
+        assert_int_equal(tu_tracker_step(sp), 5);
         assert_false(step_exists(sp, 10));
         st3 l;
-        make3(&l, 0, 1);
+        tu_small_make(&l, 0, 1);
         shs_progress q;
         load_step3(sp, -1, &l, &q);
         assert3(&l, 1, 1);
         assert_int_equal(q.global_step, 5);
         shs_state_free(l.st);
         /* the manager still works */
-        p = prog(15);
-        OK(shs_manager_step(m, &p, NULL));
-        OK(shs_manager_wait(m));
-        assert_int_equal(tracker_step(sp), 15);
+        p = tu_prog(15);
+        TU_OK(shs_manager_step(m, &p, NULL));
+        TU_OK(shs_manager_wait(m));
+        assert_int_equal(tu_tracker_step(sp), 15);
         shs_manager_free(m);
-        assert_int_equal(count_leftovers(sp), 0);
+        assert_int_equal(tu_count_leftovers(sp), 0);
         shs_state_free(s.st);
         free(sp);
     }
@@ -1004,29 +832,29 @@ static void test_async_failure(void **state)
 static void test_incremental(void **state)
 {
     (void)state;
-    char *sp = subpath("incr");
+    char *sp = tu_subpath("incr");
     enum { NF = 90000, NT = 10000 };
     float *frozen = malloc(NF * sizeof(float)), *trained = malloc(NT * sizeof(float));
     for (int i = 0; i < NF; i++)
         frozen[i] = (float)i * 0.001f;
     static const uint64_t sf[1] = { NF }, stt[1] = { NT };
     shs_state *st;
-    OK(shs_state_create(&st));
-    add_t(st, "base.frozen", SHS_KIND_MODEL, SHS_F32, 1, sf, frozen, NULL);
-    add_t(st, "lora.a", SHS_KIND_MODEL, SHS_F32, 1, stt, trained, NULL);
+    TU_OK(shs_state_create(&st));
+    tu_add_tensor(st, "base.frozen", SHS_KIND_MODEL, SHS_F32, 1, sf, frozen, NULL);
+    tu_add_tensor(st, "lora.a", SHS_KIND_MODEL, SHS_F32, 1, stt, trained, NULL);
     shs_config c;
-    cfg_saving(&c, sp);
+    tu_cfg_saving(&c, sp);
     c.incremental = 1;
     shs_manager *m;
-    OK(shs_manager_create(&m, &c, st));
+    TU_OK(shs_manager_create(&m, &c, st));
     const int nsaves = 5;
     for (int k = 1; k <= nsaves; k++) {
         for (int i = 0; i < NT; i++)
             trained[i] = (float)k + (float)i;
-        shs_progress p = prog(k);
-        OK(shs_manager_save(m, &p, 0));
+        shs_progress p = tu_prog(k);
+        TU_OK(shs_manager_save(m, &p, 0));
         shs_save_stats s;
-        OK(shs_manager_last_save(m, &s));
+        TU_OK(shs_manager_last_save(m, &s));
         assert_int_equal(s.step, k);
         assert_int_equal(s.state_bytes, shs_state_nbytes(st));
         if (k >= 3) {
@@ -1041,46 +869,46 @@ static void test_incremental(void **state)
     shs_manager_free(m);
     /* delete every older step: the newest is self-contained */
     for (int k = 1; k < nsaves; k++)
-        OK(shs__remove_step(sp, k));
-    assert_int_equal(count_prefixed(sp, "iteration_"), 1);
-    OK(shs_checkpoint_verify(tu_path(sp, step_name(nsaves))));
+        TU_OK(shs__remove_step(sp, k));
+    assert_int_equal(tu_count_prefixed(sp, "iteration_"), 1);
+    TU_OK(shs_checkpoint_verify(tu_path(sp, tu_step_name(nsaves))));
     float *f2 = calloc(NF, sizeof(float)), *t2 = calloc(NT, sizeof(float));
     shs_state *st2;
-    OK(shs_state_create(&st2));
-    add_t(st2, "base.frozen", SHS_KIND_MODEL, SHS_F32, 1, sf, f2, NULL);
-    add_t(st2, "lora.a", SHS_KIND_MODEL, SHS_F32, 1, stt, t2, NULL);
+    TU_OK(shs_state_create(&st2));
+    tu_add_tensor(st2, "base.frozen", SHS_KIND_MODEL, SHS_F32, 1, sf, f2, NULL);
+    tu_add_tensor(st2, "lora.a", SHS_KIND_MODEL, SHS_F32, 1, stt, t2, NULL);
     cfg_loading(&c, sp);
-    OK(shs_manager_create(&m, &c, st2));
+    TU_OK(shs_manager_create(&m, &c, st2));
     shs_progress q = { 0 };
-    OK(shs_manager_load(m, &q, NULL));
+    TU_OK(shs_manager_load(m, &q, NULL));
     shs_manager_free(m);
     assert_memory_equal(f2, frozen, NF * sizeof(float));
     assert_memory_equal(t2, trained, NT * sizeof(float));
     assert_int_equal(q.global_step, nsaves);
 
     /* changing the frozen tensor is noticed (not linked stale data) */
-    cfg_saving(&c, sp);
+    tu_cfg_saving(&c, sp);
     c.incremental = 1;
-    OK(shs_manager_create(&m, &c, st));
-    shs_progress p = prog(10);
-    OK(shs_manager_save(m, &p, 0));
+    TU_OK(shs_manager_create(&m, &c, st));
+    shs_progress p = tu_prog(10);
+    TU_OK(shs_manager_save(m, &p, 0));
     frozen[7] = 12345.0f;
-    p = prog(11);
-    OK(shs_manager_save(m, &p, 0));
-    p = prog(12);
+    p = tu_prog(11);
+    TU_OK(shs_manager_save(m, &p, 0));
+    p = tu_prog(12);
     frozen[8] = 54321.0f;
-    OK(shs_manager_save(m, &p, 0));
+    TU_OK(shs_manager_save(m, &p, 0));
     shs_manager_free(m);
     cfg_loading(&c, sp);
     c.load_step = 11;
-    OK(shs_manager_create(&m, &c, st2));
-    OK(shs_manager_load(m, &q, NULL));
+    TU_OK(shs_manager_create(&m, &c, st2));
+    TU_OK(shs_manager_load(m, &q, NULL));
     shs_manager_free(m);
     assert_true(f2[7] == 12345.0f);
     assert_true(f2[8] == 8 * 0.001f);
     c.load_step = 12;
-    OK(shs_manager_create(&m, &c, st2));
-    OK(shs_manager_load(m, &q, NULL));
+    TU_OK(shs_manager_create(&m, &c, st2));
+    TU_OK(shs_manager_load(m, &q, NULL));
     shs_manager_free(m);
     assert_memory_equal(f2, frozen, NF * sizeof(float));
     shs_state_free(st2);
@@ -1107,5 +935,5 @@ int main(void)
         cmocka_unit_test(test_async_failure),
         cmocka_unit_test(test_incremental),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_setup_root, tu_teardown_root);
 }

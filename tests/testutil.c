@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 char *tu_mkdtemp(void)
@@ -122,4 +124,200 @@ long tu_failalloc_live(void) { return g_live; }
 void tu_failalloc_uninstall(void)
 {
     shs_set_allocator(NULL);
+}
+
+/* ---- checkpoint-test helpers ------------------------------------------ */
+
+char *tu_root;
+
+int tu_setup_root(void **state)
+{
+    (void)state;
+    tu_root = tu_mkdtemp();
+    return tu_root ? 0 : -1;
+}
+
+int tu_teardown_root(void **state)
+{
+    (void)state;
+    tu_rmtree(tu_root);
+    free(tu_root);
+    tu_root = NULL;
+    return 0;
+}
+
+char *tu_path_dup(const char *dir, const char *name)
+{
+    char *p = strdup(tu_path(dir, name));
+    assert_non_null(p);
+    return p;
+}
+
+char *tu_subpath(const char *name)
+{
+    return tu_path_dup(tu_root, name);
+}
+
+char *tu_subdir(const char *name)
+{
+    char *p = tu_subpath(name);
+    assert_int_equal(mkdir(p, 0755), 0);
+    return p;
+}
+
+int tu_path_exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* Entries of `dir` whose name starts with `prefix` (NULL: all but "." and
+   ".."); -1 when `dir` cannot be opened. */
+static int count_where(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (prefix ? strncmp(e->d_name, prefix, strlen(prefix)) == 0
+                   : strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            n++;
+    closedir(d);
+    return n;
+}
+
+int tu_count_entries(const char *dir)
+{
+    return count_where(dir, NULL);
+}
+
+int tu_count_prefixed(const char *dir, const char *prefix)
+{
+    return count_where(dir, prefix);
+}
+
+int tu_count_leftovers(const char *dir)
+{
+    return tu_count_prefixed(dir, ".tmp-") + tu_count_prefixed(dir, ".trash-") +
+           tu_count_prefixed(dir, TU_TRACKER ".tmp");
+}
+
+const char *tu_step_name(int64_t step)
+{
+    static char buf[4][40];
+    static int k;
+    char *b = buf[k++ & 3];
+    snprintf(b, 40, "iteration_%08lld", (long long)step);
+    return b;
+}
+
+const char *tu_step_dir(const char *sp, int64_t step)
+{
+    return tu_path(sp, tu_step_name(step));
+}
+
+char *tu_read_tracker(const char *sp)
+{
+    size_t len;
+    char *t = tu_read_file(tu_path(sp, TU_TRACKER), &len);
+    if (t && len && t[len - 1] == '\n')
+        t[len - 1] = 0;
+    return t;
+}
+
+int64_t tu_tracker_step(const char *sp)
+{
+    char *t = tu_read_tracker(sp);
+    if (!t)
+        return -1;
+    int64_t v = strtoll(t, NULL, 10);
+    free(t);
+    return v;
+}
+
+void tu_cfg_saving(shs_config *c, const char *save_path)
+{
+    shs_config_init(c);
+    c->save_path = save_path;
+    c->save_max = 0;
+    c->fsync = 0;
+    c->save_interleaved_steps = 1000000;
+}
+
+int tu_save_once(const char *save_path, shs_state *st, const shs_progress *p, int fsync_on)
+{
+    shs_config c;
+    tu_cfg_saving(&c, save_path);
+    c.fsync = fsync_on;
+    shs_manager *m = NULL;
+    int rc = shs_manager_create(&m, &c, st);
+    if (rc < 0)
+        return rc;
+    rc = shs_manager_save(m, p, 0);
+    if (rc == SHS_OK)
+        rc = shs_manager_wait(m);
+    shs_manager_free(m);
+    return rc;
+}
+
+shs_progress tu_prog(int64_t step)
+{
+    shs_progress p = { 0 };
+    p.epoch_num = 1;
+    p.step_num = step;
+    p.global_step = step;
+    p.loss_scale = 1024.0;
+    p.global_batch_size = 32;
+    p.consumed_samples = step * 32;
+    return p;
+}
+
+const uint64_t tu_w_shape[2] = { 4, 3 }, tu_b_shape[1] = { 3 };
+
+void tu_small_fill(tu_small *s, float base)
+{
+    for (int i = 0; i < 12; i++) {
+        s->w[i] = base + (float)i;
+        s->wm[i] = base * 2 + (float)i * 0.5f;
+    }
+    for (int i = 0; i < 3; i++)
+        s->b[i] = base - (float)i;
+}
+
+void tu_add_tensor(shs_state *st, const char *name, shs_kind kind, shs_dtype dt, size_t nd,
+                   const uint64_t *shape, void *data, const char *master_of)
+{
+    shs_tensor_spec sp = SHS_TENSOR_SPEC_INIT;
+    sp.name = name;
+    sp.kind = kind;
+    sp.dtype = dt;
+    sp.ndim = nd;
+    sp.shape = shape;
+    sp.data = data;
+    sp.master_of = master_of;
+    TU_OK(shs_state_add_tensor(st, &sp));
+}
+
+void tu_small_make(tu_small *s, float base, int with_opt)
+{
+    memset(s, 0, sizeof *s);
+    tu_small_fill(s, base);
+    TU_OK(shs_state_create(&s->st));
+    tu_add_tensor(s->st, "w", SHS_KIND_MODEL, SHS_F32, 2, tu_w_shape, s->w, NULL);
+    tu_add_tensor(s->st, "b", SHS_KIND_MODEL, SHS_F32, 1, tu_b_shape, s->b, NULL);
+    if (with_opt)
+        tu_add_tensor(s->st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, tu_w_shape, s->wm,
+                      NULL);
+}
+
+void tu_assert_blob_str(shs_state *st, const char *name, const char *want)
+{
+    const void *d;
+    size_t n;
+    if (shs_state_get_blob(st, name, &d, &n) != SHS_OK)
+        fail_msg("no blob '%s'", name);
+    if (n != strlen(want) || memcmp(d, want, n) != 0)
+        fail_msg("blob '%s' = '%.*s', want '%s'", name, (int)n, (const char *)d, want);
 }

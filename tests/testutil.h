@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
@@ -27,5 +28,85 @@ void tu_failalloc_arm(long fail_at);   /* 0 = never fail */
 long tu_failalloc_count(void);          /* allocations since arm */
 long tu_failalloc_live(void);           /* currently live allocations */
 void tu_failalloc_uninstall(void);
+
+/* ---- checkpoint-test helpers ------------------------------------------ */
+
+/* The tracker file of a save path. */
+#define TU_TRACKER "latest_checkpointed_iteration.txt"
+
+/* Fail the test when `expr` is not SHS_OK, with the library's message. */
+#define TU_OK(expr)                                                                   \
+    do {                                                                              \
+        int rc_ = (expr);                                                             \
+        if (rc_ != SHS_OK)                                                            \
+            fail_msg("%s: %d %s", #expr, rc_, shs_last_error());                      \
+    } while (0)
+
+/* Fail the test when shs_last_error() lacks `needle`. */
+#define TU_ASSERT_MSG_HAS(needle)                                                     \
+    do {                                                                              \
+        if (!strstr(shs_last_error(), (needle)))                                      \
+            fail_msg("error message lacks '%s': %s", (needle), shs_last_error());    \
+    } while (0)
+
+/* The per-test-program scratch root, made by tu_setup_root (a cmocka group
+   setup) and removed by tu_teardown_root (the group teardown). */
+extern char *tu_root;
+int tu_setup_root(void **state);
+int tu_teardown_root(void **state);
+
+/* strdup("<dir>/<name>"); caller frees. */
+char *tu_path_dup(const char *dir, const char *name);
+/* A new (not yet existing) path under tu_root; caller frees. */
+char *tu_subpath(const char *name);
+/* Like tu_subpath, and the directory is created. */
+char *tu_subdir(const char *name);
+
+/* lstat succeeds. */
+int tu_path_exists(const char *path);
+/* Entries of `dir` other than "." and ".." (-1: cannot open). */
+int tu_count_entries(const char *dir);
+/* Entries of `dir` whose name starts with `prefix` (-1: cannot open). */
+int tu_count_prefixed(const char *dir, const char *prefix);
+/* .tmp-*, .trash-* and tracker temporaries left in a save path. */
+int tu_count_leftovers(const char *dir);
+
+/* "iteration_%08lld" in a static rotating buffer (4 slots). */
+const char *tu_step_name(int64_t step);
+/* "<sp>/iteration_%08lld" (a tu_path slot). */
+const char *tu_step_dir(const char *sp, int64_t step);
+/* The tracker's text without its trailing newline (malloc'd, NULL when
+   missing). */
+char *tu_read_tracker(const char *sp);
+/* The step in the tracker, -1 when missing. */
+int64_t tu_tracker_step(const char *sp);
+
+/* A config that saves to `save_path` only when asked (huge interval), keeps
+   everything and does not fsync. */
+void tu_cfg_saving(shs_config *c, const char *save_path);
+/* Save `st` once at p->global_step into save_path with a one-shot manager
+   (and wait for it); returns the status. */
+int tu_save_once(const char *save_path, shs_state *st, const shs_progress *p, int fsync_on);
+/* epoch 1, step_num = global_step = step, loss scale 1024, batch 32,
+   consumed step * 32. */
+shs_progress tu_prog(int64_t step);
+
+/* A small state: model w (F32 [4,3]), b (F32 [3]); optimizer w.exp_avg
+   (F32 [4,3]) with known values derived from `base`. */
+extern const uint64_t tu_w_shape[2], tu_b_shape[1];
+typedef struct tu_small {
+    shs_state *st;
+    float w[12], b[3], wm[12];
+} tu_small;
+/* Fill w, b, wm from `base` (w[i] = base + i, wm[i] = 2 base + i/2,
+   b[i] = base - i). */
+void tu_small_fill(tu_small *s, float base);
+/* Zero s, fill it, create s->st and register w, b (and w.exp_avg). */
+void tu_small_make(tu_small *s, float base, int with_opt);
+/* Register one tensor (fails the test on error). */
+void tu_add_tensor(shs_state *st, const char *name, shs_kind kind, shs_dtype dt, size_t nd,
+                   const uint64_t *shape, void *data, const char *master_of);
+/* Fail the test unless blob `name` of `st` is exactly the string `want`. */
+void tu_assert_blob_str(shs_state *st, const char *name, const char *want);
 
 #endif

@@ -51,40 +51,13 @@
 static int g_rank, g_size;
 static char g_mode[64] = "";
 
+#define BENCH_NAME "bench_dist"
+#define BENCH_MPI
+#include "../benchutil.h"
+
 /* ------------------------------------------------------------------ */
 /* helpers                                                            */
 /* ------------------------------------------------------------------ */
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void die(const char *what, int rc)
-{
-    fprintf(stderr, "bench_dist %s rank %d: %s failed: %s (%s)\n", g_mode, g_rank, what,
-            rc < 0 ? shs_strerror(rc) : strerror(errno), rc < 0 ? shs_last_error() : "");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-#define CHECK(call)                         \
-    do {                                    \
-        int rc_ = (call);                   \
-        if (rc_ < 0)                        \
-            die(#call, rc_);                \
-    } while (0)
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "bench_dist: out of memory (%zu bytes)\n", n);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    return p;
-}
 
 /* rank 0 prints */
 #define say(...)                     \
@@ -94,15 +67,6 @@ static void *xmalloc(size_t n)
             fflush(stdout);          \
         }                            \
     } while (0)
-
-static void result(const char *key, double value, const char *unit, const char *label)
-{
-    if (g_rank == 0) {
-        printf("@@ {\"mode\":\"%s\",\"key\":\"%s\",\"value\":%.9g,\"unit\":\"%s\","
-               "\"label\":\"%s\"}\n", g_mode, key, value, unit, label);
-        fflush(stdout);
-    }
-}
 
 static void wait_quietly(MPI_Request *req)
 {
@@ -139,50 +103,6 @@ static double span_since(double t0)
     return out[0] + out[1];
 }
 
-static double best_of(const double *t, int n)
-{
-    double b = t[0];
-    for (int i = 1; i < n; i++)
-        if (t[i] < b)
-            b = t[i];
-    return b;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median_of(const double *t, int n)
-{
-    double s[16];
-    memcpy(s, t, (size_t)n * sizeof *t);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
-
-static char *path_in(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = xmalloc(n);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static void rmtree(const char *p)
-{
-    nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* Untimed: rank 0 empties the save paths, every rank removes its baseline
    file, sync (no dirty pages left for the next timed section), barrier. */
 static void prepare(char *const *save_paths, int n_paths, const char *own_file)
@@ -202,9 +122,7 @@ static void prepare(char *const *save_paths, int n_paths, const char *own_file)
 
 static void peak_rss(void)
 {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    double mine = (double)ru.ru_maxrss / 1024.0, all[64] = { 0 }, mx = 0;
+    double mine = maxrss_mib(), all[64] = { 0 }, mx = 0;
     MPI_Gather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (g_rank == 0) {
         printf("peak RSS per rank (ru_maxrss):");
@@ -218,34 +136,7 @@ static void peak_rss(void)
     result("peak_rss", mx, "MiB", "peak RSS, max over ranks");
 }
 
-static void write_full(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n) {
-        ssize_t r = write(fd, p, n);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            die("write", 1);
-        }
-        p += r;
-        n -= (size_t)r;
-    }
-}
-
 static shs_comm *g_comm;
-
-static shs_progress progress_at(int64_t step)
-{
-    shs_progress p;
-    memset(&p, 0, sizeof p);
-    p.global_step = step;
-    p.step_num = step;
-    p.loss_scale = 1.0;
-    p.global_batch_size = 32;
-    p.consumed_samples = step * 32;
-    return p;
-}
 
 /* ------------------------------------------------------------------ */
 /* the sharded state: 8 F32 tensors [rows, 1024], 1 GiB in all        */
