@@ -34,6 +34,7 @@ int cli_cmd_verify(int argc, char **argv);
 int cli_cmd_convert(int argc, char **argv);
 int cli_cmd_ls(int argc, char **argv);
 int cli_cmd_prune(int argc, char **argv);
+int cli_cmd_diff(int argc, char **argv);
 
 /* ---- output (util.c) ---- */
 

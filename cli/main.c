@@ -25,6 +25,9 @@ static const char k_help[] =
     "                remove all but the newest N committed steps, and leftovers\n"
     "  convert IN OUT --dtype DTYPE [--only-float] [--align N] [--fsync]\n"
     "                convert floating-point tensors, streaming in bounded memory\n"
+    "  diff A B [--atol X] [--rtol X] [--kind model|opt|all] [--json] [--quiet]\n"
+    "                compare two files, directories or checkpoints tensor by tensor\n"
+    "                on their global values (any chunking or world size)\n"
     "\n"
     "Options:\n"
     "  -h, --help     show this help ('shardsafe COMMAND --help' for a command)\n"
@@ -41,6 +44,7 @@ static const struct {
     { "convert", cli_cmd_convert },
     { "ls", cli_cmd_ls },
     { "prune", cli_cmd_prune },
+    { "diff", cli_cmd_diff },
 };
 
 int main(int argc, char **argv)
