@@ -14,29 +14,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* ------------------------------------------------------------------ */
-/* Names                                                              */
-/* ------------------------------------------------------------------ */
-
-int64_t cli_step_of_name(const char *name)
-{
-    const char *p;
-    if (strncmp(name, "iteration_", 10) == 0)
-        p = name + 10;
-    else if (strncmp(name, "step-", 5) == 0)
-        p = name + 5;
-    else
-        return -1;
-    if (!*p || strlen(p) > 18)
-        return -1;
-    int64_t v = 0;
-    for (; *p; p++) {
-        if (*p < '0' || *p > '9')
-            return -1;
-        v = v * 10 + (*p - '0');
-    }
-    return v;
-}
 
 int cli_is_leftover_name(const char *name)
 {
@@ -72,7 +49,7 @@ int cli_is_save_path(const char *path)
     while (!found && (e = readdir(d))) {
         if (strcmp(e->d_name, CLI_TRACKER) == 0) {
             found = 1;
-        } else if (cli_step_of_name(e->d_name) >= 0) {
+        } else if (shs_checkpoint_step_of_name(e->d_name) >= 0) {
             char *p = cli_fmt("%s/%s", path, e->d_name);
             found = p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
             free(p);
@@ -248,7 +225,7 @@ int cli_save_scan(cli_save *s, const char *path)
     struct dirent *e;
     int oom = 0;
     while (!oom && (e = readdir(d))) {
-        int64_t step = cli_step_of_name(e->d_name);
+        int64_t step = shs_checkpoint_step_of_name(e->d_name);
         int left = cli_is_leftover_name(e->d_name);
         if (step < 0 && !left)
             continue;

@@ -190,8 +190,6 @@ const char *cli_strip_path(const char *msg, const char *path);
 /* ---- save paths and step directories (ckpt.c) ---- */
 #define CLI_TRACKER "latest_checkpointed_iteration.txt"
 
-/* The step of "iteration_N" / "step-N" (N decimal, <= 18 digits), or -1. */
-int64_t cli_step_of_name(const char *name);
 /* ".tmp-*", ".trash-*" or the tracker's temporary file. */
 int cli_is_leftover_name(const char *name);
 /* A directory holding a regular metadata.json. */

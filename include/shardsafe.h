@@ -717,6 +717,8 @@ SHS_API int shs_checkpoint_read_progress(shs_progress *out, const char *step_dir
    (iteration_%08d or step-N) holds metadata.json and common.json. */
 SHS_API int shs_checkpoint_list(int64_t *steps, size_t cap, size_t *n,
                                 const char *save_path);
+/* Step of a step directory's name ("iteration_%08d" or "step-N"), or -1. */
+SHS_API int64_t shs_checkpoint_step_of_name(const char *name);
 /* The tracker's step: SHS_ENOENT when there is none, SHS_ECORRUPT when it
    does not hold a decimal step. */
 SHS_API int shs_checkpoint_read_tracker(int64_t *step, const char *save_path);

@@ -2510,6 +2510,11 @@ int shs_checkpoint_list(int64_t *steps, size_t cap, size_t *n, const char *save_
     return SHS_OK;
 }
 
+int64_t shs_checkpoint_step_of_name(const char *name)
+{
+    return name ? shs__step_of_name(name) : -1;
+}
+
 int shs_checkpoint_read_tracker(int64_t *step, const char *save_path)
 {
     if (!step || !save_path)
