@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CORPUS SHS_TEST_DATA_DIR "/../../examples/tinylm/corpus.txt"
+#define CORPUS SHS_TEST_SOURCE_DIR "/examples/tinylm/corpus.txt"
 
 static tinylm *new_model(const tinylm_config *cfg) {
   tinylm *m = NULL;
