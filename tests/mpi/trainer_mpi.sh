@@ -97,6 +97,8 @@ for cfg in "2 2" "3 3" "3 1"; do
     { cp "$work/c.out" "$work/out"; fail "np=$np tp=$tp: digest $(digest "$work/c.out") != $D"; }
   [[ -f $C/iteration_00000300/metadata.json ]] || { cp "$work/c.out" "$work/out"; fail "np=$np: no final save"; }
   compare "$stepA" "$C/iteration_00000300" > "$work/cmp" 2>&1 || { cp "$work/cmp" "$work/out"; fail "np=$np tp=$tp: saved tensors differ"; }
+  "$SHS_BUILD_DIR/shardsafe" diff "$stepA" "$C/iteration_00000300" > "$work/diff" 2>&1 ||
+    { cp "$work/diff" "$work/out"; fail "np=$np tp=$tp: shardsafe diff finds differences"; }
   echo "ok: 4 -> $np ranks (tp$tp x dp$((np / tp))): same digest, $(cat "$work/cmp") (${SECONDS}s)"
 done
 
