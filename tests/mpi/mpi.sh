@@ -71,6 +71,34 @@ for m in 2 3 4; do
   echo "ok: load_balanced 4 -> $m reads every byte once"
 done
 
+# damaged or mismatching checkpoints: every rank fails with a message
+# naming the tensor or the file (plain and balanced loads)
+sp=$work/damaged
+run 4 "$drv" save "$sp" 5 rows || fail "save for damage tests"
+step=$sp/iteration_00000005
+SHS_BAD_SHAPE=1 run 3 -x SHS_BAD_SHAPE "$drv" load "$sp" cols && fail "mis-shaped load succeeded"
+[[ $(grep -c "load failed: .*tensor 'w'.*\[10,7\].*\[10,6\]" "$work/out") == 3 ]] ||
+  fail "shape mismatch not named on every rank"
+cp -a "$sp" "$work/uncovered"
+/usr/bin/python3 - "$work/uncovered/iteration_00000005/metadata.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["tensors"]["w"]["chunks"].pop(1)      # rows of rank 1 are no longer covered
+json.dump(m, open(sys.argv[1], "w"))
+PY
+for flag in "" --balanced; do
+  run 3 "$drv" load "$work/uncovered" cols $flag && fail "uncovered load succeeded $flag"
+  [[ $(grep -c "load failed: .*'w'.*cover\|load failed: .*tensor .*not covered" "$work/out") == 3 ]] ||
+    fail "uncovered box not reported on every rank $flag"
+done
+rm "$step/checkpoint-model-0000002-0000004.safetensors"
+for flag in "" --balanced; do
+  run 2 "$drv" load "$sp" rows $flag && fail "load with a missing file succeeded $flag"
+  [[ $(grep -c "load failed: .*checkpoint-model-0000002-0000004.safetensors" "$work/out") == 2 ]] ||
+    fail "missing rank file not named on every rank $flag"
+done
+echo "ok: mis-shaped, uncovered and missing-file checkpoints fail clearly on every rank"
+
 # one rank fails: no commit anywhere, every rank names it
 sp=$work/failing
 run 3 "$drv" save "$sp" 1 rows || fail "first save"

@@ -115,6 +115,10 @@ int main(int argc, char **argv)
 
     uint64_t off[2], shape[2], gshape[2] = { R, C }, bshape[1] = { NB };
     box_for(layout, off, shape);
+    /* SHS_BAD_SHAPE: register "w" with another global shape (a mismatch
+       the load must report by name) */
+    if (getenv("SHS_BAD_SHAPE"))
+        gshape[1] = C + 1;
     size_t n = (size_t)(shape[0] * shape[1]);
     float *w = calloc(n + 1, sizeof *w), *m = calloc(n + 1, sizeof *m);
     int64_t b[NB];
