@@ -25,4 +25,15 @@ internal=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep '^shs__' || tru
 if [[ -n "$bad$internal" ]]; then
   echo "unexpected exported symbols: $bad $internal" >&2; exit 1
 fi
+# the MPI backend, when this build has it
+if find "$tmp/prefix" -name 'libshardsafe_mpi.so*' | grep -q .; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+  cmake -S "$SHS_SOURCE_DIR/tests/consumer/mpi" -B "$tmp/build-mpi" \
+    -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_C_FLAGS="${SHS_SANITIZE_FLAGS:-}" \
+    -DCMAKE_EXE_LINKER_FLAGS="${SHS_SANITIZE_FLAGS:-}" >/dev/null
+  cmake --build "$tmp/build-mpi" >/dev/null
+  LD_LIBRARY_PATH="$tmp/prefix/lib:$tmp/prefix/lib/x86_64-linux-gnu" \
+    mpirun -np 2 --oversubscribe -x LD_LIBRARY_PATH "$tmp/build-mpi/mpi_consumer" "$tmp/mpi-ckpt"
+fi
 echo "consumer: cmake and pkg-config builds OK"
