@@ -504,7 +504,12 @@ int shs_manager_load(shs_manager *m, shs_progress *progress, shs_load_result *re
 {
     if (!m || !progress)
         return shs__err(SHS_EINVAL, "shs_manager_load: NULL argument");
-    int rc = load_local(m, progress, result);
+    /* an async save in flight uses the communicator from its thread: let
+       it finish before this thread's collectives */
+    int rc = wait_idle(m);
+    if (rc < 0)
+        return rc;
+    rc = load_local(m, progress, result);
     /* every rank hears if any rank failed */
     char msg[256];
     snprintf(msg, sizeof msg, "%s", shs_last_error());
