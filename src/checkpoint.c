@@ -16,6 +16,7 @@
 #include "checkpoint.h"
 
 #include "comm.h"
+#include "hash.h"
 #include "io.h"
 #include "layout.h"
 #include "plan.h"
@@ -1012,7 +1013,7 @@ static int save_local(const shs_state *st, const shs__save_req *req, const char 
         incl[i] = (st->t[i].kind == SHS_KIND_MODEL || req->with_optim) && !(skip && skip[i]);
         to[i].file = SLOT_SKIP;
         if (incl[i]) {
-            to[i].hash = XXH3_64bits(tensor_src(st, req, i), (size_t)st->t[i].nbytes);
+            to[i].hash = shs__xxh3(tensor_src(st, req, i), (size_t)st->t[i].nbytes);
             s.state_bytes += st->t[i].nbytes;
         }
     }
@@ -1200,7 +1201,7 @@ static int save_local(const shs_state *st, const shs__save_req *req, const char 
         bad = !e || json_object_set_new(jt, t->name, e) < 0;
     }
     for (size_t k = 0; !bad && k < req->n_blobs; k++) {
-        hex64(hx, XXH3_64bits(req->blobs[k].data, req->blobs[k].len));
+        hex64(hx, shs__xxh3(req->blobs[k].data, req->blobs[k].len));
         json_t *e = json_pack("{s:s, s:i, s:i, s:s, s:o, s:s}", "name", req->blobs[k].name,
                               "rank", req->rank, "file", blob_file, "key", req->blobs[k].name,
                               "byte_range", json_range(blob_range[2 * k], blob_range[2 * k + 1]),
@@ -1699,36 +1700,20 @@ static int chunk_locate(loader *L, uint32_t fi, const char *key, uint64_t b0, ui
 static int check_hash(const loader *L, const mchunk *c, const char *tname, const void *data,
                       uint64_t n)
 {
-    if (!c->has_hash || XXH3_64bits(data, (size_t)n) == c->hash)
+    if (!c->has_hash || shs__xxh3(data, (size_t)n) == c->hash)
         return SHS_OK;
     return shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': data does not match its xxh3 checksum",
                     L->dir, L->m->f[c->file].name, tname);
 }
 
-/* Read a whole chunk into dst, checksumming each block while it is still
-   in the cache (one pass over memory instead of two). */
+/* Read a whole chunk into dst and check its checksum.  (Hashing block by
+   block while the block is still in the cache measured no faster than one
+   pass after the copy, and the one-shot hash has an AVX2 build.) */
 static int read_hashed(const loader *L, const mchunk *c, const char *tname, shs_file *f,
                        size_t idx, void *dst, uint64_t n)
 {
-    enum { BLOCK = 64 << 10 }; /* stays in L2 between the copy and the hash */
-    XXH3_state_t *hs = NULL;
-    int rc = SHS_OK;
-    if (c->has_hash) {
-        if (!(hs = XXH3_createState()))
-            return shs__err(SHS_ENOMEM, "out of memory");
-        XXH3_64bits_reset(hs);
-    }
-    for (uint64_t at = 0; at < n && rc == SHS_OK; at += BLOCK) {
-        size_t len = (size_t)(n - at < BLOCK ? n - at : BLOCK);
-        rc = shs_file_read_bytes(f, idx, at, (char *)dst + at, len);
-        if (rc == SHS_OK && hs)
-            XXH3_64bits_update(hs, (char *)dst + at, len);
-    }
-    if (rc == SHS_OK && hs && XXH3_64bits_digest(hs) != c->hash)
-        rc = shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': data does not match its xxh3 checksum",
-                      L->dir, L->m->f[c->file].name, tname);
-    XXH3_freeState(hs);
-    return rc;
+    int rc = shs_file_read_bytes(f, idx, 0, dst, (size_t)n);
+    return rc < 0 ? rc : check_hash(L, c, tname, dst, n);
 }
 
 /* Fill the local box of t from every saved chunk that intersects it;
@@ -2190,7 +2175,7 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
             goto done;
         }
         rc = shs_file_read(f, idx, buf, len);
-        if (rc == SHS_OK && XXH3_64bits(buf, len) != b->hash)
+        if (rc == SHS_OK && shs__xxh3(buf, len) != b->hash)
             rc = shs__err(SHS_ECHECKSUM, "%s/%s: blob '%s' does not match its checksum", dir,
                           m.f[b->file].name, b->name);
         if (rc == SHS_OK)
@@ -2371,7 +2356,7 @@ int shs_checkpoint_verify(const char *dir)
                 break;
             p = buf;
         }
-        if (XXH3_64bits(p, (size_t)(b->b1 - b->b0)) != b->hash)
+        if (shs__xxh3(p, (size_t)(b->b1 - b->b0)) != b->hash)
             rc = shs__err(SHS_ECHECKSUM, "%s: blob '%s' does not match its checksum", dir,
                           b->name);
     }
