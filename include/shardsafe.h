@@ -502,8 +502,11 @@ typedef struct shs_config {
     const char *prefix;             /* file name prefix ("checkpoint") */
     int no_save_optim;              /* save model weights only */
     int async_save;                 /* write in a background thread */
-    int remove_redundancy;          /* dedup replicas (ignored on one rank) */
-    int save_global_layout_cache;   /* reuse the layout across saves (1) */
+    int remove_redundancy;          /* replicas written once, by one of their
+                                       holders, balanced by bytes (several
+                                       ranks only) */
+    int save_global_layout_cache;   /* keep that plan while no rank's layout
+                                       changes (1) */
     int enable_first_step_checkpoint; /* also save after step 1 */
     int last_save_model_only;       /* final save holds model weights only */
     int incremental;                /* do not rewrite unchanged tensors */
@@ -521,8 +524,10 @@ typedef struct shs_config {
     unsigned exclude_from_loading;  /* SHS_EXCLUDE_* */
     const char *initial_load_path;  /* used only if save_path has nothing */
     int initial_load_model_only;    /* (1) */
-    int load_balanced;              /* distributed only */
-    int load_worker_number;         /* parallel reader threads (1) */
+    int load_balanced;              /* each needed saved chunk read by one
+                                       rank, sent to the others (several
+                                       ranks only) */
+    int load_worker_number;         /* reader threads per rank (1) */
     int strict;                     /* missing/extra tensors are errors (1) */
     /* internal: strings owned by the config */
     void *owned_;
