@@ -242,6 +242,9 @@ typedef struct mchunk {
     uint64_t b0, b1;          /* absolute byte range in the file */
     uint64_t hash;
     int has_hash;
+    uint64_t block;           /* > 0: per-block checksums of `block` bytes */
+    uint64_t *blocks;         /* XXH3 of each block (the last may be short) */
+    size_t nblocks;
 } mchunk;
 
 typedef struct mtensor {
@@ -288,6 +291,7 @@ static void meta_free(meta *m)
             shs__free(m->t[i].c[k].off);
             shs__free(m->t[i].c[k].shape);
             shs__free(m->t[i].c[k].key);
+            shs__free(m->t[i].c[k].blocks);
         }
         shs__free(m->t[i].c);
         shs__free(m->t[i].name);
@@ -522,6 +526,26 @@ static int meta_parse(meta *m, const char *dir)
                     BAD("%s: tensor '%s': chunk %zu: \"xxh3\" must be 16 hex digits", path,
                         tname, k);
                 c->has_hash = 1;
+            }
+            json_t *bs = json_object_get(cj, "xxh3_block"), *bl = json_object_get(cj, "xxh3_blocks");
+            if (bs || bl) {
+                uint64_t b = json_is_integer(bs) ? (uint64_t)json_integer_value(bs) : 0;
+                uint64_t n = c->b1 - c->b0;
+                if (b < 4096 || b > (1u << 30) || (b & (b - 1)) || !json_is_array(bl) ||
+                    json_array_size(bl) != (n + b - 1) / b)
+                    BAD("%s: tensor '%s': chunk %zu: \"xxh3_block\" must be a power of two "
+                        "from 4096 and \"xxh3_blocks\" hold one checksum per block", path, tname,
+                        k);
+                c->block = b;
+                c->nblocks = json_array_size(bl);
+                if (!(c->blocks = shs__calloc(c->nblocks + 1, sizeof *c->blocks)))
+                    OOM();
+                for (size_t q = 0; q < c->nblocks; q++) {
+                    json_t *x = json_array_get(bl, q);
+                    if (!json_is_string(x) || parse_hex64(&c->blocks[q], json_string_value(x)) < 0)
+                        BAD("%s: tensor '%s': chunk %zu: block checksum %zu must be 16 hex "
+                            "digits", path, tname, k, q);
+                }
             }
         }
     }
@@ -1194,6 +1218,25 @@ static int save_local(const shs_state *st, const shs__save_req *req, const char 
                                   json_dims(t->shape, t->ndim), "file", to[i].file, "key",
                                   t->name, "byte_range", json_range(to[i].b0, to[i].b1), "xxh3",
                                   hx);
+        /* large chunks also get per-block checksums, so a load that needs
+           only part of the chunk checks only the blocks it reads */
+        if (chunk && t->nbytes > SHS__HASH_BLOCK) {
+            json_t *bl = json_array();
+            const char *src = tensor_src(st, req, i);
+            for (uint64_t at = 0; bl && at < t->nbytes; at += SHS__HASH_BLOCK) {
+                uint64_t n = t->nbytes - at < SHS__HASH_BLOCK ? t->nbytes - at : SHS__HASH_BLOCK;
+                hex64(hx, shs__xxh3(src + at, (size_t)n));
+                if (json_array_append_new(bl, json_string(hx)) < 0) {
+                    json_decref(bl);
+                    bl = NULL;
+                }
+            }
+            if (!bl || json_object_set_new(chunk, "xxh3_block", json_integer(SHS__HASH_BLOCK)) < 0 ||
+                json_object_set_new(chunk, "xxh3_blocks", bl) < 0) {
+                json_decref(chunk);
+                chunk = NULL;
+            }
+        }
         json_t *e = chunk ? json_pack("{s:s, s:s, s:o, s:[o]}", "kind", k_kind_name[t->kind],
                                       "dtype", shs_dtype_name(t->dtype), "shape",
                                       json_dims(t->gshape, t->ndim), "chunks", chunk)
@@ -1706,6 +1749,47 @@ static int check_hash(const loader *L, const mchunk *c, const char *tname, const
                     L->dir, L->m->f[c->file].name, tname);
 }
 
+typedef struct block_marks {
+    uint64_t block;
+    uint8_t *mark;
+} block_marks;
+
+static int mark_run(void *ctx, uint64_t src_off, uint64_t dst_off, uint64_t len)
+{
+    block_marks *b = ctx;
+    (void)dst_off;
+    for (uint64_t q = src_off / b->block; len && q <= (src_off + len - 1) / b->block; q++)
+        b->mark[q] = 1;
+    return SHS_OK;
+}
+
+/* Check the per-block checksums of the blocks of chunk c that the box
+   [src_start, +count) touches; *read_bytes counts them. */
+static int check_blocks(const loader *L, const mchunk *c, const char *tname, const char *src,
+                        unsigned bits, size_t ndim, const uint64_t *src_start,
+                        const uint64_t *count, uint64_t *read_bytes)
+{
+    block_marks b = { c->block, shs__calloc(c->nblocks + 1, 1) };
+    if (!b.mark)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    shs__box_runs2(bits, ndim, c->shape, src_start, count, (uint64_t[SHS_MAX_DIMS]){ 0 }, count,
+                   mark_run, &b);
+    uint64_t n = c->b1 - c->b0;
+    int rc = SHS_OK;
+    for (size_t q = 0; q < c->nblocks && rc == SHS_OK; q++) {
+        if (!b.mark[q])
+            continue;
+        uint64_t at = (uint64_t)q * c->block;
+        uint64_t len = n - at < c->block ? n - at : c->block;
+        *read_bytes += len;
+        if (shs__xxh3(src + at, (size_t)len) != c->blocks[q])
+            rc = shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': block %zu does not match its "
+                          "xxh3 checksum", L->dir, L->m->f[c->file].name, tname, q);
+    }
+    shs__free(b.mark);
+    return rc;
+}
+
 /* Read a whole chunk into dst and check its checksum.  (Hashing block by
    block while the block is still in the cache measured no faster than one
    pass after the copy, and the one-shot hash has an AVX2 build.) */
@@ -1773,13 +1857,19 @@ static int load_tensor(loader *L, shs__tensor *t, const mtensor *mt, uint64_t *r
                 }
                 src = tmpbuf;
             }
-            rc = check_hash(L, c, t->name, src, ti->nbytes);
-            *read_bytes += ti->nbytes;
+            for (size_t d = 0; d < t->ndim; d++) {
+                src_start[d] = ioff[d] - c->off[d];
+                dst_start[d] = ioff[d] - t->goff[d];
+            }
+            if (c->nblocks && !tmpbuf) {
+                /* only the blocks this box touches are read and checked */
+                rc = check_blocks(L, c, t->name, src, bits, t->ndim, src_start, ishape,
+                                  read_bytes);
+            } else {
+                rc = check_hash(L, c, t->name, src, ti->nbytes);
+                *read_bytes += ti->nbytes;
+            }
             if (rc == SHS_OK) {
-                for (size_t d = 0; d < t->ndim; d++) {
-                    src_start[d] = ioff[d] - c->off[d];
-                    dst_start[d] = ioff[d] - t->goff[d];
-                }
                 shs__box_copy(t->data, t->shape, dst_start, src, c->shape, src_start, ishape,
                               t->ndim, bits);
             }
@@ -2337,6 +2427,13 @@ int shs_checkpoint_verify(const char *dir)
                 p = buf;
             }
             rc = check_hash(&L, c, m.t[j].name, p, c->b1 - c->b0);
+            for (size_t q = 0; rc == SHS_OK && q < c->nblocks; q++) {
+                uint64_t at = (uint64_t)q * c->block, n = c->b1 - c->b0;
+                uint64_t len = n - at < c->block ? n - at : c->block;
+                if (shs__xxh3((const char *)p + at, (size_t)len) != c->blocks[q])
+                    rc = shs__err(SHS_ECHECKSUM, "%s: tensor '%s': block %zu does not match its "
+                                  "xxh3 checksum", dir, m.t[j].name, q);
+            }
         }
     }
     for (size_t k = 0; k < m.nb && rc == SHS_OK; k++) {
