@@ -555,7 +555,7 @@ def distributed(g, w):
     t3, st3 = L3("chunk_bytes_touched"), L3("state_bytes")
     if t3 and st3:
         w(f"| b | diagnostic: saved-chunk bytes overlapping the ranks' boxes, 4 → 3 (a chunk "
-          f"read in part is checksummed whole, in a pass apart from the copy) | "
+          f"read in part has only the 4 MiB blocks it touches checksummed) | "
           f"{fr(t3 / 2**30)} GiB | state {fr(st3 / 2**30)} GiB | {fr(t3 / st3)} | — | |")
     u = D("unique_bytes")
     rb = D("rr_bytes_written")
