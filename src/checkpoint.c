@@ -847,6 +847,7 @@ typedef struct tensor_out {
     int file;                /* index into files, or SLOT_SKIP */
     uint64_t b0, b1;
     uint64_t hash;
+    uint64_t *blocks;        /* per-block checksums (chunks > SHS__HASH_BLOCK) */
 } tensor_out;
 
 static const void *tensor_src(const shs_state *st, const shs__save_req *req, size_t i)
@@ -1037,8 +1038,19 @@ static int save_local(const shs_state *st, const shs__save_req *req, const char 
         incl[i] = (st->t[i].kind == SHS_KIND_MODEL || req->with_optim) && !(skip && skip[i]);
         to[i].file = SLOT_SKIP;
         if (incl[i]) {
-            to[i].hash = shs__xxh3(tensor_src(st, req, i), (size_t)st->t[i].nbytes);
-            s.state_bytes += st->t[i].nbytes;
+            uint64_t n = st->t[i].nbytes;
+            if (n > SHS__HASH_BLOCK) {
+                if (!(to[i].blocks = shs__calloc((size_t)((n + SHS__HASH_BLOCK - 1) /
+                                                          SHS__HASH_BLOCK), 8))) {
+                    rc = shs__err(SHS_ENOMEM, "out of memory for block checksums");
+                    goto done;
+                }
+                to[i].hash = shs__xxh3_blocks(tensor_src(st, req, i), n, SHS__HASH_BLOCK,
+                                              to[i].blocks);
+            } else {
+                to[i].hash = shs__xxh3(tensor_src(st, req, i), (size_t)n);
+            }
+            s.state_bytes += n;
         }
     }
 
@@ -1220,12 +1232,10 @@ static int save_local(const shs_state *st, const shs__save_req *req, const char 
                                   hx);
         /* large chunks also get per-block checksums, so a load that needs
            only part of the chunk checks only the blocks it reads */
-        if (chunk && t->nbytes > SHS__HASH_BLOCK) {
+        if (chunk && to[i].blocks) {
             json_t *bl = json_array();
-            const char *src = tensor_src(st, req, i);
-            for (uint64_t at = 0; bl && at < t->nbytes; at += SHS__HASH_BLOCK) {
-                uint64_t n = t->nbytes - at < SHS__HASH_BLOCK ? t->nbytes - at : SHS__HASH_BLOCK;
-                hex64(hx, shs__xxh3(src + at, (size_t)n));
+            for (uint64_t q = 0; bl && q * SHS__HASH_BLOCK < t->nbytes; q++) {
+                hex64(hx, to[i].blocks[q]);
                 if (json_array_append_new(bl, json_string(hx)) < 0) {
                     json_decref(bl);
                     bl = NULL;
@@ -1265,6 +1275,8 @@ done:
     if (have_prev)
         meta_free(&prev);
     shs__free(files);
+    for (size_t i = 0; to && i < st->n; i++)
+        shs__free(to[i].blocks);
     shs__free(to);
     shs__free(incl);
     return rc;

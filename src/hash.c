@@ -3,14 +3,43 @@
 
 #include <xxhash.h>
 
-uint64_t shs__xxh3(const void *data, size_t len)
+static int have_avx2(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
     static int avx2 = -1;
     if (avx2 < 0)
         avx2 = __builtin_cpu_supports("avx2") ? 1 : 0; /* idempotent: races are benign */
-    if (avx2)
-        return shs__xxh3_avx2(data, len);
+    return avx2;
+#else
+    return 0;
 #endif
+}
+
+uint64_t shs__xxh3(const void *data, size_t len)
+{
+    if (have_avx2())
+        return shs__xxh3_avx2(data, len);
     return XXH3_64bits(data, len);
+}
+
+uint64_t shs__xxh3_blocks(const void *data, uint64_t len, uint64_t block, uint64_t *blocks)
+{
+    if (have_avx2())
+        return shs__xxh3_blocks_avx2(data, len, block, blocks);
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) { /* no memory for the state: two passes instead */
+        for (uint64_t at = 0, q = 0; at < len; at += block, q++)
+            blocks[q] = XXH3_64bits((const char *)data + at,
+                                    (size_t)(len - at < block ? len - at : block));
+        return XXH3_64bits(data, (size_t)len);
+    }
+    XXH3_64bits_reset(st);
+    for (uint64_t at = 0, q = 0; at < len; at += block, q++) {
+        size_t n = (size_t)(len - at < block ? len - at : block);
+        blocks[q] = XXH3_64bits((const char *)data + at, n);
+        XXH3_64bits_update(st, (const char *)data + at, n);
+    }
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h;
 }

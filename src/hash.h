@@ -14,7 +14,14 @@ uint64_t shs__xxh3(const void *data, size_t len);
 /* Chunks larger than this also get a checksum per block of this size. */
 #define SHS__HASH_BLOCK (4ull << 20)
 
-/* The AVX2 build of XXH3 (hash_avx2.c); only called when the CPU has it. */
+/* One pass over `len` bytes giving both the XXH3-64 of the whole and of
+   each `block`-byte block (ceil(len / block) entries in `blocks`): every
+   block is hashed while it is in the cache, then folded into the whole. */
+uint64_t shs__xxh3_blocks(const void *data, uint64_t len, uint64_t block, uint64_t *blocks);
+
+/* The AVX2 builds (hash_avx2.c); only called when the CPU has AVX2. */
 uint64_t shs__xxh3_avx2(const void *data, size_t len);
+uint64_t shs__xxh3_blocks_avx2(const void *data, uint64_t len, uint64_t block,
+                               uint64_t *blocks);
 
 #endif

@@ -865,6 +865,11 @@ static void test_block_checksums(void **state)
     uint64_t b0 = ci.byte_begin;
     shs_checkpoint_close(c);
 
+    /* the whole-chunk checksum (hashed in the same pass as the blocks)
+       and every block checksum agree with the bytes */
+    if (shs_checkpoint_verify(dir) != SHS_OK)
+        fail_msg("clean checkpoint does not verify: %s", shs_last_error());
+
     /* corrupt one byte in the last block (rows 1536..2047) */
     FILE *f = fopen(file, "r+b");
     assert_non_null(f);
