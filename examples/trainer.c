@@ -20,10 +20,8 @@
 
 #include "shardsafe.h"
 #include "tinylm/tinylm.h"
+#include "trainer_args.h"
 
-#ifndef SHS_DEMO_CORPUS
-#define SHS_DEMO_CORPUS "examples/tinylm/corpus.txt"
-#endif
 
 static void usage(FILE *out)
 {
@@ -44,12 +42,6 @@ static void usage(FILE *out)
             "  --corpus FILE          training text (default: the shipped corpus)\n"
             "  --log-every N          print the loss every N steps (default 50, 0: never)\n"
             "exit: 0 trained, 1 error, 2 usage\n");
-}
-
-static int die(const char *what)
-{
-    fprintf(stderr, "trainer: %s: %s\n", what, shs_last_error());
-    return 1;
 }
 
 /* Put the model's non-tensor state into the checkpoint state's blobs. */
@@ -96,92 +88,22 @@ static int import_blobs(const shs_state *st, tinylm *lm, const shs_load_result *
     return 0;
 }
 
-static int parse_i64(const char *s, long long *out)
-{
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < 0)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     shs_config cfg;
     shs_config_init(&cfg);
-    long long steps = 200, batch = 32, seed = 1234, log_every = 50;
-    const char *corpus = SHS_DEMO_CORPUS;
-    int rc = 1;
+    trainer_args ta;
+    int rc = trainer_parse_args(argc, argv, &cfg, &ta, "trainer", 0, usage, stdout, stderr);
+    if (rc >= 0) {
+        shs_config_release(&cfg);
+        return rc;
+    }
+    rc = 1;
+    long long steps = ta.steps, batch = ta.batch, seed = ta.seed, log_every = ta.log_every;
+    const char *corpus = ta.corpus;
     tinylm *lm = NULL;
     shs_state *st = NULL;
     shs_manager *mgr = NULL;
-
-    /* the YAML first, so command-line flags override it */
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--config") == 0 && shs_config_load_yaml(&cfg, argv[i + 1]) != SHS_OK)
-            return die("--config");
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int st_rc = SHS_OK, takes = 1;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--async") == 0) {
-            st_rc = shs_config_set(&cfg, "async_save", "true"), takes = 0;
-        } else if (strcmp(a, "--no-save-optim") == 0) {
-            st_rc = shs_config_set(&cfg, "no_save_optim", "true"), takes = 0;
-        } else if (strcmp(a, "--incremental") == 0) {
-            st_rc = shs_config_set(&cfg, "incremental", "true"), takes = 0;
-        } else if (!v) {
-            fprintf(stderr, "trainer: %s needs a value (or is unknown)\n", a);
-            usage(stderr);
-            return 2;
-        } else if (strcmp(a, "--config") == 0) {
-            /* read above */
-        } else if (strcmp(a, "--save-path") == 0) {
-            st_rc = shs_config_set(&cfg, "save_path", v);
-        } else if (strcmp(a, "--load-path") == 0) {
-            st_rc = shs_config_set(&cfg, "load_path", v);
-        } else if (strcmp(a, "--save-interval") == 0) {
-            st_rc = shs_config_set(&cfg, "save_interleaved_steps", v);
-        } else if (strcmp(a, "--save-max") == 0) {
-            st_rc = shs_config_set(&cfg, "save_max", v);
-        } else if (strcmp(a, "--set") == 0) {
-            char key[128];
-            const char *eq = strchr(v, '=');
-            if (!eq || (size_t)(eq - v) >= sizeof key) {
-                fprintf(stderr, "trainer: --set takes KEY=VALUE, not '%s'\n", v);
-                return 2;
-            }
-            memcpy(key, v, (size_t)(eq - v));
-            key[eq - v] = '\0';
-            st_rc = shs_config_set(&cfg, key, eq + 1);
-        } else if (strcmp(a, "--corpus") == 0) {
-            corpus = v;
-        } else {
-            long long *dst = strcmp(a, "--steps") == 0 ? &steps
-                           : strcmp(a, "--batch") == 0 ? &batch
-                           : strcmp(a, "--seed") == 0 ? &seed
-                           : strcmp(a, "--log-every") == 0 ? &log_every : NULL;
-            if (!dst) {
-                fprintf(stderr, "trainer: unknown option %s\n", a);
-                usage(stderr);
-                return 2;
-            }
-            if (parse_i64(v, dst) != 0) {
-                fprintf(stderr, "trainer: %s takes a non-negative integer, not '%s'\n", a, v);
-                return 2;
-            }
-        }
-        if (st_rc != SHS_OK) {
-            fprintf(stderr, "trainer: %s\n", shs_last_error());
-            return 2;
-        }
-        i += takes;
-    }
-    if (!cfg.save_path || !*cfg.save_path)
-        shs_config_set(&cfg, "enable_save", "false");
 
     tinylm_config mc;
     tinylm_config_default(&mc);

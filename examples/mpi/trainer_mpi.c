@@ -46,10 +46,8 @@
 #include <time.h>
 
 #include "shardsafe_mpi.h"
+#include "trainer_args.h"
 
-#ifndef SHS_DEMO_CORPUS
-#define SHS_DEMO_CORPUS "examples/tinylm/corpus.txt"
-#endif
 
 /* ------------------------------------------------------------------------
  * Process topology
@@ -695,16 +693,6 @@ static void usage(FILE *out)
             "exit: 0 trained, 1 error, 2 usage\n");
 }
 
-static int parse_i64(const char *s, long long *out)
-{
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < 0)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int finish(int rc)
 {
     if (g_tp_comm != MPI_COMM_NULL)
@@ -726,80 +714,19 @@ int main(int argc, char **argv)
 
     shs_config cfg;
     shs_config_init(&cfg);
-    long long steps = 200, batch = 32, seed = 1234, log_every = 50, tp = -1;
-    const char *corpus = SHS_DEMO_CORPUS;
     FILE *err = g_rank == 0 ? stderr : fopen("/dev/null", "w");
     if (!err)
         err = stderr;
-
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--config") == 0 && shs_config_load_yaml(&cfg, argv[i + 1]) != SHS_OK) {
-            fprintf(err, "trainer_mpi: --config: %s\n", shs_last_error());
-            return finish(1);
-        }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int st_rc = SHS_OK, takes = 1;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            if (g_rank == 0)
-                usage(stdout);
-            return finish(0);
-        } else if (strcmp(a, "--async") == 0) {
-            st_rc = shs_config_set(&cfg, "async_save", "true"), takes = 0;
-        } else if (strcmp(a, "--no-save-optim") == 0) {
-            st_rc = shs_config_set(&cfg, "no_save_optim", "true"), takes = 0;
-        } else if (strcmp(a, "--incremental") == 0) {
-            st_rc = shs_config_set(&cfg, "incremental", "true"), takes = 0;
-        } else if (!v) {
-            fprintf(err, "trainer_mpi: %s needs a value (or is unknown)\n", a);
-            usage(err);
-            return finish(2);
-        } else if (strcmp(a, "--config") == 0) {
-            /* read above */
-        } else if (strcmp(a, "--save-path") == 0) {
-            st_rc = shs_config_set(&cfg, "save_path", v);
-        } else if (strcmp(a, "--load-path") == 0) {
-            st_rc = shs_config_set(&cfg, "load_path", v);
-        } else if (strcmp(a, "--save-interval") == 0) {
-            st_rc = shs_config_set(&cfg, "save_interleaved_steps", v);
-        } else if (strcmp(a, "--save-max") == 0) {
-            st_rc = shs_config_set(&cfg, "save_max", v);
-        } else if (strcmp(a, "--set") == 0) {
-            char key[128];
-            const char *eq = strchr(v, '=');
-            if (!eq || (size_t)(eq - v) >= sizeof key) {
-                fprintf(err, "trainer_mpi: --set takes KEY=VALUE, not '%s'\n", v);
-                return finish(2);
-            }
-            memcpy(key, v, (size_t)(eq - v));
-            key[eq - v] = '\0';
-            st_rc = shs_config_set(&cfg, key, eq + 1);
-        } else if (strcmp(a, "--corpus") == 0) {
-            corpus = v;
-        } else {
-            long long *dst = strcmp(a, "--steps") == 0 ? &steps
-                           : strcmp(a, "--batch") == 0 ? &batch
-                           : strcmp(a, "--seed") == 0 ? &seed
-                           : strcmp(a, "--log-every") == 0 ? &log_every
-                           : strcmp(a, "--tp") == 0 ? &tp : NULL;
-            if (!dst) {
-                fprintf(err, "trainer_mpi: unknown option %s\n", a);
-                usage(err);
-                return finish(2);
-            }
-            if (parse_i64(v, dst) != 0) {
-                fprintf(err, "trainer_mpi: %s takes a non-negative integer, not '%s'\n", a, v);
-                return finish(2);
-            }
-        }
-        if (st_rc != SHS_OK) {
-            fprintf(err, "trainer_mpi: %s\n", shs_last_error());
-            return finish(2);
-        }
-        i += takes;
+    trainer_args ta;
+    int prc = trainer_parse_args(argc, argv, &cfg, &ta, "trainer_mpi", 1, usage,
+                                 g_rank == 0 ? stdout : err, err);
+    if (prc >= 0) {
+        shs_config_release(&cfg);
+        return finish(prc);
     }
-    if (!cfg.save_path || !*cfg.save_path)
-        shs_config_set(&cfg, "enable_save", "false");
+    long long steps = ta.steps, batch = ta.batch, seed = ta.seed, log_every = ta.log_every;
+    long long tp = ta.tp;
+    const char *corpus = ta.corpus;
     if (tp < 0)
         tp = g_size % 2 == 0 ? 2 : 1;
     if (tp < 1 || tp > g_size || g_size % tp != 0) {
