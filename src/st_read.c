@@ -90,6 +90,15 @@ typedef struct parser {
     /* first schema-level error, reported only if the syntax is clean */
     int deferred;
     char deferred_msg[512];
+    /* keys of objects nested in ignored values, checked for duplicates
+       after the parse (rare: only unknown fields hold such objects) */
+    struct nested_key {
+        uint32_t obj;
+        uint32_t len;
+        const char *key;
+    } *nk;
+    size_t n_nk, cap_nk;
+    uint32_t next_obj;
 } parser;
 
 static int syntax_err(parser *ps, const char *what)
@@ -351,8 +360,10 @@ static int parse_key(parser *ps, const char **key, size_t *len)
  */
 static int skip_value(parser *ps, int depth)
 {
-    /* stack[i] is '{' or '[' for each open container of this value */
+    /* stack[i] is '{' or '[' for each open container of this value, and
+       obj[i] the id of an open object (for its keys' duplicate check) */
     char stack[MAX_DEPTH];
+    uint32_t obj[MAX_DEPTH];
     int top = 0;
     int rc;
     for (;;) {
@@ -366,6 +377,7 @@ static int skip_value(parser *ps, int depth)
                 return shs__err(SHS_ENESTING,
                                 "%s: header JSON nested more than %d levels deep at byte %zu",
                                 ps->fname, MAX_DEPTH - 1, (size_t)(ps->p - ps->start));
+            obj[top] = ++ps->next_obj;
             stack[top++] = c;
             ps->p++;
             skip_ws(ps);
@@ -418,9 +430,21 @@ static int skip_value(parser *ps, int depth)
             break; /* next array element */
         }
         continue;
-    object_key:
-        if ((rc = parse_key(ps, NULL, NULL)) < 0)
+    object_key: {
+        const char *k;
+        size_t klen;
+        if ((rc = parse_key(ps, &k, &klen)) < 0)
             return rc;
+        if (ps->n_nk == ps->cap_nk) {
+            size_t cap = ps->cap_nk ? ps->cap_nk * 2 : 16;
+            struct nested_key *nk = shs__realloc(ps->nk, cap * sizeof *nk);
+            if (!nk)
+                return shs__err(SHS_ENOMEM, "%s: out of memory parsing header", ps->fname);
+            ps->nk = nk;
+            ps->cap_nk = cap;
+        }
+        ps->nk[ps->n_nk++] = (struct nested_key){ obj[top - 1], (uint32_t)klen, k };
+    }
     }
 }
 
@@ -668,6 +692,31 @@ static int parse_metadata(parser *ps)
     }
 }
 
+static int cmp_nested_key(const void *a, const void *b)
+{
+    const struct nested_key *x = a, *y = b;
+    if (x->obj != y->obj)
+        return x->obj < y->obj ? -1 : 1;
+    if (x->len != y->len)
+        return x->len < y->len ? -1 : 1;
+    return memcmp(x->key, y->key, x->len);
+}
+
+/* A duplicate key in an object nested inside an ignored value is an
+   error too (the reference keeps the last silently). */
+static void check_nested_keys(parser *ps)
+{
+    if (ps->n_nk < 2)
+        return;
+    qsort(ps->nk, ps->n_nk, sizeof *ps->nk, cmp_nested_key);
+    for (size_t i = 1; i < ps->n_nk; i++)
+        if (cmp_nested_key(&ps->nk[i - 1], &ps->nk[i]) == 0) {
+            defer(ps, SHS_EDUPLICATE, "%s: duplicate key '%s' in an object inside an unknown "
+                  "field", ps->fname, ps->nk[i].key);
+            return;
+        }
+}
+
 static int parse_header(parser *ps)
 {
     int rc;
@@ -730,6 +779,7 @@ done:
     skip_ws(ps);
     if (ps->p != ps->end)
         return syntax_err(ps, "trailing characters after the header object");
+    check_nested_keys(ps);
     if (ps->deferred)
         return shs__err(ps->deferred, "%s", ps->deferred_msg);
     return SHS_OK;
@@ -918,8 +968,10 @@ static int parse_and_validate(shs_file *f, const char *fname)
     f->names = ps.names;
     for (size_t i = 0; i < f->n_tensors; i++)
         f->tensors[i].info.shape = f->shapes + f->tensors[i].shape_at;
+    shs__free(ps.nk);
     return SHS_OK;
 done:
+    shs__free(ps.nk);
     shs__free(ps.tensors);
     shs__free(ps.shapes);
     shs__free(ps.meta);

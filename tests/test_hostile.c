@@ -557,6 +557,10 @@ static const hcase k_cases[] = {
     HDR("dup_meta_key", "{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0, SHS_EDUPLICATE),
     HDR("dup_metadata", "{\"__metadata__\":{},\"__metadata__\":{}}", 0, SHS_EDUPLICATE),
     HDR("dup_dtype_field", "{\"t\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, SHS_EDUPLICATE),
+    /* duplicates anywhere: inside objects nested in an ignored field too,
+       also when one spelling is escaped */
+    HDR("dup_nested_in_extra", "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":{\"a\":1,\"b\":[{\"c\":1,\"c\":2}]}}}", 1, SHS_EDUPLICATE),
+    HDR("dup_nested_escaped", "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":{\"a\":1,\"\\u0061\":2}}}", 1, SHS_EDUPLICATE),
     HDR("dup_shape_field_escaped", "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"sh\\u0061pe\":[1],\"data_offsets\":[0,1]}}", 1, SHS_EDUPLICATE),
 
     /* -- 10. offsets --------------------------------------------------- */
@@ -654,6 +658,10 @@ static const hcase k_cases[] = {
     OK("ok_escaped_name",
        "{\"a\\\"b\\\\c\\u00e9\\ud83d\\ude00\\/\\t\":" T1 "}", 1, chk_escaped),
     OK("ok_nul_in_name", "{\"a\\u0000b\":" T1 "}", 1, chk_nul_name),
+    /* the same key in two different nested objects is fine */
+    OK("ok_same_key_two_objects",
+       "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],"
+       "\"x\":[{\"a\":1},{\"a\":2}],\"y\":{\"a\":{\"a\":3}}}}", 1, chk_extra),
     OK("ok_extra_field",
        "{\"t\":{\"dtype\":\"U8\",\"extra\":{\"x\":[1,2.5e-3,{\"y\":null}],\"z\":true,"
        "\"dtype\":\"not checked\"},\"shape\":[1],\"data_offsets\":[0,1],\"w\":-7}}",
