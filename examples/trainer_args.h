@@ -17,6 +17,23 @@
 #define SHS_DEMO_CORPUS "examples/tinylm/corpus.txt"
 #endif
 
+/* The --help text of the options trainer_parse_args() takes. */
+#define TRAINER_OPTIONS_HELP \
+    "  --config FILE.yaml     read the `checkpoint:` section of a YAML file\n" \
+    "  --steps N              train until global_step N (default 200)\n" \
+    "  --save-path DIR        save checkpoints under DIR\n" \
+    "  --load-path PATH       load this save path or step directory first\n" \
+    "  --save-interval N      save every N steps (save_interleaved_steps)\n" \
+    "  --save-max N           keep the newest N saves of this run\n" \
+    "  --async                save in the background (async_save)\n" \
+    "  --no-save-optim        save model weights only\n" \
+    "  --incremental          do not rewrite unchanged tensors\n" \
+    "  --set KEY=VALUE        any checkpoint field, e.g. --set no_load_optim=true\n" \
+    "  --batch N              global batch size (default 32)\n" \
+    "  --seed N               initialisation seed (default 1234)\n" \
+    "  --corpus FILE          training text (default: the shipped corpus)\n" \
+    "  --log-every N          print the loss every N steps (default 50, 0: never)\n"
+
 typedef struct trainer_args {
     long long steps, batch, seed, log_every;
     long long tp;               /* --tp, only where allowed; -1 when absent */

@@ -674,20 +674,7 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: mpirun -np N trainer_mpi [options]\n"
-            "  --config FILE.yaml     read the `checkpoint:` section of a YAML file\n"
-            "  --steps N              train until global_step N (default 200)\n"
-            "  --save-path DIR        save checkpoints under DIR\n"
-            "  --load-path PATH       load this save path or step directory first\n"
-            "  --save-interval N      save every N steps (save_interleaved_steps)\n"
-            "  --save-max N           keep the newest N saves of this run\n"
-            "  --async                save in the background (async_save)\n"
-            "  --no-save-optim        save model weights only\n"
-            "  --incremental          do not rewrite unchanged tensors\n"
-            "  --set KEY=VALUE        any checkpoint field, e.g. --set no_load_optim=true\n"
-            "  --batch N              global batch size (default 32)\n"
-            "  --seed N               initialisation seed (default 1234)\n"
-            "  --corpus FILE          training text (default: the shipped corpus)\n"
-            "  --log-every N          print the loss every N steps (default 50, 0: never)\n"
+            TRAINER_OPTIONS_HELP
             "  --tp N                 tensor-parallel degree (default 2 if the world size\n"
             "                         is even, else 1); data parallel = world / N\n"
             "exit: 0 trained, 1 error, 2 usage\n");
