@@ -3,13 +3,17 @@
  * the commit protocol, read it back into a registered state (any saved
  * chunking into any requested chunking), resolve load paths.  Policy
  * (when to save, what to keep, what to load) is the manager's.
+ *
+ * Where the engine lives: save.c (write and commit), replicas.c (layouts
+ * exchanged between ranks, exchange.h), load.c (read back, loader.h),
+ * meta.c (metadata.json, meta.h), common_json.c (common.json), stepdir.c
+ * (names in a save path, stepdir.h), view.c (the public read-only API).
  */
 #ifndef SHS_CHECKPOINT_H
 #define SHS_CHECKPOINT_H
 
 #include "state.h"
-
-#define SHS__TRACKER "latest_checkpointed_iteration.txt"
+#include "stepdir.h"
 
 typedef struct shs__save_req {
     const char *save_path;
@@ -60,20 +64,5 @@ typedef struct shs__load_req {
    into the state.  progress may be NULL. */
 int shs__ckpt_load(shs_state *st, const char *step_dir, const shs__load_req *req,
                    shs_comm *comm, shs_progress *progress, shs_load_result *res);
-
-/* Step of a directory name "iteration_%08d" or "step-N"; -1 otherwise. */
-int64_t shs__step_of_name(const char *name);
-
-/* Committed steps in a save path, ascending (caller frees *out). */
-int shs__list_steps(int64_t **out, size_t *n, const char *save_path);
-
-/* Read the tracker: SHS_ENOENT when absent, SHS_ECORRUPT when malformed. */
-int shs__read_tracker(int64_t *step, const char *save_path);
-
-/* Remove a committed step directory safely (rename away, then delete). */
-int shs__remove_step(const char *save_path, int64_t step);
-
-/* Remove leftovers of failed saves (.tmp-* and .trash-* entries). */
-int shs__clean_leftovers(const char *save_path);
 
 #endif

@@ -1,0 +1,624 @@
+/*
+ * load.c -- a step directory (or a plain directory of safetensors files)
+ * read into a registered state: any saved chunking into any requested
+ * chunking, every byte read checked against its checksum, by a pool of
+ * threads or balanced over the ranks.  Format: docs/checkpoint.md.
+ */
+#include "loader.h"
+
+#include "common_json.h"
+#include "exchange.h"
+#include "hash.h"
+#include "io.h"
+#include "layout.h"
+#include "plan.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out)
+{
+    if (!L->fh[fi]) {
+        char *p = shs__path_join(L->dir, L->m->f[fi].name);
+        if (!p)
+            return shs__err(SHS_ENOMEM, "out of memory");
+        int rc = shs_file_open(&L->fh[fi], p, NULL);
+        shs__free(p);
+        if (rc < 0)
+            return rc == SHS_ENOENT ? shs__err(SHS_ECORRUPT, "%s: missing file '%s' named in metadata.json",
+                                               L->dir, L->m->f[fi].name)
+                                    : rc;
+    }
+    *out = L->fh[fi];
+    return SHS_OK;
+}
+
+int shs__chunk_locate(shs__loader *L, uint32_t fi, const char *key, uint64_t b0, uint64_t b1,
+                      shs_file **out_f, size_t *out_idx)
+{
+    shs_file *f = NULL;
+    int rc = shs__loader_open_file(L, fi, &f);
+    if (rc < 0)
+        return rc;
+    size_t idx;
+    if (shs_file_find(&idx, f, key) < 0)
+        return shs__err(SHS_ECORRUPT, "%s/%s: no tensor '%s' (named in metadata.json)", L->dir,
+                        L->m->f[fi].name, key);
+    const shs_tensor_info *ti = shs_file_tensor(f, idx);
+    uint64_t at = shs_file_data_start(f) + ti->offset;
+    if (at != b0 || at + ti->nbytes != b1)
+        return shs__err(SHS_ECORRUPT,
+                        "%s/%s: tensor '%s' is at bytes [%llu, %llu), metadata.json says [%llu, %llu)",
+                        L->dir, L->m->f[fi].name, key, (unsigned long long)at,
+                        (unsigned long long)(at + ti->nbytes), (unsigned long long)b0,
+                        (unsigned long long)b1);
+    *out_f = f;
+    *out_idx = idx;
+    return SHS_OK;
+}
+
+int shs__check_hash(const shs__loader *L, const shs__mchunk *c, const char *tname,
+                    const void *data, uint64_t n)
+{
+    if (!c->has_hash || shs__xxh3(data, (size_t)n) == c->hash)
+        return SHS_OK;
+    return shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': data does not match its xxh3 checksum",
+                    L->dir, L->m->f[c->file].name, tname);
+}
+
+typedef struct block_marks {
+    uint64_t block;
+    uint8_t *mark;
+} block_marks;
+
+static int mark_run(void *ctx, uint64_t src_off, uint64_t dst_off, uint64_t len)
+{
+    block_marks *b = ctx;
+    (void)dst_off;
+    for (uint64_t q = src_off / b->block; len && q <= (src_off + len - 1) / b->block; q++)
+        b->mark[q] = 1;
+    return SHS_OK;
+}
+
+/* Check the per-block checksums of the blocks of chunk c that the box
+   [src_start, +count) touches; *read_bytes counts them. */
+static int check_blocks(const shs__loader *L, const shs__mchunk *c, const char *tname,
+                        const char *src, unsigned bits, size_t ndim,
+                        const uint64_t *src_start, const uint64_t *count,
+                        uint64_t *read_bytes)
+{
+    block_marks b = { c->block, shs__calloc(c->nblocks + 1, 1) };
+    if (!b.mark)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    shs__box_runs2(bits, ndim, c->shape, src_start, count, (uint64_t[SHS_MAX_DIMS]){ 0 }, count,
+                   mark_run, &b);
+    uint64_t n = c->b1 - c->b0;
+    int rc = SHS_OK;
+    for (size_t q = 0; q < c->nblocks && rc == SHS_OK; q++) {
+        if (!b.mark[q])
+            continue;
+        uint64_t at = (uint64_t)q * c->block;
+        uint64_t len = n - at < c->block ? n - at : c->block;
+        *read_bytes += len;
+        if (shs__xxh3(src + at, (size_t)len) != c->blocks[q])
+            rc = shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': block %zu does not match its "
+                          "xxh3 checksum", L->dir, L->m->f[c->file].name, tname, q);
+    }
+    shs__free(b.mark);
+    return rc;
+}
+
+/* Read a whole chunk into dst and check its checksum.  (Hashing block by
+   block while the block is still in the cache measured no faster than one
+   pass after the copy, and the one-shot hash has an AVX2 build.) */
+static int read_hashed(const shs__loader *L, const shs__mchunk *c, const char *tname, shs_file *f,
+                       size_t idx, void *dst, uint64_t n)
+{
+    int rc = shs_file_read_bytes(f, idx, 0, dst, (size_t)n);
+    return rc < 0 ? rc : shs__check_hash(L, c, tname, dst, n);
+}
+
+/* Fill the local box of t from every saved chunk that intersects it;
+   *read_bytes counts what was read from storage. */
+static int load_tensor(shs__loader *L, shs__tensor *t, const shs__mtensor *mt, uint64_t *read_bytes)
+{
+    int rc;
+    unsigned bits = shs_dtype_bits(t->dtype);
+    uint64_t want = 1, got = 0;
+    for (size_t d = 0; d < t->ndim; d++)
+        want *= t->shape[d];
+    uint64_t ioff[SHS_MAX_DIMS], ishape[SHS_MAX_DIMS];
+    uint64_t src_start[SHS_MAX_DIMS], dst_start[SHS_MAX_DIMS];
+    for (size_t k = 0; k < mt->nc; k++) {
+        const shs__mchunk *c = &mt->c[k];
+        /* replicas saved by several ranks: use the first */
+        int dup = 0;
+        for (size_t j = 0; j < k && !dup; j++)
+            dup = memcmp(mt->c[j].off, c->off, t->ndim * sizeof(uint64_t)) == 0 &&
+                  memcmp(mt->c[j].shape, c->shape, t->ndim * sizeof(uint64_t)) == 0;
+        if (dup)
+            continue;
+        if (t->ndim && !shs__box_intersect(t->ndim, t->goff, t->shape, c->off, c->shape, ioff,
+                                            ishape))
+            continue;
+        uint64_t vol = 1;
+        for (size_t d = 0; d < t->ndim; d++)
+            vol *= ishape[d];
+        if (vol == 0)
+            continue;
+        shs_file *f;
+        size_t idx;
+        if ((rc = shs__chunk_locate(L, c->file, c->key, c->b0, c->b1, &f, &idx)) < 0)
+            return rc;
+        const shs_tensor_info *ti = shs_file_tensor(f, idx);
+        if (ti->dtype != mt->dtype || ti->ndim != t->ndim ||
+            (t->ndim && memcmp(ti->shape, c->shape, t->ndim * sizeof(uint64_t)) != 0))
+            return shs__err(SHS_ECORRUPT, "%s/%s: tensor '%s' has another dtype or shape than "
+                            "metadata.json says", L->dir, L->m->f[c->file].name, c->key);
+        int exact = vol == want;
+        for (size_t d = 0; d < t->ndim && exact; d++)
+            exact = c->off[d] == t->goff[d] && c->shape[d] == t->shape[d];
+        if (exact) {
+            /* the common case: the saved chunk is the requested box */
+            if ((rc = read_hashed(L, c, t->name, f, idx, t->data, t->nbytes)) < 0)
+                return rc;
+            *read_bytes += t->nbytes;
+        } else {
+            const void *src = shs_file_tensor_data(f, idx);
+            void *tmpbuf = NULL;
+            if (!src) {
+                if (!(tmpbuf = shs__malloc((size_t)ti->nbytes)))
+                    return shs__err(SHS_ENOMEM, "out of memory reading '%s'", t->name);
+                if ((rc = shs_file_read(f, idx, tmpbuf, (size_t)ti->nbytes)) < 0) {
+                    shs__free(tmpbuf);
+                    return rc;
+                }
+                src = tmpbuf;
+            }
+            for (size_t d = 0; d < t->ndim; d++) {
+                src_start[d] = ioff[d] - c->off[d];
+                dst_start[d] = ioff[d] - t->goff[d];
+            }
+            if (c->nblocks && !tmpbuf) {
+                /* only the blocks this box touches are read and checked */
+                rc = check_blocks(L, c, t->name, src, bits, t->ndim, src_start, ishape,
+                                  read_bytes);
+            } else {
+                rc = shs__check_hash(L, c, t->name, src, ti->nbytes);
+                *read_bytes += ti->nbytes;
+            }
+            if (rc == SHS_OK) {
+                shs__box_copy(t->data, t->shape, dst_start, src, c->shape, src_start, ishape,
+                              t->ndim, bits);
+            }
+            shs__free(tmpbuf);
+            if (rc < 0)
+                return rc;
+        }
+        got += vol;
+    }
+    if (got != want)
+        return shs__err(SHS_ECORRUPT,
+                        "%s: tensor '%s': the saved chunks cover %llu of the %llu elements requested",
+                        L->dir, t->name, (unsigned long long)got, (unsigned long long)want);
+    return SHS_OK;
+}
+
+typedef struct load_pool {
+    shs__loader *L;
+    shs_state *st;
+    const shs__load_req *req;
+    pthread_mutex_t mu;
+    size_t next;             /* next tensor to take */
+    uint64_t read_bytes;
+    int rc;                  /* first error */
+    char msg[1024];
+} load_pool;
+
+static void *load_worker(void *arg)
+{
+    load_pool *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        size_t i = p->next++;
+        int stop = p->rc < 0 || i >= p->st->n;
+        pthread_mutex_unlock(&p->mu);
+        if (stop)
+            return NULL;
+        shs__tensor *t = &p->st->t[i];
+        if (t->kind == SHS_KIND_OPTIMIZER && !p->req->with_optim)
+            continue;
+        const shs__mtensor *mt = shs__meta_find(p->L->m, t->name);
+        uint64_t got = 0;
+        int rc = mt ? load_tensor(p->L, t, mt, &got) : SHS_OK;
+        pthread_mutex_lock(&p->mu);
+        p->read_bytes += got;
+        if (rc < 0 && p->rc == SHS_OK) {
+            p->rc = rc;
+            snprintf(p->msg, sizeof p->msg, "%s", shs_last_error());
+        }
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Fill every registered tensor; with several workers the files are all
+   opened first (a shs_file is read-only after open, so threads share it)
+   and the tensors are taken from a common counter. */
+static int load_tensors(shs__loader *L, shs_state *st, const shs__load_req *req,
+                        uint64_t *read_bytes)
+{
+    int workers = req->workers > 1 ? req->workers : 1;
+    load_pool p = { L, st, req, PTHREAD_MUTEX_INITIALIZER, 0, 0, SHS_OK, "" };
+    if (workers == 1) {
+        load_worker(&p);
+        *read_bytes = p.read_bytes;
+        return p.rc < 0 ? shs__err(p.rc, "%s", p.msg) : SHS_OK;
+    }
+    for (size_t fi = 0; fi < L->m->nf; fi++) {
+        shs_file *f;
+        int rc = shs__loader_open_file(L, (uint32_t)fi, &f);
+        if (rc < 0)
+            return rc;
+    }
+    pthread_t th[64];
+    int started = 0;
+    if (workers > 64)
+        workers = 64;
+    for (; started < workers - 1; started++)
+        if (pthread_create(&th[started], NULL, load_worker, &p) != 0)
+            break;
+    load_worker(&p); /* this thread works too */
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&p.mu);
+    *read_bytes = p.read_bytes;
+    return p.rc < 0 ? shs__err(p.rc, "%s", p.msg) : SHS_OK;
+}
+
+/*
+ * load_balanced: every rank learns every rank's requested boxes; the same
+ * pure plan on every rank gives each needed saved chunk one reader (read
+ * bytes balanced over the ranks that need it) and the transfers from the
+ * readers to the other ranks.  Transfers run in one global order (by
+ * sender, then receiver and item) that every rank walks, taking part where
+ * it sends or receives: with blocking point-to-point messages that order
+ * cannot deadlock.  A rank whose read failed still sends (zeros) so that
+ * the others do not hang; the error is agreed on afterwards.
+ */
+static int load_balanced_tensors(shs__loader *L, shs_state *st, const shs__load_req *req,
+                                 shs_comm *comm, uint64_t *read_bytes)
+{
+    const shs__meta *m = L->m;
+    const int me = comm->rank;
+    shs__layout_set ls = { 0 };
+    shs_plan_tensor *tens = NULL;
+    shs_plan_chunk *saved = NULL, *reqs = NULL;
+    uint64_t *words = NULL;
+    uint32_t *chunk_t = NULL, *chunk_k = NULL;
+    long *req_state = NULL;
+    void **bufs = NULL;
+    char *tmp = NULL;
+    shs__load_plan plan;
+    int have_plan = 0, rc;
+    *read_bytes = 0;
+    if ((rc = shs__gather_layouts(st, req->with_optim, comm, &ls)) < 0)
+        return rc;
+    size_t nsaved = 0, nw = 0;
+    for (size_t j = 0; j < m->nt; j++) {
+        nsaved += m->t[j].nc;
+        nw += m->t[j].nc * 2 * m->t[j].ndim;
+    }
+    tens = shs__calloc(m->nt + 1, sizeof *tens);
+    saved = shs__calloc(nsaved + 1, sizeof *saved);
+    words = shs__calloc(nw + 1, sizeof *words);
+    chunk_t = shs__calloc(nsaved + 1, sizeof *chunk_t);
+    chunk_k = shs__calloc(nsaved + 1, sizeof *chunk_k);
+    reqs = shs__calloc(ls.n + 1, sizeof *reqs);
+    req_state = shs__calloc(ls.n + 1, sizeof *req_state);
+    bufs = shs__calloc(nsaved + 1, sizeof *bufs);
+    if (!tens || !saved || !words || !chunk_t || !chunk_k || !reqs || !req_state || !bufs) {
+        rc = shs__err(SHS_ENOMEM, "out of memory planning a balanced load");
+        goto done;
+    }
+    size_t si = 0, w = 0;
+    for (size_t j = 0; j < m->nt; j++) {
+        const shs__mtensor *t = &m->t[j];
+        tens[j] = (shs_plan_tensor){ (uint32_t)t->ndim, t->dtype, t->gshape };
+        for (size_t k = 0; k < t->nc; k++, si++) {
+            memcpy(&words[w], t->c[k].off, t->ndim * 8);
+            memcpy(&words[w + t->ndim], t->c[k].shape, t->ndim * 8);
+            saved[si] = (shs_plan_chunk){ (uint32_t)j, 0, &words[w] };
+            chunk_t[si] = (uint32_t)j;
+            chunk_k[si] = (uint32_t)k;
+            w += 2 * t->ndim;
+        }
+    }
+    size_t nreq = 0;
+    for (size_t i = 0; i < ls.n; i++) {
+        const shs__lay_entry *x = &ls.e[i];
+        char name[1024];
+        if (x->name_len >= sizeof name)
+            continue;
+        memcpy(name, x->name, x->name_len);
+        name[x->name_len] = '\0';
+        const shs__mtensor *t = shs__meta_find(m, name);
+        if (!t)
+            continue; /* non-strict: skipped by its rank */
+        req_state[nreq] = x->rank == (uint32_t)me ? shs__state_find(st, name, x->name_len) : -1;
+        reqs[nreq++] = (shs_plan_chunk){ (uint32_t)(t - m->t), x->rank, x->box };
+    }
+    if ((rc = shs__plan_load(&plan, tens, (uint32_t)m->nt, saved, nsaved, reqs, nreq,
+                             (uint32_t)comm->size, true)) < 0)
+        goto done;
+    have_plan = 1;
+    /* 1. my reads, whole chunks, checksummed */
+    int read_rc = SHS_OK;
+    for (size_t r = plan.read_start[me]; r < plan.read_start[me + 1]; r++) {
+        uint32_t c = plan.reads[r];
+        const shs__mchunk *ch = &m->t[chunk_t[c]].c[chunk_k[c]];
+        uint64_t n = ch->b1 - ch->b0;
+        if (!(bufs[c] = shs__calloc(1, (size_t)n + 1))) {
+            rc = shs__err(SHS_ENOMEM, "out of memory for a %llu-byte chunk",
+                          (unsigned long long)n);
+            goto done;
+        }
+        shs_file *f;
+        size_t idx;
+        if (read_rc == SHS_OK &&
+            ((read_rc = shs__chunk_locate(L, ch->file, ch->key, ch->b0, ch->b1, &f, &idx)) < 0 ||
+             (read_rc = read_hashed(L, ch, m->t[chunk_t[c]].name, f, idx, bufs[c], n)) < 0))
+            continue;
+        *read_bytes += n;
+    }
+    /* 2. transfers, in the global order */
+    uint64_t ioff[SHS_MAX_DIMS], ishape[SHS_MAX_DIMS], s0[SHS_MAX_DIMS], d0[SHS_MAX_DIMS];
+    uint64_t zero[SHS_MAX_DIMS] = { 0 };
+    for (uint32_t src = 0; src < plan.nranks && rc == SHS_OK; src++) {
+        for (size_t q = plan.send_start[src]; q < plan.send_start[src + 1] && rc == SHS_OK; q++) {
+            const shs__load_item *it = &plan.items[plan.sends[q]];
+            int dst = (int)reqs[it->req].rank;
+            if (me != (int)src && me != dst)
+                continue;
+            const shs__mtensor *t = &m->t[chunk_t[it->chunk]];
+            const shs__mchunk *ch = &t->c[chunk_k[it->chunk]];
+            uint64_t n = shs__load_item_box(&plan, it, ioff, ishape);
+            unsigned bits = shs_dtype_bits(t->dtype);
+            shs__free(tmp);
+            if (!(tmp = shs__calloc(1, (size_t)n + 1))) {
+                rc = shs__err(SHS_ENOMEM, "out of memory");
+                break;
+            }
+            if (me == (int)src) {
+                for (size_t d = 0; d < t->ndim; d++)
+                    s0[d] = ioff[d] - ch->off[d];
+                shs__box_copy(tmp, ishape, zero, bufs[it->chunk], ch->shape, s0, ishape,
+                              t->ndim, bits);
+                rc = comm->ops.send(comm->ctx, tmp, (size_t)n, dst, 7101);
+            } else {
+                rc = comm->ops.recv(comm->ctx, tmp, (size_t)n, (int)src, 7101);
+                const shs__tensor *mt = &st->t[req_state[it->req]];
+                for (size_t d = 0; d < t->ndim; d++)
+                    d0[d] = ioff[d] - mt->goff[d];
+                if (rc == SHS_OK)
+                    shs__box_copy(mt->data, mt->shape, d0, tmp, ishape, zero, ishape, t->ndim,
+                                  bits);
+            }
+        }
+    }
+    if (rc < 0)
+        goto done;
+    /* 3. the parts I read for myself */
+    for (size_t q = plan.item_start[me]; q < plan.item_start[me + 1]; q++) {
+        const shs__load_item *it = &plan.items[q];
+        if ((int)it->src != me)
+            continue;
+        const shs__mtensor *t = &m->t[chunk_t[it->chunk]];
+        const shs__mchunk *ch = &t->c[chunk_k[it->chunk]];
+        const shs__tensor *mt = &st->t[req_state[it->req]];
+        shs__load_item_box(&plan, it, ioff, ishape);
+        for (size_t d = 0; d < t->ndim; d++) {
+            s0[d] = ioff[d] - ch->off[d];
+            d0[d] = ioff[d] - mt->goff[d];
+        }
+        shs__box_copy(mt->data, mt->shape, d0, bufs[it->chunk], ch->shape, s0, ishape, t->ndim,
+                      shs_dtype_bits(t->dtype));
+    }
+    rc = read_rc;
+done:
+    if (have_plan) {
+        for (size_t r = plan.read_start[me]; r < plan.read_start[me + 1]; r++)
+            shs__free(bufs[plan.reads[r]]);
+        shs__load_plan_release(&plan);
+    }
+    shs__free(tmp);
+    shs__free(bufs);
+    shs__free(req_state);
+    shs__free(reqs);
+    shs__free(chunk_k);
+    shs__free(chunk_t);
+    shs__free(words);
+    shs__free(saved);
+    shs__free(tens);
+    shs__layout_set_release(&ls);
+    return rc;
+}
+
+static void note_skipped(shs_load_result *res, const char *name)
+{
+    if (!res)
+        return;
+    res->n_skipped++;
+    size_t at = strlen(res->skipped);
+    if (at + strlen(name) + 2 < sizeof res->skipped)
+        snprintf(res->skipped + at, sizeof res->skipped - at, "%s%s", at ? "," : "", name);
+}
+
+static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, shs_comm *comm,
+                     shs_progress *progress, shs_load_result *res, int *agreed);
+
+int shs__ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, shs_comm *comm,
+                   shs_progress *progress, shs_load_result *res)
+{
+    int agreed = 0;
+    int rc = ckpt_load(st, dir, req, comm, progress, res, &agreed);
+    /* a balanced load is collective: a rank that failed before the
+       exchange must still meet the others there, carrying its error */
+    if (req->balanced && comm->size > 1 && !agreed) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", shs_last_error());
+        rc = shs__comm_agree(comm, rc, msg);
+    }
+    return rc;
+}
+
+static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, shs_comm *comm,
+                     shs_progress *progress, shs_load_result *res, int *agreed)
+{
+    shs__meta m;
+    int rc;
+    struct stat sb;
+    char *mp = shs__path_join(dir, "metadata.json");
+    if (!mp)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    int has_meta = stat(mp, &sb) == 0;
+    shs__free(mp);
+    if ((rc = has_meta ? shs__meta_parse(&m, dir) : shs__meta_from_plain(&m, dir)) < 0)
+        return rc;
+    shs__loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)) };
+    if (!L.fh) {
+        shs__meta_free(&m);
+        return shs__err(SHS_ENOMEM, "out of memory");
+    }
+    /* 1. check the registered state against the checkpoint */
+    char missing[512] = "";
+    size_t n_missing = 0;
+    for (size_t i = 0; i < st->n; i++) {
+        shs__tensor *t = &st->t[i];
+        if (t->kind == SHS_KIND_OPTIMIZER && !req->with_optim)
+            continue;
+        const shs__mtensor *mt = shs__meta_find(&m, t->name);
+        if (!mt) {
+            if (req->strict) {
+                size_t at = strlen(missing);
+                if (at + strlen(t->name) + 2 < sizeof missing)
+                    snprintf(missing + at, sizeof missing - at, "%s%s", at ? ", " : "", t->name);
+                n_missing++;
+            } else {
+                note_skipped(res, t->name);
+            }
+            continue;
+        }
+        int same = mt->dtype == t->dtype && mt->ndim == t->ndim && mt->kind == t->kind;
+        for (size_t d = 0; same && d < t->ndim; d++)
+            same = mt->gshape[d] == t->gshape[d];
+        if (!same) {
+            char a[128] = "", b[128] = "";
+            for (size_t d = 0; d < t->ndim && strlen(a) < 100; d++)
+                snprintf(a + strlen(a), sizeof a - strlen(a), "%s%llu", d ? "," : "",
+                         (unsigned long long)t->gshape[d]);
+            for (size_t d = 0; d < mt->ndim && strlen(b) < 100; d++)
+                snprintf(b + strlen(b), sizeof b - strlen(b), "%s%llu", d ? "," : "",
+                         (unsigned long long)mt->gshape[d]);
+            rc = shs__err(SHS_EMISMATCH,
+                          "%s: tensor '%s': registered as %s %s [%s], saved as %s %s [%s]", dir,
+                          t->name, shs__kind_name[t->kind], shs_dtype_name(t->dtype), a,
+                          shs__kind_name[mt->kind], shs_dtype_name(mt->dtype), b);
+            goto done;
+        }
+    }
+    if (n_missing) {
+        rc = shs__err(SHS_EMISMATCH, "%s: %zu registered tensor(s) not in the checkpoint: %s",
+                      dir, n_missing, missing);
+        goto done;
+    }
+    char extra[512] = "";
+    size_t n_extra = 0;
+    for (size_t j = 0; j < m.nt; j++) {
+        const shs__mtensor *mt = &m.t[j];
+        if (mt->kind == SHS_KIND_OPTIMIZER && !req->with_optim)
+            continue;
+        if (shs__state_find(st, mt->name, strlen(mt->name)) >= 0)
+            continue;
+        if (!req->strict) {
+            note_skipped(res, mt->name);
+            continue;
+        }
+        size_t at = strlen(extra);
+        if (at + strlen(mt->name) + 2 < sizeof extra)
+            snprintf(extra + at, sizeof extra - at, "%s%s", at ? ", " : "", mt->name);
+        n_extra++;
+    }
+    if (n_extra) {
+        rc = shs__err(SHS_EMISMATCH,
+                      "%s: %zu tensor(s) in the checkpoint are not registered: %s "
+                      "(non-strict loading skips them)", dir, n_extra, extra);
+        goto done;
+    }
+    /* 2. tensors: by `workers` threads, or balanced over the ranks */
+    uint64_t read_bytes = 0;
+    if (req->balanced && comm->size > 1) {
+        /* collective from here on: every rank must get here, or hear why */
+        char msg[256] = "";
+        *agreed = 1;
+        if ((rc = shs__comm_agree(comm, SHS_OK, msg)) < 0 ||
+            (rc = load_balanced_tensors(&L, st, req, comm, &read_bytes)) < 0)
+            goto done;
+    } else if ((rc = load_tensors(&L, st, req, &read_bytes)) < 0) {
+        goto done;
+    }
+    /* 3. rank-local blobs: only when the world is the same */
+    int same_world = m.world_size == req->world_size;
+    for (size_t k = 0; same_world && k < m.nb; k++) {
+        const shs__mblob *b = &m.b[k];
+        if (b->rank != req->rank || (shs__blob_exclude_flag(b->name) & req->exclude))
+            continue;
+        shs_file *f;
+        size_t idx;
+        if ((rc = shs__chunk_locate(&L, b->file, b->key, b->b0, b->b1, &f, &idx)) < 0)
+            goto done;
+        size_t len = (size_t)(b->b1 - b->b0);
+        void *buf = shs__malloc(len ? len : 1);
+        if (!buf) {
+            rc = shs__err(SHS_ENOMEM, "out of memory");
+            goto done;
+        }
+        rc = shs_file_read(f, idx, buf, len);
+        if (rc == SHS_OK && shs__xxh3(buf, len) != b->hash)
+            rc = shs__err(SHS_ECHECKSUM, "%s/%s: blob '%s' does not match its checksum", dir,
+                          m.f[b->file].name, b->name);
+        if (rc == SHS_OK)
+            rc = shs__state_put_blob(st, b->name, buf, len);
+        shs__free(buf);
+        if (rc < 0)
+            goto done;
+    }
+    /* 4. progress */
+    int progress_loaded = 0;
+    if (progress && has_meta && !(req->exclude & SHS_EXCLUDE_TRAIN_STATE)) {
+        shs_progress p = *progress;
+        if ((rc = shs__common_read(&p, dir)) < 0)
+            goto done;
+        *progress = p;
+        progress_loaded = 1;
+    }
+    if (res) {
+        res->loaded = 1;
+        snprintf(res->path, sizeof res->path, "%s", dir);
+        res->step = m.step;
+        res->optimizer_loaded = req->with_optim;
+        res->progress_loaded = progress_loaded;
+        res->rank_state_restored = same_world && m.nb > 0;
+        res->bytes_read = read_bytes;
+        res->saved_world_size = m.world_size;
+    }
+    rc = SHS_OK;
+done:
+    for (size_t i = 0; i < m.nf; i++)
+        shs_file_close(L.fh[i]);
+    shs__free(L.fh);
+    shs__meta_free(&m);
+    return rc;
+}

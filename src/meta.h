@@ -1,0 +1,92 @@
+/*
+ * meta.h -- the in-memory model of a checkpoint: metadata.json of a step
+ * directory, parsed and validated, or the same model built from a plain
+ * directory of safetensors files.  Format: docs/checkpoint.md.
+ * Everything that reads a checkpoint (load, verify, the public view, the
+ * incremental save) goes through this model.
+ */
+#ifndef SHS_META_H
+#define SHS_META_H
+
+#include "internal.h"
+
+#define SHS__META_VERSION 1
+
+/* One saved chunk of a tensor: the box [off, off + shape) of the global
+   tensor, stored as tensor `key` of file `file`. */
+typedef struct shs__mchunk {
+    uint64_t *off, *shape;
+    uint32_t file;            /* index into shs__meta.f */
+    char *key;
+    uint64_t b0, b1;          /* absolute byte range in the file */
+    uint64_t hash;            /* XXH3 of the whole chunk, when has_hash */
+    int has_hash;
+    uint64_t block;           /* > 0: per-block checksums of `block` bytes */
+    uint64_t *blocks;         /* XXH3 of each block (the last may be short) */
+    size_t nblocks;
+} shs__mchunk;
+
+/* A tensor of the checkpoint: its global shape and its saved chunks
+   (replicas saved by several ranks appear once per rank). */
+typedef struct shs__mtensor {
+    char *name;
+    shs_kind kind;
+    shs_dtype dtype;
+    size_t ndim;
+    uint64_t *gshape;
+    shs__mchunk *c;
+    size_t nc;
+} shs__mtensor;
+
+/* A file of the step directory and the rank that wrote it. */
+typedef struct shs__mfile {
+    char *name;
+    int rank;
+} shs__mfile;
+
+/* A rank-local blob (rank state): bytes in a U8 tensor of a file. */
+typedef struct shs__mblob {
+    char *name;
+    int rank;
+    uint32_t file;
+    char *key;
+    uint64_t b0, b1, hash;
+} shs__mblob;
+
+/* A whole step directory.  t is sorted by name (shs__meta_find). */
+typedef struct shs__meta {
+    int64_t step;
+    int world_size;
+    int plain;                /* a plain directory of safetensors files */
+    shs__mfile *f;
+    size_t nf;
+    shs__mtensor *t;
+    size_t nt;
+    shs__mblob *b;
+    size_t nb;
+} shs__meta;
+
+/* "model", "opt": the "kind" of a tensor in metadata.json, by shs_kind. */
+extern const char *const shs__kind_name[2];
+
+/* Parse and validate <dir>/metadata.json into *m.  On error *m is empty
+   and the message names the file and the problem (SHS_ECORRUPT). */
+int shs__meta_parse(shs__meta *m, const char *dir);
+
+/* The model of a plain directory of safetensors files: each tensor whole
+   (one chunk), names unique across files; files whose name holds "-opt-"
+   hold optimizer state.  SHS_ENOCHECKPOINT when there is no such file. */
+int shs__meta_from_plain(shs__meta *m, const char *dir);
+
+/* Free what *m holds and empty it (an empty model may be freed again). */
+void shs__meta_free(shs__meta *m);
+
+/* The tensor named `name`, or NULL. */
+const shs__mtensor *shs__meta_find(const shs__meta *m, const char *name);
+
+/* A checksum as metadata.json spells it: 16 lowercase hex digits. */
+void shs__hex64(char out[17], uint64_t v);
+/* Parse 16 lowercase hex digits; -1 if `s` is anything else. */
+int shs__parse_hex64(uint64_t *out, const char *s);
+
+#endif

@@ -1,0 +1,675 @@
+/*
+ * save.c -- one step directory saved: every rank writes its files
+ * (incremental saves hard-link unchanged ones), the root merges the
+ * metadata and commits.  Format: docs/checkpoint.md.
+ *
+ * Commit protocol (every step a crash may interrupt leaves the previous
+ * committed checkpoint loadable and the tracker pointing at a complete
+ * directory):
+ *   1. every file goes into <save_path>/.tmp-iteration_N-<random>/, each
+ *      fsynced; metadata.json is written last; the directory is fsynced;
+ *   2. the directory is renamed to iteration_N (or swapped atomically with
+ *      an existing iteration_N by RENAME_EXCHANGE, the old one deleted);
+ *      save_path is fsynced;
+ *   3. the tracker is replaced atomically (temp file, fsync, rename, fsync).
+ * Leftovers (.tmp-*, .trash-*) are removed by the next run's manager.
+ */
+#include "checkpoint.h"
+
+#include "common_json.h"
+#include "exchange.h"
+#include "hash.h"
+#include "io.h"
+#include "meta.h"
+#include "stepdir.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Where a tensor of the state goes in this save. */
+enum { SLOT_SKIP = -1 };
+
+typedef struct out_file {
+    char name[320];
+    int linked;              /* hard link of a previous file */
+    size_t prev_index;       /* its index in the previous metadata */
+    json_t *entry;           /* its "files" entry */
+} out_file;
+
+typedef struct tensor_out {
+    int file;                /* index into files, or SLOT_SKIP */
+    uint64_t b0, b1;
+    uint64_t hash;
+    uint64_t *blocks;        /* per-block checksums (chunks > SHS__HASH_BLOCK) */
+} tensor_out;
+
+static const void *tensor_src(const shs_state *st, const shs__save_req *req, size_t i)
+{
+    return req->data && req->data[i] ? req->data[i] : st->t[i].data;
+}
+
+static int add_out_file(out_file **files, size_t *n, size_t *cap, const char *name)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 8;
+        out_file *f = shs__realloc(*files, c * sizeof *f);
+        if (!f)
+            return shs__err(SHS_ENOMEM, "out of memory planning a save");
+        *files = f;
+        *cap = c;
+    }
+    memset(&(*files)[*n], 0, sizeof **files);
+    snprintf((*files)[*n].name, sizeof (*files)[*n].name, "%s", name);
+    return (int)(*n)++;
+}
+
+static int find_out_file(const out_file *files, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(files[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* Is the local box of tensor t exactly chunk c of the previous save, with
+   the same content? */
+static int same_as_prev(const shs__tensor *t, const shs__mtensor *pt, const shs__mchunk **pc,
+                        uint64_t hash, int rank, const shs__meta *prev)
+{
+    if (!pt || pt->kind != t->kind || pt->dtype != t->dtype || pt->ndim != t->ndim)
+        return 0;
+    for (size_t d = 0; d < t->ndim; d++)
+        if (pt->gshape[d] != t->gshape[d])
+            return 0;
+    for (size_t k = 0; k < pt->nc; k++) {
+        const shs__mchunk *c = &pt->c[k];
+        if (prev->f[c->file].rank != rank || !c->has_hash || c->hash != hash)
+            continue;
+        int same = 1;
+        for (size_t d = 0; d < t->ndim && same; d++)
+            same = c->off[d] == t->goff[d] && c->shape[d] == t->shape[d];
+        if (same) {
+            *pc = c;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Write the tensors assigned to file `fi` as one safetensors file. */
+static int write_one_file(const shs_state *st, const shs__save_req *req, const char *tmp,
+                          out_file *f, int fi, tensor_out *to, const int *incl)
+{
+    shs_writer *w = NULL;
+    shs_writer_opts wo = SHS_WRITER_OPTS_INIT;
+    wo.fsync = req->fsync;
+    int rc;
+    char *path = shs__path_join(tmp, f->name);
+    if (!path)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    if ((rc = shs_writer_create(&w, path, &wo)) < 0)
+        goto done;
+    if ((rc = shs_writer_add_metadata(w, "format", "pt")) < 0)
+        goto done;
+    for (size_t i = 0; i < st->n; i++)
+        if (incl[i] && to[i].file == fi &&
+            (rc = shs_writer_add_tensor(w, st->t[i].name, st->t[i].dtype, st->t[i].ndim,
+                                        st->t[i].shape)) < 0)
+            goto done;
+    if ((rc = shs_writer_seal(w)) < 0)
+        goto done;
+    for (size_t k = 0; k < shs_writer_tensor_count(w); k++) {
+        const char *name = shs_writer_tensor_name(w, k);
+        long i = shs__state_find(st, name, strlen(name));
+        if ((rc = shs_writer_write(w, name, tensor_src(st, req, (size_t)i),
+                                   (size_t)st->t[i].nbytes)) < 0 ||
+            (rc = shs__writer_tensor_range(w, name, &to[i].b0, &to[i].b1)) < 0)
+            goto done;
+    }
+    rc = shs_writer_commit(w);
+done:
+    shs_writer_free(w);
+    shs__free(path);
+    return rc;
+}
+
+static json_t *json_dims(const uint64_t *v, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t d = 0; a && d < n; d++)
+        if (json_array_append_new(a, json_integer((json_int_t)v[d])) < 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+static json_t *json_range(uint64_t a, uint64_t b)
+{
+    json_t *r = json_array();
+    if (r && (json_array_append_new(r, json_integer((json_int_t)a)) < 0 ||
+              json_array_append_new(r, json_integer((json_int_t)b)) < 0)) {
+        json_decref(r);
+        return NULL;
+    }
+    return r;
+}
+
+static int commit_dir(const char *tmp, const char *target, const char *save_path, int do_fsync)
+{
+    struct stat st;
+    if (lstat(target, &st) == 0) {
+        /* same step saved again: swap atomically, make the swap durable,
+           then drop the old one */
+        if (shs__io->exchange(tmp, target) == 0) {
+            int rc = do_fsync ? shs__io_fsync_dir(save_path) : SHS_OK;
+            int r2 = shs__rmtree(tmp);
+            return rc < 0 ? rc : r2;
+        }
+        if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+            return shs__err_errno(errno, "cannot replace", target);
+        /* no RENAME_EXCHANGE on this file system: a short window where the
+           step is absent (the loader then reports the tracker's target
+           missing rather than loading a partial directory) */
+        char suffix[17], *trash;
+        shs__random_suffix(suffix);
+        size_t cap = strlen(save_path) + 64;
+        if (!(trash = shs__malloc(cap)))
+            return shs__err(SHS_ENOMEM, "out of memory");
+        snprintf(trash, cap, "%s/" SHS__TRASH_PREFIX "replaced-%s", save_path, suffix);
+        if (shs__io->rename(target, trash) != 0) {
+            int e = errno;
+            shs__free(trash);
+            return shs__err_errno(e, "cannot replace", target);
+        }
+        int rc = SHS_OK;
+        if (shs__io->rename(tmp, target) != 0) {
+            rc = shs__err_errno(errno, "cannot rename into place", target);
+            shs__io->rename(trash, target); /* put the old one back */
+        } else {
+            shs__rmtree(trash);
+        }
+        shs__free(trash);
+        if (rc < 0)
+            return rc;
+    } else if (shs__io->rename(tmp, target) != 0) {
+        return shs__err_errno(errno, "cannot rename into place", target);
+    }
+    return do_fsync ? shs__io_fsync_dir(save_path) : SHS_OK;
+}
+
+/*
+ * One rank's part of a save: write its files into the temporary directory
+ * `tmp` and describe them in a metadata fragment (the "files", "tensors"
+ * and "blobs" of metadata.json, with file indices local to this rank).
+ */
+static int save_local(const shs_state *st, const shs__save_req *req, const char *tmp,
+                      const uint8_t *skip, json_t **frag_out, shs_save_stats *stats)
+{
+    int rc;
+    char name[360];
+    shs__meta prev = { 0 };
+    int have_prev = 0;
+    out_file *files = NULL;
+    size_t nfiles = 0, capfiles = 0;
+    tensor_out *to = NULL;
+    int *incl = NULL;
+    json_t *root = NULL;
+    shs_save_stats s = { 0 };
+    s.step = req->step;
+
+    *frag_out = NULL;
+    to = shs__calloc(st->n + 1, sizeof *to);
+    incl = shs__calloc(st->n + 1, sizeof *incl);
+    if (!to || !incl) {
+        rc = shs__err(SHS_ENOMEM, "out of memory saving step %lld", (long long)req->step);
+        goto done;
+    }
+
+    /* what goes in, and the checksum of each local chunk */
+    for (size_t i = 0; i < st->n; i++) {
+        incl[i] = (st->t[i].kind == SHS_KIND_MODEL || req->with_optim) && !(skip && skip[i]);
+        to[i].file = SLOT_SKIP;
+        if (incl[i]) {
+            uint64_t n = st->t[i].nbytes;
+            if (n > SHS__HASH_BLOCK) {
+                if (!(to[i].blocks = shs__calloc((size_t)((n + SHS__HASH_BLOCK - 1) /
+                                                          SHS__HASH_BLOCK), 8))) {
+                    rc = shs__err(SHS_ENOMEM, "out of memory for block checksums");
+                    goto done;
+                }
+                to[i].hash = shs__xxh3_blocks(tensor_src(st, req, i), n, SHS__HASH_BLOCK,
+                                              to[i].blocks);
+            } else {
+                to[i].hash = shs__xxh3(tensor_src(st, req, i), (size_t)n);
+            }
+            s.state_bytes += n;
+        }
+    }
+
+    /* incremental: previous files whose every tensor is unchanged are
+       hard-linked; other unchanged tensors go to a "frozen" file that
+       the next save can link in turn */
+    if (req->incremental && req->prev_dir && shs__meta_parse(&prev, req->prev_dir) == SHS_OK)
+        have_prev = 1;
+    shs__err_clear();
+    int *unchanged = NULL;
+    if (have_prev) {
+        unchanged = shs__calloc(st->n + 1, sizeof *unchanged);
+        int *linkable = shs__calloc(prev.nf + 1, sizeof *linkable);
+        if (!unchanged || !linkable) {
+            shs__free(unchanged);
+            shs__free(linkable);
+            rc = shs__err(SHS_ENOMEM, "out of memory planning a save");
+            goto done;
+        }
+        for (size_t k = 0; k < prev.nf; k++)
+            linkable[k] = prev.f[k].rank == req->rank;
+        for (size_t k = 0; k < prev.nb; k++)
+            linkable[prev.b[k].file] = 0;
+        /* a previous file is linkable when each of its chunks is a tensor
+           of this save with the same content */
+        for (size_t j = 0; j < prev.nt; j++) {
+            const shs__mtensor *pt = &prev.t[j];
+            long i = shs__state_find(st, pt->name, strlen(pt->name));
+            const shs__mchunk *pc = NULL;
+            int same = i >= 0 && incl[i] &&
+                       same_as_prev(&st->t[i], pt, &pc, to[i].hash, req->rank, &prev);
+            if (same)
+                unchanged[i] = 1 + (int)pc->file;
+            for (size_t k = 0; k < pt->nc; k++)
+                if (!same || &pt->c[k] != pc)
+                    linkable[pt->c[k].file] = 0;
+        }
+        for (size_t k = 0; k < prev.nf; k++) {
+            if (!linkable[k])
+                continue;
+            char *from = shs__path_join(req->prev_dir, prev.f[k].name);
+            char *to_path = shs__path_join(tmp, prev.f[k].name);
+            int ok = from && to_path && shs__io->link(from, to_path) == 0;
+            shs__free(from);
+            shs__free(to_path);
+            if (!ok)
+                continue; /* e.g. EXDEV: those tensors are written instead */
+            int fi = add_out_file(&files, &nfiles, &capfiles, prev.f[k].name);
+            if (fi < 0) {
+                rc = fi;
+                shs__free(unchanged);
+                shs__free(linkable);
+                goto done;
+            }
+            files[fi].linked = 1;
+            files[fi].prev_index = k;
+            for (size_t i = 0; i < st->n; i++)
+                if (unchanged[i] == 1 + (int)k)
+                    to[i].file = fi;
+        }
+        shs__free(linkable);
+    }
+
+    /* the rest: one file per kind, plus one per kind for unchanged data */
+    for (size_t i = 0; i < st->n; i++) {
+        if (!incl[i] || to[i].file != SLOT_SKIP)
+            continue;
+        const char *kind = shs__kind_name[st->t[i].kind];
+        int frozen = unchanged && unchanged[i];
+        if (frozen)
+            snprintf(name, sizeof name, "%s-%s-frozen%08lld-%07d-%07d.safetensors",
+                     req->prefix, kind, (long long)req->step, req->rank, req->world_size);
+        else
+            snprintf(name, sizeof name, "%s-%s-%07d-%07d.safetensors", req->prefix, kind,
+                     req->rank, req->world_size);
+        int fi = find_out_file(files, nfiles, name);
+        if (fi >= 0 && files[fi].linked) {
+            /* a linked file already has the plain name: use a step-tagged one */
+            snprintf(name, sizeof name, "%s-%s-s%08lld-%07d-%07d.safetensors", req->prefix,
+                     kind, (long long)req->step, req->rank, req->world_size);
+            fi = find_out_file(files, nfiles, name);
+        }
+        if (fi < 0 && (fi = add_out_file(&files, &nfiles, &capfiles, name)) < 0) {
+            rc = fi;
+            shs__free(unchanged);
+            goto done;
+        }
+        to[i].file = fi;
+    }
+    shs__free(unchanged);
+
+    for (size_t fi = 0; fi < nfiles; fi++) {
+        if (files[fi].linked) {
+            /* byte ranges of linked tensors come from the previous metadata */
+            for (size_t i = 0; i < st->n; i++) {
+                if (to[i].file != (int)fi)
+                    continue;
+                const shs__mtensor *pt = shs__meta_find(&prev, st->t[i].name);
+                const shs__mchunk *pc = NULL;
+                same_as_prev(&st->t[i], pt, &pc, to[i].hash, req->rank, &prev);
+                to[i].b0 = pc->b0;
+                to[i].b1 = pc->b1;
+                s.bytes_linked += st->t[i].nbytes;
+            }
+            continue;
+        }
+        if ((rc = write_one_file(st, req, tmp, &files[fi], (int)fi, to, incl)) < 0)
+            goto done;
+        for (size_t i = 0; i < st->n; i++)
+            if (to[i].file == (int)fi)
+                s.bytes_written += st->t[i].nbytes;
+    }
+
+    /* rank-local blobs: one safetensors file of U8 tensors */
+    int blob_file = -1;
+    uint64_t *blob_range = NULL;
+    if (req->n_blobs) {
+        snprintf(name, sizeof name, "%s-state-%07d-%07d.safetensors", req->prefix, req->rank,
+                 req->world_size);
+        char *path = shs__path_join(tmp, name);
+        shs_writer *w = NULL;
+        shs_writer_opts wo = SHS_WRITER_OPTS_INIT;
+        wo.fsync = req->fsync;
+        blob_range = shs__calloc(2 * req->n_blobs, sizeof *blob_range);
+        if (!path || !blob_range)
+            rc = shs__err(SHS_ENOMEM, "out of memory saving blobs");
+        else
+            rc = shs_writer_create(&w, path, &wo);
+        for (size_t k = 0; rc == SHS_OK && k < req->n_blobs; k++) {
+            uint64_t len = req->blobs[k].len;
+            rc = shs_writer_add_tensor(w, req->blobs[k].name, SHS_U8, 1, &len);
+        }
+        for (size_t k = 0; rc == SHS_OK && k < req->n_blobs; k++) {
+            rc = shs_writer_write(w, req->blobs[k].name, req->blobs[k].data, req->blobs[k].len);
+            if (rc == SHS_OK)
+                rc = shs__writer_tensor_range(w, req->blobs[k].name, &blob_range[2 * k],
+                                              &blob_range[2 * k + 1]);
+            s.bytes_written += req->blobs[k].len;
+        }
+        if (rc == SHS_OK)
+            rc = shs_writer_commit(w);
+        shs_writer_free(w);
+        shs__free(path);
+        if (rc == SHS_OK && (blob_file = add_out_file(&files, &nfiles, &capfiles, name)) < 0)
+            rc = blob_file;
+        if (rc < 0) {
+            shs__free(blob_range);
+            goto done;
+        }
+    }
+
+    /* this rank's fragment of metadata.json */
+    root = json_object();
+    json_t *jfiles = json_array(), *jt = json_object(), *jb = json_array();
+    int bad = !root || !jfiles || !jt || !jb;
+    if (!bad)
+        bad = json_object_set_new(root, "files", jfiles) ||
+              json_object_set_new(root, "tensors", jt) ||
+              json_object_set_new(root, "blobs", jb);
+    else {
+        json_decref(jfiles);
+        json_decref(jt);
+        json_decref(jb);
+    }
+    for (size_t fi = 0; !bad && fi < nfiles; fi++) {
+        json_t *e = json_pack("{s:s, s:i}", "name", files[fi].name, "rank", req->rank);
+        bad = !e || json_array_append_new(jfiles, e) < 0;
+    }
+    char hx[17];
+    for (size_t i = 0; !bad && i < st->n; i++) {
+        if (!incl[i])
+            continue;
+        const shs__tensor *t = &st->t[i];
+        shs__hex64(hx, to[i].hash);
+        json_t *chunk = json_pack("{s:o, s:o, s:i, s:s, s:o, s:s}", "offset",
+                                  json_dims(t->goff, t->ndim), "shape",
+                                  json_dims(t->shape, t->ndim), "file", to[i].file, "key",
+                                  t->name, "byte_range", json_range(to[i].b0, to[i].b1), "xxh3",
+                                  hx);
+        /* large chunks also get per-block checksums, so a load that needs
+           only part of the chunk checks only the blocks it reads */
+        if (chunk && to[i].blocks) {
+            json_t *bl = json_array();
+            for (uint64_t q = 0; bl && q * SHS__HASH_BLOCK < t->nbytes; q++) {
+                shs__hex64(hx, to[i].blocks[q]);
+                if (json_array_append_new(bl, json_string(hx)) < 0) {
+                    json_decref(bl);
+                    bl = NULL;
+                }
+            }
+            if (!bl || json_object_set_new(chunk, "xxh3_block", json_integer(SHS__HASH_BLOCK)) < 0 ||
+                json_object_set_new(chunk, "xxh3_blocks", bl) < 0) {
+                json_decref(chunk);
+                chunk = NULL;
+            }
+        }
+        json_t *e = chunk ? json_pack("{s:s, s:s, s:o, s:[o]}", "kind", shs__kind_name[t->kind],
+                                      "dtype", shs_dtype_name(t->dtype), "shape",
+                                      json_dims(t->gshape, t->ndim), "chunks", chunk)
+                          : NULL;
+        bad = !e || json_object_set_new(jt, t->name, e) < 0;
+    }
+    for (size_t k = 0; !bad && k < req->n_blobs; k++) {
+        shs__hex64(hx, shs__xxh3(req->blobs[k].data, req->blobs[k].len));
+        json_t *e = json_pack("{s:s, s:i, s:i, s:s, s:o, s:s}", "name", req->blobs[k].name,
+                              "rank", req->rank, "file", blob_file, "key", req->blobs[k].name,
+                              "byte_range", json_range(blob_range[2 * k], blob_range[2 * k + 1]),
+                              "xxh3", hx);
+        bad = !e || json_array_append_new(jb, e) < 0;
+    }
+    shs__free(blob_range);
+    if (bad) {
+        rc = shs__err(SHS_ENOMEM, "out of memory describing the saved files");
+        goto done;
+    }
+    *frag_out = root;
+    root = NULL;
+    *stats = s;
+    rc = SHS_OK;
+done:
+    json_decref(root);
+    if (have_prev)
+        shs__meta_free(&prev);
+    shs__free(files);
+    for (size_t i = 0; to && i < st->n; i++)
+        shs__free(to[i].blocks);
+    shs__free(to);
+    shs__free(incl);
+    return rc;
+}
+
+/* Root: merge the ranks' fragments (texts, in rank order) into the body
+   of metadata.json, remapping file indices. */
+static int merge_fragments(json_t *out, const char *texts, const size_t *lens, int world,
+                           const char *save_path)
+{
+    json_t *files = json_object_get(out, "files"), *tensors = json_object_get(out, "tensors");
+    json_t *blobs = json_object_get(out, "blobs");
+    size_t at = 0;
+    int rc = SHS_OK;
+    for (int r = 0; r < world && rc == SHS_OK; r++) {
+        json_error_t jerr;
+        json_t *f = json_loadb(texts + at, lens[r], JSON_REJECT_DUPLICATES, &jerr);
+        at += lens[r];
+        if (!f)
+            return shs__err(SHS_ECORRUPT, "%s: metadata of rank %d is invalid: %s", save_path, r,
+                            jerr.text);
+        json_int_t base = (json_int_t)json_array_size(files);
+        size_t i;
+        json_t *v;
+        json_array_foreach(json_object_get(f, "files"), i, v)
+            if (json_array_append(files, v) < 0)
+                rc = shs__err(SHS_ENOMEM, "out of memory");
+        const char *name;
+        json_object_foreach(json_object_get(f, "tensors"), name, v) {
+            json_t *chunks = json_object_get(v, "chunks"), *c;
+            json_array_foreach(chunks, i, c)
+                json_object_set_new(c, "file",
+                                    json_integer(json_integer_value(json_object_get(c, "file")) + base));
+            json_t *have = json_object_get(tensors, name);
+            if (!have) {
+                if (json_object_set(tensors, name, v) < 0)
+                    rc = shs__err(SHS_ENOMEM, "out of memory");
+                continue;
+            }
+            if (!json_equal(json_object_get(have, "kind"), json_object_get(v, "kind")) ||
+                !json_equal(json_object_get(have, "dtype"), json_object_get(v, "dtype")) ||
+                !json_equal(json_object_get(have, "shape"), json_object_get(v, "shape"))) {
+                rc = shs__err(SHS_EMISMATCH,
+                              "tensor '%s': rank %d registers another kind, dtype or global "
+                              "shape than a lower rank", name, r);
+                break;
+            }
+            if (json_array_extend(json_object_get(have, "chunks"), chunks) < 0)
+                rc = shs__err(SHS_ENOMEM, "out of memory");
+        }
+        json_array_foreach(json_object_get(f, "blobs"), i, v) {
+            json_object_set_new(v, "file",
+                                json_integer(json_integer_value(json_object_get(v, "file")) + base));
+            if (json_array_append(blobs, v) < 0)
+                rc = shs__err(SHS_ENOMEM, "out of memory");
+        }
+        json_decref(f);
+    }
+    return rc;
+}
+
+/* Root: common.json, metadata.json, then the commit protocol. */
+static int root_commit(const shs__save_req *req, const char *tmp, const char *texts,
+                       const size_t *lens, int world, char *out_dir, size_t out_cap,
+                       int *committed)
+{
+    int rc;
+    char *text = NULL, *mpath = NULL, *target = NULL, *tracker = NULL;
+    json_t *root = json_pack("{s:s, s:i, s:I, s:i, s:[], s:{}, s:[]}", "format",
+                             "shardsafe.checkpoint", "version", SHS__META_VERSION, "step",
+                             (json_int_t)req->step, "world_size", world, "files", "tensors",
+                             "blobs");
+    *committed = 0;
+    if (!root)
+        return shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+    if ((rc = merge_fragments(root, texts, lens, world, req->save_path)) < 0)
+        goto done;
+    if ((rc = shs__common_write(tmp, req->progress, req->fsync)) < 0)
+        goto done;
+    /* metadata.json is written last: a directory holding it is complete */
+    text = json_dumps(root, JSON_INDENT(1) | JSON_COMPACT);
+    mpath = shs__path_join(tmp, "metadata.json");
+    target = shs__step_dir_path(req->save_path, req->step);
+    tracker = shs__tracker_path(req->save_path);
+    if (!text || !mpath || !target || !tracker) {
+        rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+        goto done;
+    }
+    if ((rc = shs__write_file(mpath, text, strlen(text), req->fsync)) < 0)
+        goto done;
+    if (req->fsync && (rc = shs__io_fsync_dir(tmp)) < 0)
+        goto done;
+    /* commit: the directory, then the tracker */
+    if ((rc = commit_dir(tmp, target, req->save_path, req->fsync)) < 0)
+        goto done;
+    *committed = 1;
+    if ((rc = shs__write_tracker(tracker, req->step, req->fsync)) < 0) {
+        /* the directory is complete and committed; the tracker names the
+           previous step (or, if only the final directory fsync failed, this
+           one): either way it names a complete directory */
+        shs__err_prefix(rc, "step directory committed; updating the tracker failed");
+        goto done;
+    }
+    if (out_dir)
+        snprintf(out_dir, out_cap, "%s", target);
+done:
+    free(text);
+    json_decref(root);
+    shs__free(mpath);
+    shs__free(target);
+    shs__free(tracker);
+    return rc;
+}
+
+int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm,
+                   shs_save_stats *stats, char *out_dir, size_t out_cap)
+{
+    const int root = 0, me = comm->rank, world = comm->size;
+    char suffix[17] = { 0 }, name[64], msg[256], dname[40];
+    char *tmp = NULL, *text = NULL, *all = NULL;
+    size_t *lens = NULL;
+    json_t *frag = NULL;
+    int rc = SHS_OK, committed = 0;
+    shs_save_stats s = { 0 };
+
+    /* the root creates the temporary directory and names it for all */
+    if (me == root)
+        shs__random_suffix(suffix);
+    if ((rc = shs__comm_bcast(comm, suffix, sizeof suffix, root)) < 0)
+        return rc;
+    suffix[16] = '\0';
+    shs__step_dir_name(dname, sizeof dname, req->step);
+    snprintf(name, sizeof name, SHS__TMP_PREFIX "%s-%s", dname, suffix);
+    if (!(tmp = shs__path_join(req->save_path, name)))
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+    if (me == root && rc == SHS_OK && (rc = shs__mkdirs(req->save_path, 0755)) == SHS_OK &&
+        shs__io->mkdir(tmp, 0755) != 0)
+        rc = shs__err_errno(errno, "cannot create", tmp);
+    snprintf(msg, sizeof msg, "%s", shs_last_error());
+    if ((rc = shs__comm_agree(comm, rc, msg)) < 0)
+        goto fail;
+
+    /* every rank writes its own files */
+    uint8_t *skip = NULL;
+    if (world > 1 && req->remove_redundancy)
+        rc = shs__plan_replicas(st, req, comm, &skip);
+    if (rc == SHS_OK)
+        rc = save_local(st, req, tmp, skip, &frag, &s);
+    if (!req->layout_cache)
+        shs__free(skip);
+    if (rc == SHS_OK && !(text = json_dumps(frag, JSON_COMPACT)))
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+    snprintf(msg, sizeof msg, "%s", shs_last_error());
+    /* commit only if every rank succeeded; else every rank hears who failed */
+    if ((rc = shs__comm_agree(comm, rc, msg)) < 0)
+        goto fail;
+    if ((rc = shs__comm_gather_bytes(comm, text, strlen(text), root, &all, &lens)) < 0)
+        goto fail;
+    /* balance of the written bytes over the ranks */
+    uint64_t *written = shs__calloc((size_t)world, sizeof *written);
+    if (!written || (rc = shs__comm_allgather(comm, &s.bytes_written, 8, written)) < 0) {
+        shs__free(written);
+        rc = rc < 0 ? rc : shs__err(SHS_ENOMEM, "out of memory");
+        goto fail;
+    }
+    uint64_t sum = 0;
+    for (int r = 0; r < world; r++) {
+        sum += written[r];
+        if (written[r] > s.max_rank_bytes)
+            s.max_rank_bytes = written[r];
+    }
+    s.write_balance = sum ? (double)s.max_rank_bytes * world / (double)sum : 1.0;
+    shs__free(written);
+    if (me == root)
+        rc = root_commit(req, tmp, all, lens, world, out_dir, out_cap, &committed);
+    snprintf(msg, sizeof msg, "%s", shs_last_error());
+    int agreed = shs__comm_agree(comm, me == root ? rc : SHS_OK, msg);
+    if (me == root && rc < 0 && !committed)
+        shs__rmtree(tmp);
+    if (agreed < 0) {
+        rc = agreed;
+        goto done;
+    }
+    if (me != root && out_dir)
+        snprintf(out_dir, out_cap, "%s/%s", req->save_path, dname);
+    if (stats)
+        *stats = s;
+    goto done;
+fail:
+    if (me == root && tmp)
+        shs__rmtree(tmp);
+done:
+    free(text);
+    json_decref(frag);
+    shs__free(all);
+    shs__free(lens);
+    shs__free(tmp);
+    return rc;
+}

@@ -1,0 +1,247 @@
+/*
+ * stepdir.c -- names in a save path: step directories, the tracker,
+ * leftovers of failed saves; listing, removing, cleaning.
+ */
+#include "stepdir.h"
+
+#include "io.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int shs__step_dir_name(char *buf, size_t cap, int64_t step)
+{
+    return snprintf(buf, cap, "iteration_%08lld", (long long)step);
+}
+
+int shs__step_dir_alt_name(char *buf, size_t cap, int64_t step)
+{
+    return snprintf(buf, cap, "step-%lld", (long long)step);
+}
+
+int64_t shs__step_of_name(const char *name)
+{
+    const char *p;
+    if (strncmp(name, "iteration_", 10) == 0)
+        p = name + 10;
+    else if (strncmp(name, "step-", 5) == 0)
+        p = name + 5;
+    else
+        return -1;
+    if (!*p || strlen(p) > 18)
+        return -1;
+    int64_t v = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+int shs__step_dir_is_complete(const char *dir)
+{
+    char *m = shs__path_join(dir, "metadata.json");
+    char *c = shs__path_join(dir, "common.json");
+    struct stat st;
+    int ok = m && c && stat(m, &st) == 0 && S_ISREG(st.st_mode) && stat(c, &st) == 0 &&
+             S_ISREG(st.st_mode);
+    shs__free(m);
+    shs__free(c);
+    return ok;
+}
+
+int shs__step_dir_has_metadata(const char *path)
+{
+    char *mp = shs__path_join(path, "metadata.json");
+    struct stat st;
+    int r = mp && stat(mp, &st) == 0;
+    shs__free(mp);
+    return r;
+}
+
+int shs__is_leftover_name(const char *name)
+{
+    return strncmp(name, SHS__TMP_PREFIX, sizeof SHS__TMP_PREFIX - 1) == 0 ||
+           strncmp(name, SHS__TRASH_PREFIX, sizeof SHS__TRASH_PREFIX - 1) == 0 ||
+           strncmp(name, SHS__TRACKER ".tmp.", sizeof SHS__TRACKER + 4) == 0;
+}
+
+int shs__is_safetensors_name(const char *name)
+{
+    size_t a = strlen(name), b = strlen(".safetensors");
+    return a >= b && strcmp(name + a - b, ".safetensors") == 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int shs__list_steps(int64_t **out, size_t *n, const char *save_path)
+{
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(save_path);
+    if (!d)
+        return shs__err_errno(errno, "cannot open save path", save_path);
+    int64_t *v = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc = SHS_OK;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s = shs__step_of_name(e->d_name);
+        if (s < 0)
+            continue;
+        char *full = shs__path_join(save_path, e->d_name);
+        if (!full) {
+            rc = shs__err(SHS_ENOMEM, "out of memory listing %s", save_path);
+            break;
+        }
+        int ok = shs__step_dir_is_complete(full);
+        shs__free(full);
+        if (!ok)
+            continue;
+        if (cnt == cap) {
+            cap = cap ? cap * 2 : 16;
+            int64_t *nv = shs__realloc(v, cap * sizeof *nv);
+            if (!nv) {
+                rc = shs__err(SHS_ENOMEM, "out of memory listing %s", save_path);
+                break;
+            }
+            v = nv;
+        }
+        v[cnt++] = s;
+    }
+    closedir(d);
+    if (rc < 0) {
+        shs__free(v);
+        return rc;
+    }
+    if (cnt > 1)
+        qsort(v, cnt, sizeof *v, cmp_i64);
+    /* iteration_N and step-N of the same N count once */
+    size_t w = 0;
+    for (size_t i = 0; i < cnt; i++)
+        if (w == 0 || v[w - 1] != v[i])
+            v[w++] = v[i];
+    *out = v;
+    *n = w;
+    return SHS_OK;
+}
+
+char *shs__tracker_path(const char *save_path)
+{
+    return shs__path_join(save_path, SHS__TRACKER);
+}
+
+int shs__read_tracker(int64_t *step, const char *save_path)
+{
+    char *path = shs__tracker_path(save_path);
+    if (!path)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    char *buf = NULL;
+    size_t len = 0;
+    struct stat st;
+    int rc;
+    if (stat(path, &st) != 0) {
+        rc = shs__err(SHS_ENOENT, "%s: no tracker", save_path);
+        goto done;
+    }
+    if ((rc = shs__read_file(&buf, &len, path, 64)) < 0)
+        goto done;
+    /* a decimal step, optionally followed by one newline */
+    size_t i = 0;
+    int64_t v = 0;
+    for (; i < len && buf[i] >= '0' && buf[i] <= '9' && i < 18; i++)
+        v = v * 10 + (buf[i] - '0');
+    if (i == 0 || !(i == len || (i + 1 == len && buf[i] == '\n'))) {
+        rc = shs__err(SHS_ECORRUPT, "%s: tracker must hold a decimal step, not '%.20s'", path,
+                      buf);
+        goto done;
+    }
+    *step = v;
+done:
+    shs__free(buf);
+    shs__free(path);
+    return rc;
+}
+
+int shs__write_tracker(const char *tracker, int64_t step, int do_fsync)
+{
+    char num[32];
+    int nlen = snprintf(num, sizeof num, "%lld", (long long)step);
+    return shs__write_file_atomic(tracker, num, (size_t)nlen, do_fsync);
+}
+
+char *shs__step_dir_path(const char *save_path, int64_t step)
+{
+    char name[40];
+    shs__step_dir_name(name, sizeof name, step);
+    return shs__path_join(save_path, name);
+}
+
+int shs__remove_step(const char *save_path, int64_t step)
+{
+    char *dir = shs__step_dir_path(save_path, step);
+    char suffix[17], name[80], base[40];
+    shs__random_suffix(suffix);
+    shs__step_dir_name(base, sizeof base, step);
+    snprintf(name, sizeof name, SHS__TRASH_PREFIX "%s-%s", base, suffix);
+    char *trash = shs__path_join(save_path, name);
+    int rc = SHS_OK;
+    if (!dir || !trash) {
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+        goto done;
+    }
+    /* renamed away first: a crash mid-delete leaves only a .trash- entry,
+       never a half-deleted directory that looks like a checkpoint */
+    int r = shs__io->rename(dir, trash);
+    if (r != 0 && errno == ENOENT) {
+        /* a torchtitan-style step-N directory */
+        char alt[40];
+        shs__step_dir_alt_name(alt, sizeof alt, step);
+        shs__free(dir);
+        if (!(dir = shs__path_join(save_path, alt))) {
+            rc = shs__err(SHS_ENOMEM, "out of memory");
+            goto done;
+        }
+        r = shs__io->rename(dir, trash);
+        if (r != 0 && errno == ENOENT)
+            goto done; /* nothing to remove */
+    }
+    if (r != 0) {
+        rc = shs__err_errno(errno, "cannot remove", dir);
+        goto done;
+    }
+    rc = shs__rmtree(trash);
+done:
+    shs__free(dir);
+    shs__free(trash);
+    return rc;
+}
+
+int shs__clean_leftovers(const char *save_path)
+{
+    DIR *d = opendir(save_path);
+    if (!d)
+        return errno == ENOENT ? SHS_OK : shs__err_errno(errno, "cannot open", save_path);
+    int rc = SHS_OK;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!shs__is_leftover_name(e->d_name))
+            continue;
+        char *p = shs__path_join(save_path, e->d_name);
+        int r = p ? shs__rmtree(p) : shs__err(SHS_ENOMEM, "out of memory");
+        shs__free(p);
+        if (r < 0 && rc == SHS_OK)
+            rc = r;
+    }
+    closedir(d);
+    return rc;
+}

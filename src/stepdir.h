@@ -1,0 +1,69 @@
+/*
+ * stepdir.h -- names in a save path and their maintenance: the step
+ * directory names (iteration_%08d, and torchtitan's step-N read too), the
+ * tracker file, the leftovers of failed saves, listing, removing and
+ * cleaning.  Everything that spells or recognizes one of these names lives
+ * in stepdir.c, so the spelling has one definition.
+ */
+#ifndef SHS_STEPDIR_H
+#define SHS_STEPDIR_H
+
+#include "internal.h"
+
+/* The tracker: the committed step, in decimal, optionally one newline. */
+#define SHS__TRACKER "latest_checkpointed_iteration.txt"
+
+/* Prefixes of the leftovers a crash may leave in a save path: a save's
+   temporary directory, and a step renamed away before deletion. */
+#define SHS__TMP_PREFIX ".tmp-"
+#define SHS__TRASH_PREFIX ".trash-"
+
+/* "iteration_%08lld": the name this library gives step directories.
+   Returns what snprintf returns. */
+int shs__step_dir_name(char *buf, size_t cap, int64_t step);
+
+/* "step-%lld": torchtitan's name, read and removed but never written. */
+int shs__step_dir_alt_name(char *buf, size_t cap, int64_t step);
+
+/* <save_path>/iteration_%08lld (caller frees); NULL when out of memory. */
+char *shs__step_dir_path(const char *save_path, int64_t step);
+
+/* <save_path>/<SHS__TRACKER> (caller frees); NULL when out of memory. */
+char *shs__tracker_path(const char *save_path);
+
+/* Step of a directory name "iteration_%08d" or "step-N"; -1 otherwise. */
+int64_t shs__step_of_name(const char *name);
+
+/* Two "is this a step directory" checks, kept apart on purpose:
+   - is_complete: metadata.json AND common.json are regular files.  Used
+     when listing a save path: only a finished save counts as a step.
+   - has_metadata: metadata.json exists (any file type).  Used when a path
+     is given to open, resolve or load: it is then a step directory, not a
+     save path or a plain directory of safetensors files. */
+int shs__step_dir_is_complete(const char *dir);
+int shs__step_dir_has_metadata(const char *dir);
+
+/* A leftover of a failed save: .tmp-*, .trash-* or the tracker's temp. */
+int shs__is_leftover_name(const char *name);
+
+/* A file name ending in ".safetensors". */
+int shs__is_safetensors_name(const char *name);
+
+/* Committed steps in a save path, ascending (caller frees *out). */
+int shs__list_steps(int64_t **out, size_t *n, const char *save_path);
+
+/* Read the tracker: SHS_ENOENT when absent, SHS_ECORRUPT when malformed. */
+int shs__read_tracker(int64_t *step, const char *save_path);
+
+/* Replace the tracker at `tracker` (from shs__tracker_path) atomically
+   with `step`.  The path is computed by the caller so that a save can
+   fail for lack of memory before it commits anything. */
+int shs__write_tracker(const char *tracker, int64_t step, int do_fsync);
+
+/* Remove a committed step directory safely (rename away, then delete). */
+int shs__remove_step(const char *save_path, int64_t step);
+
+/* Remove leftovers of failed saves (.tmp-* and .trash-* entries). */
+int shs__clean_leftovers(const char *save_path);
+
+#endif

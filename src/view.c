@@ -1,0 +1,318 @@
+/*
+ * view.c -- the public read-only side of checkpoints: resolving a path to
+ * a step directory, verifying one, the shs_checkpoint view of its
+ * metadata, and the save-path maintenance entry points (list, tracker,
+ * remove, clean).  Format: docs/checkpoint.md.
+ */
+#include "common_json.h"
+#include "hash.h"
+#include "io.h"
+#include "loader.h"
+#include "stepdir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step)
+{
+    struct stat st;
+    int rc;
+    if (!out || !path || !*path)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_resolve: empty path");
+    if (stat(path, &st) != 0)
+        return shs__err_errno(errno, "cannot find checkpoint path", path);
+    if (!S_ISDIR(st.st_mode))
+        return shs__err(SHS_EINVAL, "%s: a checkpoint path is a directory", path);
+    if (shs__step_dir_has_metadata(path)) {
+        snprintf(out, cap, "%s", path);
+        return SHS_OK;
+    }
+    int64_t *steps = NULL;
+    size_t n = 0;
+    if ((rc = shs__list_steps(&steps, &n, path)) < 0)
+        return rc;
+    int64_t pick = -1;
+    if (step >= 0) {
+        for (size_t i = 0; i < n; i++)
+            if (steps[i] == step)
+                pick = step;
+        if (pick < 0) {
+            shs__free(steps);
+            return shs__err(SHS_ENOCHECKPOINT, "%s: no complete checkpoint of step %lld", path,
+                            (long long)step);
+        }
+    } else {
+        int64_t tracked;
+        rc = shs__read_tracker(&tracked, path);
+        if (rc == SHS_OK) {
+            for (size_t i = 0; i < n; i++)
+                if (steps[i] == tracked)
+                    pick = tracked;
+            if (pick < 0) {
+                shs__free(steps);
+                return shs__err(SHS_ECORRUPT,
+                                "%s/" SHS__TRACKER " names step %lld, but there is no complete "
+                                "directory of that step", path, (long long)tracked);
+            }
+        } else if (rc == SHS_ENOENT) {
+            pick = n ? steps[n - 1] : -1;
+        } else {
+            shs__free(steps);
+            return rc;
+        }
+    }
+    shs__free(steps);
+    if (pick < 0) {
+        /* a plain directory of safetensors files is a checkpoint too */
+        DIR *d = opendir(path);
+        struct dirent *e;
+        int any = 0;
+        while (d && (e = readdir(d)) && !any)
+            any = shs__is_safetensors_name(e->d_name);
+        if (d)
+            closedir(d);
+        if (any) {
+            snprintf(out, cap, "%s", path);
+            return SHS_OK;
+        }
+        return shs__err(SHS_ENOCHECKPOINT, "%s: no checkpoint", path);
+    }
+    char name[40];
+    shs__step_dir_name(name, sizeof name, pick);
+    char *full = shs__path_join(path, name);
+    if (full && !shs__step_dir_has_metadata(full)) {
+        shs__step_dir_alt_name(name, sizeof name, pick);
+        shs__free(full);
+        full = shs__path_join(path, name);
+    }
+    if (!full)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    snprintf(out, cap, "%s", full);
+    shs__free(full);
+    return SHS_OK;
+}
+
+int shs_checkpoint_verify(const char *dir)
+{
+    shs__meta m;
+    int rc;
+    if (!dir)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_verify: NULL path");
+    if ((rc = shs__meta_parse(&m, dir)) < 0)
+        return rc;
+    shs__loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)) };
+    void *buf = NULL;
+    if (!L.fh) {
+        shs__meta_free(&m);
+        return shs__err(SHS_ENOMEM, "out of memory");
+    }
+    for (size_t j = 0; j < m.nt && rc == SHS_OK; j++) {
+        for (size_t k = 0; k < m.t[j].nc && rc == SHS_OK; k++) {
+            const shs__mchunk *c = &m.t[j].c[k];
+            shs_file *f;
+            size_t idx;
+            if ((rc = shs__chunk_locate(&L, c->file, c->key, c->b0, c->b1, &f, &idx)) < 0)
+                break;
+            const void *p = shs_file_tensor_data(f, idx);
+            if (!p) {
+                shs__free(buf);
+                if (!(buf = shs__malloc((size_t)(c->b1 - c->b0) + 1))) {
+                    rc = shs__err(SHS_ENOMEM, "out of memory");
+                    break;
+                }
+                if ((rc = shs_file_read(f, idx, buf, (size_t)(c->b1 - c->b0))) < 0)
+                    break;
+                p = buf;
+            }
+            rc = shs__check_hash(&L, c, m.t[j].name, p, c->b1 - c->b0);
+            for (size_t q = 0; rc == SHS_OK && q < c->nblocks; q++) {
+                uint64_t at = (uint64_t)q * c->block, n = c->b1 - c->b0;
+                uint64_t len = n - at < c->block ? n - at : c->block;
+                if (shs__xxh3((const char *)p + at, (size_t)len) != c->blocks[q])
+                    rc = shs__err(SHS_ECHECKSUM, "%s: tensor '%s': block %zu does not match its "
+                                  "xxh3 checksum", dir, m.t[j].name, q);
+            }
+        }
+    }
+    for (size_t k = 0; k < m.nb && rc == SHS_OK; k++) {
+        const shs__mblob *b = &m.b[k];
+        shs_file *f;
+        size_t idx;
+        if ((rc = shs__chunk_locate(&L, b->file, b->key, b->b0, b->b1, &f, &idx)) < 0)
+            break;
+        const void *p = shs_file_tensor_data(f, idx);
+        if (!p) {
+            shs__free(buf);
+            if (!(buf = shs__malloc((size_t)(b->b1 - b->b0) + 1))) {
+                rc = shs__err(SHS_ENOMEM, "out of memory");
+                break;
+            }
+            if ((rc = shs_file_read(f, idx, buf, (size_t)(b->b1 - b->b0))) < 0)
+                break;
+            p = buf;
+        }
+        if (shs__xxh3(p, (size_t)(b->b1 - b->b0)) != b->hash)
+            rc = shs__err(SHS_ECHECKSUM, "%s: blob '%s' does not match its checksum", dir,
+                          b->name);
+    }
+    /* every listed file must exist and be valid, even one no chunk uses */
+    for (size_t i = 0; i < m.nf && rc == SHS_OK; i++) {
+        shs_file *f;
+        rc = shs__loader_open_file(&L, (uint32_t)i, &f);
+    }
+    if (rc == SHS_OK) {
+        shs_progress p;
+        rc = shs__common_read(&p, dir);
+    }
+    shs__free(buf);
+    for (size_t i = 0; i < m.nf; i++)
+        shs_file_close(L.fh[i]);
+    shs__free(L.fh);
+    shs__meta_free(&m);
+    return rc;
+}
+
+struct shs_checkpoint {
+    shs__meta m;
+    shs_ckpt_tensor_info *info;
+};
+
+int shs_checkpoint_open(shs_checkpoint **out, const char *dir)
+{
+    if (!out || !dir)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_open: NULL argument");
+    *out = NULL;
+    shs_checkpoint *c = shs__calloc(1, sizeof *c);
+    if (!c)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    int rc = shs__step_dir_has_metadata(dir) ? shs__meta_parse(&c->m, dir)
+                                             : shs__meta_from_plain(&c->m, dir);
+    if (rc < 0) {
+        shs__free(c);
+        return rc;
+    }
+    c->info = shs__calloc(c->m.nt + 1, sizeof *c->info);
+    if (!c->info) {
+        shs_checkpoint_close(c);
+        return shs__err(SHS_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < c->m.nt; i++) {
+        const shs__mtensor *t = &c->m.t[i];
+        c->info[i] = (shs_ckpt_tensor_info){ t->name, t->kind, t->dtype, t->ndim, t->gshape,
+                                             t->nc };
+    }
+    *out = c;
+    return SHS_OK;
+}
+
+void shs_checkpoint_close(shs_checkpoint *c)
+{
+    if (!c)
+        return;
+    shs__meta_free(&c->m);
+    shs__free(c->info);
+    shs__free(c);
+}
+
+int64_t shs_checkpoint_step(const shs_checkpoint *c) { return c->m.step; }
+int shs_checkpoint_world_size(const shs_checkpoint *c) { return c->m.world_size; }
+int shs_checkpoint_is_plain(const shs_checkpoint *c) { return c->m.plain; }
+size_t shs_checkpoint_file_count(const shs_checkpoint *c) { return c->m.nf; }
+size_t shs_checkpoint_tensor_count(const shs_checkpoint *c) { return c->m.nt; }
+size_t shs_checkpoint_blob_count(const shs_checkpoint *c) { return c->m.nb; }
+
+const char *shs_checkpoint_file_name(const shs_checkpoint *c, size_t i)
+{
+    return i < c->m.nf ? c->m.f[i].name : NULL;
+}
+
+int shs_checkpoint_file_rank(const shs_checkpoint *c, size_t i)
+{
+    return i < c->m.nf ? c->m.f[i].rank : -1;
+}
+
+const shs_ckpt_tensor_info *shs_checkpoint_tensor(const shs_checkpoint *c, size_t i)
+{
+    return i < c->m.nt ? &c->info[i] : NULL;
+}
+
+int shs_checkpoint_find(size_t *out, const shs_checkpoint *c, const char *name)
+{
+    const shs__mtensor *t = shs__meta_find(&c->m, name);
+    if (!t)
+        return shs__err(SHS_ENOTFOUND, "no tensor named '%s' in the checkpoint", name);
+    *out = (size_t)(t - c->m.t);
+    return SHS_OK;
+}
+
+int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *c, size_t ti, size_t ci)
+{
+    if (ti >= c->m.nt || ci >= c->m.t[ti].nc)
+        return shs__err(SHS_ERANGE, "chunk %zu of tensor %zu out of range", ci, ti);
+    const shs__mchunk *k = &c->m.t[ti].c[ci];
+    *out = (shs_chunk_info){ k->off, k->shape, k->file, k->key, k->b0, k->b1, k->hash,
+                             k->has_hash };
+    return SHS_OK;
+}
+
+int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *c, size_t i)
+{
+    if (i >= c->m.nb)
+        return shs__err(SHS_ERANGE, "blob %zu out of range", i);
+    const shs__mblob *b = &c->m.b[i];
+    *out = (shs_blob_info){ b->name, b->rank, b->file, b->key, b->b0, b->b1, b->hash };
+    return SHS_OK;
+}
+
+int shs_checkpoint_read_progress(shs_progress *out, const char *dir)
+{
+    if (!out || !dir)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_read_progress: NULL argument");
+    return shs__common_read(out, dir);
+}
+
+int shs_checkpoint_list(int64_t *steps, size_t cap, size_t *n, const char *save_path)
+{
+    if (!n || !save_path || (cap && !steps))
+        return shs__err(SHS_EINVAL, "shs_checkpoint_list: NULL argument");
+    int64_t *v;
+    size_t cnt;
+    int rc = shs__list_steps(&v, &cnt, save_path);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < cnt && i < cap; i++)
+        steps[i] = v[i];
+    *n = cnt;
+    shs__free(v);
+    return SHS_OK;
+}
+
+int64_t shs_checkpoint_step_of_name(const char *name)
+{
+    return name ? shs__step_of_name(name) : -1;
+}
+
+int shs_checkpoint_read_tracker(int64_t *step, const char *save_path)
+{
+    if (!step || !save_path)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_read_tracker: NULL argument");
+    return shs__read_tracker(step, save_path);
+}
+
+int shs_checkpoint_remove(const char *save_path, int64_t step)
+{
+    if (!save_path || step < 0)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_remove: bad argument");
+    return shs__remove_step(save_path, step);
+}
+
+int shs_checkpoint_clean(const char *save_path)
+{
+    if (!save_path)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_clean: NULL argument");
+    return shs__clean_leftovers(save_path);
+}
