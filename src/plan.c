@@ -850,6 +850,9 @@ typedef struct qrun {
 /* Everything shs__plan_load works with, passed from phase to phase.  The
    temporaries are freed by the phase that last needs them (set to NULL),
    the rest at the end of shs__plan_load. */
+/* Free a temporary as soon as it is no longer needed (see load_ctx). */
+#define FREE_NULL(p) do { shs__free(p); (p) = NULL; } while (0)
+
 typedef struct load_ctx {
     const shs_plan_tensor *tensors;
     uint32_t ntensors;
@@ -936,12 +939,9 @@ static int order_requests(load_ctx *c, shs__load_plan *out)
             }
         }
     }
-    shs__free(c->tmp);
-    c->tmp = NULL;
-    shs__free(c->tstamp);
-    c->tstamp = NULL;
-    shs__free(c->tdup);
-    c->tdup = NULL;
+    FREE_NULL(c->tmp);
+    FREE_NULL(c->tstamp);
+    FREE_NULL(c->tdup);
     return SHS_OK;
 }
 
@@ -1086,18 +1086,15 @@ static int match_requests(load_ctx *c, shs__load_plan *out)
                         fmt_box(b, sizeof b, q->box, q->box + nd, nd), q->rank,
                         bad_got, bad_want);
     }
-    shs__free(c->ukey);
-    c->ukey = NULL;
-    shs__free(c->maxlen);
-    c->maxlen = NULL;
+    FREE_NULL(c->ukey);
+    FREE_NULL(c->maxlen);
     for (uint32_t r = 0; r < c->nranks; r++)
         out->item_start[r + 1] += out->item_start[r];
     out->nitems = total;
     for (size_t u = 0; u < a->nu; u++)
         if (load_balanced ? ucnt[u + 1] != 0 : uneed[u] != 0)
             out->needed_bytes += unique_bytes(a, u);
-    shs__free(c->uneed);
-    c->uneed = NULL;
+    FREE_NULL(c->uneed);
     return SHS_OK;
 }
 
@@ -1118,8 +1115,7 @@ static int choose_readers(load_ctx *c, shs__load_plan *out)
     size_t nneeded;
     if ((rc = order_uniques(&c->uorder, &nneeded, a, ucnt, false)) < 0)
         return rc;
-    shs__free(a->ubytes); /* bytes come from the boxes from here on */
-    a->ubytes = NULL;
+    FREE_NULL(a->ubytes); /* bytes come from the boxes from here on */
     for (size_t u = 0; u < a->nu; u++)
         ucnt[u + 1] += ucnt[u];
     c->uranks = shs__malloc((c->total ? c->total : 1) * sizeof *c->uranks);
@@ -1163,10 +1159,8 @@ static int choose_readers(load_ctx *c, shs__load_plan *out)
         load[best] += elem_bytes(T, T->ndim ? box_volume(ch->box + T->ndim, T->ndim) : 1);
     }
     out->nreads = nneeded;
-    shs__free(c->uranks);
-    c->uranks = NULL;
-    shs__free(c->uorder);
-    c->uorder = NULL;
+    FREE_NULL(c->uranks);
+    FREE_NULL(c->uorder);
     return SHS_OK;
 }
 
@@ -1217,10 +1211,8 @@ static int place_items(load_ctx *c, shs__load_plan *out)
             }
         }
     }
-    shs__free(c->runs);
-    c->runs = NULL;
-    shs__free(c->tord);
-    c->tord = NULL;
+    FREE_NULL(c->runs);
+    FREE_NULL(c->tord);
     return SHS_OK;
 }
 
@@ -1245,8 +1237,7 @@ static int build_reads_sends(load_ctx *c, shs__load_plan *out)
     for (size_t u = 0; u < c->a.nu; u++)
         if (reader[u] != UINT32_MAX)
             out->reads[pos[reader[u]]++] = rep[u];
-    shs__free(c->reader);
-    c->reader = NULL;
+    FREE_NULL(c->reader);
 
     for (uint32_t r = 0; r < nranks; r++)
         out->send_start[r + 1] += out->send_start[r];
@@ -1288,8 +1279,7 @@ int shs__plan_load(shs__load_plan *out, const shs_plan_tensor *tensors,
     c.rep = a->ustart;
     for (size_t u = 0; u < a->nu; u++)
         c.rep[u] = a->ord[a->ustart[u]];
-    shs__free(a->ord);
-    a->ord = NULL;
+    FREE_NULL(a->ord);
 
     out->tensors = tensors;
     out->saved = saved;
@@ -1312,10 +1302,8 @@ int shs__plan_load(shs__load_plan *out, const shs_plan_tensor *tensors,
         (rc = match_requests(&c, out)) < 0 ||
         (load_balanced && (rc = choose_readers(&c, out)) < 0))
         goto done;
-    shs__free(c.ucnt);
-    c.ucnt = NULL;
-    shs__free(a->ubytes);
-    a->ubytes = NULL;
+    FREE_NULL(c.ucnt);
+    FREE_NULL(a->ubytes);
     if ((rc = place_items(&c, out)) < 0 ||
         (load_balanced && (rc = build_reads_sends(&c, out)) < 0))
         goto done;
