@@ -89,7 +89,9 @@ typedef enum shs_status {
     SHS_ECORRUPT = -52,            /* checkpoint files inconsistent / malformed */
     SHS_EMISMATCH = -53,           /* checkpoint does not match the registered
                                       state (missing, extra, mis-shaped) */
-    SHS_ENOCHECKPOINT = -54        /* no checkpoint where one was required */
+    SHS_ENOCHECKPOINT = -54,       /* no checkpoint where one was required */
+    SHS_ELOCKED = -55              /* the save path is locked by another
+                                      writer (shs_savepath_lock) */
 } shs_status;
 
 /* Static description of a status code ("header is not valid UTF-8"). */
@@ -733,6 +735,51 @@ SHS_API int shs_checkpoint_remove(const char *save_path, int64_t step);
 /* Remove leftovers of failed saves (.tmp-*, .trash-*).  Never run it on a
    save path a trainer is writing to: its save in progress is a .tmp-. */
 SHS_API int shs_checkpoint_clean(const char *save_path);
+
+/*
+ * One writer per save path.  A manager that saves (enable_save true,
+ * load_only false) locks its save path at create, on rank 0 of its comm
+ * for the whole job, and unlocks it at free; the kernel releases the lock
+ * when the process dies, however it dies.  The lock is an OFD lock
+ * (fcntl F_OFD_SETLK) on the file <save_path>/.shardsafe.lock, which is
+ * created when missing and never deleted; it holds the holder's pid, host
+ * name and start time (ISO 8601 UTC).  A second manager on the same save
+ * path -- another job, or another manager of the same process -- fails at
+ * create with SHS_ELOCKED and a message naming the holder.  A tool that
+ * deletes from a save path (prune) should hold the same lock while it
+ * does, with shs_savepath_lock().  On network file systems the
+ * lock works where the file system implements POSIX byte-range locks
+ * across hosts (docs/checkpoint.md, "One writer per save path").
+ */
+#define SHS_SAVEPATH_LOCK_NAME ".shardsafe.lock"
+
+typedef struct shs_savepath_lock_handle shs_savepath_lock_handle;
+
+/* Take the lock of an existing save path without waiting.  SHS_ELOCKED
+   (message naming the holder) when another holder has it; SHS_ENOENT when
+   the save path does not exist; SHS_EUNSUPPORTED when its file system has
+   no locks (NFSv3 without lockd, Lustre without -o flock).  On failure
+   *out is NULL. */
+SHS_API int shs_savepath_lock(shs_savepath_lock_handle **out, const char *save_path);
+/* Release the lock (the lock file stays).  NULL is a no-op. */
+SHS_API void shs_savepath_unlock(shs_savepath_lock_handle *lock);
+
+/* Who holds a save path's lock, as its lock file says.  Fixed-size
+   fields, so nothing to free; text from the file is reduced to printable
+   ASCII. */
+typedef struct shs_lock_holder {
+    int held;              /* 1: some process holds the lock now */
+    int64_t pid;           /* from the lock file; -1 unknown */
+    char host[256];        /* "" unknown */
+    char since[32];        /* e.g. "2026-03-01T12:00:00Z"; "" unknown */
+    char text[512];        /* "pid 1234 on host h since 2026-...", for
+                              messages ("an unknown process" if unknown) */
+} shs_lock_holder;
+
+/* Fill *out for `save_path` without taking the lock.  A save path or lock
+   file that does not exist is not locked (held 0, SHS_OK).  A lock file
+   whose holder died is not held, though its details still name him. */
+SHS_API int shs_savepath_lock_holder(shs_lock_holder *out, const char *save_path);
 
 #ifdef __cplusplus
 }

@@ -48,6 +48,7 @@ const char *shs_strerror(int status)
     case SHS_ECORRUPT: return "checkpoint is corrupt or inconsistent";
     case SHS_EMISMATCH: return "checkpoint does not match the registered state";
     case SHS_ENOCHECKPOINT: return "no checkpoint found";
+    case SHS_ELOCKED: return "save path is locked by another writer";
     default: return "unknown status";
     }
 }

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -22,6 +23,20 @@ static void *posix_mmap(int fd, size_t len)
 }
 
 static int posix_exchange(const char *a, const char *b);
+static int posix_list_dir(const char *path, char ***names, size_t *n);
+static int posix_lock(int fd, int test_only);
+
+/* Wrappers rather than the libc symbols: stat/lstat were macros over
+   __xstat in older glibc. */
+static int posix_stat(const char *path, struct stat *st)
+{
+    return stat(path, st);
+}
+
+static int posix_lstat(const char *path, struct stat *st)
+{
+    return lstat(path, st);
+}
 
 static int posix_reserve(int fd, uint64_t len)
 {
@@ -45,6 +60,10 @@ const shs__io_ops shs__io_posix = {
     .munmap = munmap,
     .reserve = posix_reserve,
     .exchange = posix_exchange,
+    .stat = posix_stat,
+    .lstat = posix_lstat,
+    .list_dir = posix_list_dir,
+    .lock = posix_lock,
 };
 
 const shs__io_ops *shs__io = &shs__io_posix;
@@ -179,34 +198,33 @@ static int posix_exchange(const char *a, const char *b)
 int shs__rmtree(const char *path)
 {
     struct stat st;
-    if (lstat(path, &st) != 0)
+    char **names = NULL;
+    size_t n = 0;
+    int rc = SHS_OK;
+    if (shs__io->lstat(path, &st) != 0)
         return errno == ENOENT ? SHS_OK : shs__err_errno(errno, "cannot stat", path);
     if (!S_ISDIR(st.st_mode)) {
         if (shs__io->unlink(path) != 0 && errno != ENOENT)
             return shs__err_errno(errno, "cannot remove", path);
         return SHS_OK;
     }
-    DIR *d = opendir(path);
-    if (!d)
-        return shs__err_errno(errno, "cannot open directory", path);
-    int rc = SHS_OK;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char *child = shs__path_join(path, e->d_name);
+    if ((rc = shs__io_list_dir(&names, &n, path)) < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        char *child = shs__path_join(path, names[i]);
         if (!child) {
             rc = shs__err(SHS_ENOMEM, "out of memory removing %s", path);
-            break;
+            goto done;
         }
         int r = shs__rmtree(child);
         shs__free(child);
         if (r < 0 && rc == SHS_OK)
             rc = r;
     }
-    closedir(d);
     if (rc == SHS_OK && shs__io->rmdir(path) != 0 && errno != ENOENT)
         rc = shs__err_errno(errno, "cannot remove directory", path);
+done:
+    shs__io_names_free(names, n);
     return rc;
 }
 
@@ -231,7 +249,7 @@ int shs__mkdirs(const char *path, mode_t mode)
     }
     if (rc == SHS_OK) {
         struct stat st;
-        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        if (shs__io->stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
             rc = shs__err(SHS_EINVAL, "'%s' exists and is not a directory", path);
     }
     shs__free(p);
@@ -315,4 +333,93 @@ int shs__read_file(char **out, size_t *out_len, const char *path, size_t max)
 done:
     shs__io->close(fd);
     return rc;
+}
+
+void shs__io_names_free(char **names, size_t n)
+{
+    for (size_t i = 0; names && i < n; i++)
+        shs__free(names[i]);
+    shs__free(names);
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int posix_list_dir(const char *path, char ***names_out, size_t *n_out)
+{
+    char **v = NULL;
+    size_t n = 0, cap = 0;
+    int err = 0;
+    *names_out = NULL;
+    *n_out = 0;
+    DIR *d = opendir(path);
+    if (!d)
+        return -1;
+    for (;;) {
+        errno = 0;
+        struct dirent *e = readdir(d);
+        if (!e) {
+            err = errno; /* 0 at the end, else a real error */
+            break;
+        }
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            char **nv = shs__realloc(v, nc * sizeof *nv);
+            if (!nv) {
+                err = ENOMEM;
+                break;
+            }
+            v = nv;
+            cap = nc;
+        }
+        if (!(v[n] = shs__strdup(e->d_name))) {
+            err = ENOMEM;
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (err) {
+        shs__io_names_free(v, n);
+        errno = err;
+        return -1;
+    }
+    if (n > 1)
+        qsort(v, n, sizeof *v, cmp_name);
+    *names_out = v;
+    *n_out = n;
+    return 0;
+}
+
+int shs__io_list_dir(char ***names, size_t *n, const char *path)
+{
+    if (shs__io->list_dir(path, names, n) != 0) {
+        *names = NULL;
+        *n = 0;
+        return shs__err_errno(errno, "cannot list directory", path);
+    }
+    return SHS_OK;
+}
+
+static int posix_lock(int fd, int test_only)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl); /* l_pid must be 0 for OFD locks */
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 0;
+    fl.l_len = 0; /* the whole file, however long it grows */
+    if (!test_only)
+        return fcntl(fd, F_OFD_SETLK, &fl);
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+        return -1;
+    if (fl.l_type != F_UNLCK) {
+        errno = EAGAIN;
+        return -1;
+    }
+    return 0;
 }

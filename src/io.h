@@ -34,6 +34,21 @@ typedef struct shs__io_ops {
     int (*reserve)(int fd, uint64_t len);
     /* Atomically swap two paths (renameat2 RENAME_EXCHANGE). */
     int (*exchange)(const char *a, const char *b);
+    int (*stat)(const char *path, struct stat *st);
+    int (*lstat)(const char *path, struct stat *st);
+    /* The names in directory `path` except "." and "..", sorted bytewise
+       (so that a save makes the same calls in the same order every time:
+       fault-injection sweeps depend on it), in an array allocated with
+       shs__malloc and released with shs__io_names_free.  One call rather
+       than opendir/readdir/closedir: a listing either succeeds whole or
+       fails with errno, and a test layer fails or records it in one place
+       (a readdir error is otherwise easily mistaken for the end). */
+    int (*list_dir)(const char *path, char ***names, size_t *n);
+    /* Exclusive whole-file lock of fd, never waiting (an OFD lock, see
+       lock.c).  With test_only nonzero, only tell whether it could be
+       taken.  0, or -1 with errno EAGAIN when another open file
+       description holds it (or another error: ENOLCK, EINVAL...). */
+    int (*lock)(int fd, int test_only);
 } shs__io_ops;
 
 /* The ops in force.  Never NULL. */
@@ -53,6 +68,9 @@ int shs__io_pwrite_full(int fd, const void *buf, size_t n, uint64_t off,
 int shs__io_fsync(int fd, const char *path);
 /* fsync a directory (opened O_RDONLY|O_DIRECTORY). */
 int shs__io_fsync_dir(const char *dir);
+/* list_dir with a message naming the directory. */
+int shs__io_list_dir(char ***names, size_t *n, const char *path);
+void shs__io_names_free(char **names, size_t n);
 /* Directory part of `path` ("." when it has none); caller frees. */
 char *shs__path_dirname(const char *path);
 /* "<dir>/<name>" newly allocated. */

@@ -16,6 +16,7 @@
 
 #include "comm.h"
 #include "io.h"
+#include "lock.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -39,6 +40,8 @@ struct shs_manager {
     shs_state *state;
     shs_comm *comm;          /* every rank calls the manager collectively */
     shs_comm *own_comm;      /* the one-process comm when none was given */
+    shs_savepath_lock_handle *lock; /* rank 0 of a saving manager: one writer per
+                                save path */
     int keep;                /* retention: 0 = keep all */
     shs__layout_cache layout_cache;
 
@@ -488,7 +491,7 @@ static int has_checkpoint(const char *save_path)
     if (!save_path || !*save_path)
         return 0;
     struct stat st;
-    if (stat(save_path, &st) != 0)
+    if (shs__io->stat(save_path, &st) != 0)
         return 0;
     int64_t *steps = NULL;
     size_t n = 0;
@@ -641,10 +644,18 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     m->async = config->async_save;
     pthread_mutex_init(&m->mu, NULL);
     pthread_cond_init(&m->cv, NULL);
-    /* leftovers of a save that crashed (the root cleans, all hear) */
+    /* One writer per save path: rank 0 locks it for the whole job (the
+       other ranks, on this host or others, write under that lock and need
+       none of their own; they learn its outcome from the agreement below).
+       The lock comes first: the leftovers cleaned next may otherwise be
+       the save in progress of another job. */
     rc = SHS_OK;
-    if (saving && *m->save_path && comm->rank == 0)
-        rc = shs__clean_leftovers(m->save_path);
+    if (saving && *m->save_path && comm->rank == 0) {
+        rc = shs__savepath_lock_take(&m->lock, m->save_path, 1);
+        /* leftovers of a save that crashed (the root cleans, all hear) */
+        if (rc == SHS_OK)
+            rc = shs__clean_leftovers(m->save_path);
+    }
     char msg[256];
     snprintf(msg, sizeof msg, "%s", shs_last_error());
     if ((rc = shs__comm_agree(comm, rc, msg)) < 0) {
@@ -667,6 +678,8 @@ void shs_manager_free(shs_manager *m)
         pthread_mutex_unlock(&m->mu);
         pthread_join(m->thread, NULL);
     }
+    /* after the save in flight is committed, never before */
+    shs_savepath_unlock(m->lock);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
     shs__free(m->staging);

@@ -207,7 +207,7 @@ has "$WORK/out" "would remove leftover .tmp-iteration_00000350-abcdef" "dry run 
 [ "$(cd "$P" && find . | sort)" = "$BEFORE" ] && pass "dry run deleted nothing" || fail "dry run changed the save path"
 expect 0 "prune --keep 2" "$SHS_BIN" prune "$P" --keep 2
 has "$WORK/out" "removed iteration_00000100" "prune reports a removal"
-REMAIN=$(cd "$P" && ls -A | tr '\n' ' ')
+REMAIN=$(cd "$P" && ls -A | grep -vx .shardsafe.lock | tr '\n' ' ')
 [ "$REMAIN" = "iteration_00000250 iteration_00000300 latest_checkpointed_iteration.txt " ] &&
     pass "exactly the newest 2 steps remain, leftovers gone" || fail "after prune: $REMAIN"
 expect 0 "the pruned save path verifies" "$SHS_BIN" verify "$P"
@@ -256,7 +256,7 @@ expect 1 "prune with a step-N beside an incomplete iteration_ of that step" "$SH
 has "$WORK/out" "removed step-100 (step 100" "prune removes a step-N directory"
 has "$WORK/out" "removed iteration_150 (step 150" "prune removes an iteration_N directory of another width"
 has "$WORK/err" "cannot remove $P/step-50" "prune refuses step-50 beside an incomplete iteration_00000050"
-REMAIN=$(cd "$P" && ls -A | tr '\n' ' ')
+REMAIN=$(cd "$P" && ls -A | grep -vx .shardsafe.lock | tr '\n' ' ')
 [ "$REMAIN" = "iteration_00000050 iteration_00000250 iteration_00000300 latest_checkpointed_iteration.txt step-50 " ] &&
     pass "prune removed exactly the removable old steps, no .trash- left" || fail "after prune: $REMAIN"
 
