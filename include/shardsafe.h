@@ -559,12 +559,18 @@ SHS_API void shs_config_release(shs_config *config);
 /* Set field `key` (a field name above, e.g. "save_max") from text: "true"/
    "false"/"1"/"0" for flags, decimal integers, strings; for
    exclude_from_loading a comma list of optimizer, lr_scheduler,
-   dataloader, train_state, rng.  SHS_ECONFIG naming the field on error. */
+   dataloader, train_state, rng.  torchtitan's names are accepted too
+   (enable, folder, interval, async_mode; export_dtype, initial_load_in_hf
+   and last_save_in_hf only at their defaults: README.md).  SHS_ECONFIG
+   naming the key on error; an unknown key gets the closest known name. */
 SHS_API int shs_config_set(shs_config *config, const char *key,
                            const char *value);
-/* Read the `checkpoint:` mapping of a YAML file (other top-level sections
-   are ignored).  Unknown keys in it are errors (SHS_ECONFIG, naming the
-   key, file and line). */
+/* Read the `checkpoint:` mapping of a YAML file, and MindSpore
+   Transformers' top-level load_checkpoint / resume_training and the
+   CheckpointMonitor entry of `callbacks:` (docs/checkpoint.md); other
+   top-level sections are ignored.  Unknown keys are errors (SHS_ECONFIG,
+   naming the key, file and line), as is a field set twice under any of
+   its names.  On error *config is unchanged. */
 SHS_API int shs_config_load_yaml(shs_config *config, const char *path);
 
 /* ------------------------------------------------------------------------
