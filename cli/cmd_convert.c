@@ -135,8 +135,9 @@ static int declare(conv *c)
     size_t nm = shs_file_metadata_count(c->f);
     for (size_t i = 0; i < nm; i++) {
         const char *k, *v;
-        if (shs_file_metadata_at(&k, &v, c->f, i) < 0 ||
-            shs_writer_add_metadata(c->w, k, v) < 0)
+        size_t kl, vl;
+        if (shs_file_metadata_at_n(&k, &kl, &v, &vl, c->f, i) < 0 ||
+            shs_writer_add_metadata_n(c->w, k, kl, v, vl) < 0)
             return lib_fail("copying metadata");
     }
     size_t nt = shs_file_tensor_count(c->f);

@@ -105,8 +105,13 @@ static json_t *file_json(ictx *c, const char *path, const shs_file *f)
         size_t n = shs_file_metadata_count(f);
         for (size_t i = 0; m && i < n; i++) {
             const char *k, *v;
-            if (shs_file_metadata_at(&k, &v, f, i) == SHS_OK)
-                jset(c, m, k, jstr(v, strlen(v)));
+            size_t kl, vl;
+            if (shs_file_metadata_at_n(&k, &kl, &v, &vl, f, i) != SHS_OK)
+                continue;
+            /* keys and values may hold "\u0000": pass the lengths */
+            json_t *jv = jstr(v, vl);
+            if (!jv || json_object_setn_new(m, k, kl, jv) < 0)
+                c->oom = 1;
         }
         jset(c, o, "metadata", m);
     } else {
@@ -242,11 +247,11 @@ static void print_file(ictx *c, const char *path, const shs_file *f)
         printf("%zu %s\n", nm, nm == 1 ? "entry" : "entries");
         for (size_t i = 0; i < nm; i++) {
             const char *k, *v;
-            if (shs_file_metadata_at(&k, &v, f, i) != SHS_OK)
+            size_t kl, vl;
+            if (shs_file_metadata_at_n(&k, &kl, &v, &vl, f, i) != SHS_OK)
                 continue;
-            size_t vl = strlen(v);
             printf("  ");
-            cli_put_escaped(stdout, k, strlen(k));
+            cli_put_escaped(stdout, k, kl);
             printf(": ");
             /* cut long values (configs stored as JSON) on a UTF-8 boundary */
             size_t show = vl;

@@ -244,16 +244,30 @@ SHS_API int shs_file_find(size_t *out_index, const shs_file *file,
 SHS_API int shs_file_find_n(size_t *out_index, const shs_file *file,
                             const char *name, size_t len);
 
-/* `__metadata__` entries, sorted by key (bytewise).  Keys and values are
-   NUL-terminated: one holding "\u0000" reads as cut at that point.  has_metadata is 0 when the header
-   had no `__metadata__` (or null), 1 when present (possibly empty). */
+/* `__metadata__` entries, sorted by key (bytewise, over the full key).
+   has_metadata is 0 when the header had no `__metadata__` (or null), 1
+   when present (possibly empty).  Keys and values are decoded UTF-8, owned
+   by the file, valid until shs_file_close, and NUL-terminated -- but JSON
+   lets them hold "\u0000", so a key or value may also contain NUL bytes:
+   the _n accessors give their full lengths, the others read them as C
+   strings (cut at the first NUL). */
 SHS_API int shs_file_has_metadata(const shs_file *file);
 SHS_API size_t shs_file_metadata_count(const shs_file *file);
+/* Entry `index` (< metadata_count), SHS_ERANGE otherwise. */
 SHS_API int shs_file_metadata_at(const char **out_key, const char **out_value,
                                  const shs_file *file, size_t index);
-/* Value for `key`, or NULL. */
+/* The same with the byte lengths of key and value (NUL bytes included). */
+SHS_API int shs_file_metadata_at_n(const char **out_key, size_t *out_key_len,
+                                   const char **out_value, size_t *out_value_len,
+                                   const shs_file *file, size_t index);
+/* Value for the C-string `key`, or NULL. */
 SHS_API const char *shs_file_metadata_get(const shs_file *file,
                                           const char *key);
+/* Value for the `key_len`-byte key (which may contain NUL), or NULL; its
+   length goes to *out_value_len when that is not NULL. */
+SHS_API const char *shs_file_metadata_get_n(const shs_file *file,
+                                            const char *key, size_t key_len,
+                                            size_t *out_value_len);
 
 /*
  * Zero-copy pointer to a tensor's bytes (no alignment guarantee), or NULL
@@ -320,6 +334,12 @@ SHS_API int shs_writer_create(shs_writer **out, const char *path,
    or shs_writer_set_metadata_present() was called. */
 SHS_API int shs_writer_add_metadata(shs_writer *w, const char *key,
                                     const char *value);
+/* The same with explicit lengths: key and value may contain NUL bytes
+   (written as "\u0000"); they must be valid UTF-8.  Keys are unique over
+   their full bytes (SHS_EDUPLICATE). */
+SHS_API int shs_writer_add_metadata_n(shs_writer *w, const char *key,
+                                      size_t key_len, const char *value,
+                                      size_t value_len);
 SHS_API int shs_writer_set_metadata_present(shs_writer *w);
 
 /* Declare a tensor.  Names must be unique, valid UTF-8 and not
@@ -541,12 +561,18 @@ SHS_API void shs_config_release(shs_config *config);
 /* Set field `key` (a field name above, e.g. "save_max") from text: "true"/
    "false"/"1"/"0" for flags, decimal integers, strings; for
    exclude_from_loading a comma list of optimizer, lr_scheduler,
-   dataloader, train_state, rng.  SHS_ECONFIG naming the field on error. */
+   dataloader, train_state, rng.  torchtitan's names are accepted too
+   (enable, folder, interval, async_mode; export_dtype, initial_load_in_hf
+   and last_save_in_hf only at their defaults: README.md).  SHS_ECONFIG
+   naming the key on error; an unknown key gets the closest known name. */
 SHS_API int shs_config_set(shs_config *config, const char *key,
                            const char *value);
-/* Read the `checkpoint:` mapping of a YAML file (other top-level sections
-   are ignored).  Unknown keys in it are errors (SHS_ECONFIG, naming the
-   key, file and line). */
+/* Read the `checkpoint:` mapping of a YAML file, and MindSpore
+   Transformers' top-level load_checkpoint / resume_training and the
+   CheckpointMonitor entry of `callbacks:` (docs/checkpoint.md); other
+   top-level sections are ignored.  Unknown keys are errors (SHS_ECONFIG,
+   naming the key, file and line), as is a field set twice under any of
+   its names.  On error *config is unchanged. */
 SHS_API int shs_config_load_yaml(shs_config *config, const char *path);
 
 /* ------------------------------------------------------------------------

@@ -47,7 +47,7 @@ typedef struct tensor {
 
 typedef struct meta_entry {
     const char *key, *value;
-    size_t key_len;
+    size_t key_len, value_len; /* either may hold "\u0000" */
 } meta_entry;
 
 struct shs_file {
@@ -266,15 +266,73 @@ static int parse_string(parser *ps, const char **out, size_t *out_len)
     return SHS_OK;
 }
 
+/* 2^1024 - 2^970: halfway between DBL_MAX and 2^1024.  A decimal of this
+   magnitude or more rounds to infinity (the tie goes to the even
+   mantissa, which is 2^1024). */
+static const char k_f64_limit[] =
+    "1797693134862315807937289714053034150799341327100378269361737789804449"
+    "6829276475094664901797758720709633028641669288791094655554785194040263"
+    "0657488671505820681908902000708383676273854845817711531764475730270069"
+    "8555713669596228429148198608349364752927190741684443655107043427115596"
+    "99508093042880177904174497792";
+
+/*
+ * Whether the decimal int.frac e[-]exp is too large in magnitude for an
+ * f64.  serde_json refuses such a number ("number out of range") wherever
+ * it appears, while a number that is merely too large for u64 parses as
+ * an f64.  The test is done on the digits rather than with strtod, whose
+ * decimal point follows the caller's locale.
+ */
+static int overflows_f64(const char *ip, const char *ie, const char *fp,
+                         const char *fe, int eneg, const char *ep, const char *ee)
+{
+    const char *d = ip;
+    int64_t mag; /* decimal exponent of the first significant digit */
+    while (d < ie && *d == '0')
+        d++;
+    const char *s1 = d, *e1 = ie, *s2 = fp, *e2 = fe;
+    if (d < ie) {
+        mag = (int64_t)(ie - d) - 1;
+    } else {
+        d = fp;
+        while (d < fe && *d == '0')
+            d++;
+        if (d == fe)
+            return 0; /* zero, whatever the exponent */
+        mag = -(int64_t)(d - fp) - 1;
+        s1 = d;
+        e1 = fe;
+        s2 = e2 = NULL;
+    }
+    int64_t e = 0;
+    for (const char *p = ep; p < ee; p++)
+        if (e < 1000000000)
+            e = e * 10 + (*p - '0');
+    mag += eneg ? -e : e;
+    if (mag != 308)
+        return mag > 308;
+    for (size_t k = 0; k < sizeof k_f64_limit - 1; k++) {
+        char c = '0';
+        if (s1 < e1)
+            c = *s1++;
+        else if (s2 < e2)
+            c = *s2++;
+        if (c != k_f64_limit[k])
+            return c > k_f64_limit[k];
+    }
+    return 1; /* equal to the limit so far: at or above it */
+}
+
 /*
  * Parse a JSON number.  *is_uint is set when it is a plain non-negative
  * integer that fits in 64 bits (the only numbers a header may use), with
- * its value in *val.
+ * its value in *val.  A number beyond the f64 range is a syntax error.
  */
 static int parse_number(parser *ps, int *is_uint, uint64_t *val)
 {
-    const char *p = ps->p, *end = ps->end;
-    int neg = 0, big = 0, frac = 0;
+    const char *p = ps->p, *end = ps->end, *start = ps->p;
+    const char *ip, *ie, *fp = NULL, *fe = NULL, *ep = NULL, *ee = NULL;
+    int neg = 0, big = 0, frac = 0, eneg = 0;
     uint64_t v = 0;
     if (*p == '-') {
         neg = 1;
@@ -284,6 +342,7 @@ static int parse_number(parser *ps, int *is_uint, uint64_t *val)
         ps->p = p;
         return syntax_err(ps, "invalid number");
     }
+    ip = p;
     if (*p == '0') {
         p++;
         if (p < end && *p >= '0' && *p <= '9') {
@@ -300,6 +359,7 @@ static int parse_number(parser *ps, int *is_uint, uint64_t *val)
             p++;
         }
     }
+    ie = p;
     if (p < end && *p == '.') {
         frac = 1;
         p++;
@@ -307,20 +367,29 @@ static int parse_number(parser *ps, int *is_uint, uint64_t *val)
             ps->p = p;
             return syntax_err(ps, "invalid fraction");
         }
+        fp = p;
         while (p < end && *p >= '0' && *p <= '9')
             p++;
+        fe = p;
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
         frac = 1;
         p++;
         if (p < end && (*p == '+' || *p == '-'))
-            p++;
+            eneg = *p++ == '-';
         if (p >= end || *p < '0' || *p > '9') {
             ps->p = p;
             return syntax_err(ps, "invalid exponent");
         }
+        ep = p;
         while (p < end && *p >= '0' && *p <= '9')
             p++;
+        ee = p;
+    }
+    if ((big || frac) && overflows_f64(ip, ie, fp, fe, eneg, ep, ee)) {
+        ps->p = start;
+        return syntax_err(ps, "number out of range (beyond the f64 range, "
+                              "which serde_json refuses)");
     }
     ps->p = p;
     *is_uint = !neg && !big && !frac;
@@ -669,8 +738,7 @@ static int parse_metadata(parser *ps)
         if (ps->p >= ps->end)
             return syntax_err(ps, "unexpected end of header");
         if (*ps->p == '"') {
-            size_t vlen;
-            if ((rc = parse_string(ps, &e.value, &vlen)) < 0)
+            if ((rc = parse_string(ps, &e.value, &e.value_len)) < 0)
                 return rc;
             if (ps->n_meta == ps->cap_meta) {
                 size_t cap = ps->cap_meta ? ps->cap_meta * 2 : 8;
@@ -1131,23 +1199,41 @@ int shs_file_find(size_t *out_index, const shs_file *f, const char *name)
     return shs_file_find_n(out_index, f, name, strlen(name));
 }
 
-int shs_file_metadata_at(const char **out_key, const char **out_value,
-                         const shs_file *f, size_t index)
+int shs_file_metadata_at_n(const char **out_key, size_t *out_key_len,
+                           const char **out_value, size_t *out_value_len,
+                           const shs_file *f, size_t index)
 {
     if (index >= f->n_meta)
         return shs__err(SHS_ERANGE, "%s: metadata index %zu out of range", f->path, index);
     *out_key = f->meta[index].key;
+    *out_key_len = f->meta[index].key_len;
     *out_value = f->meta[index].value;
+    *out_value_len = f->meta[index].value_len;
     return SHS_OK;
+}
+
+int shs_file_metadata_at(const char **out_key, const char **out_value,
+                         const shs_file *f, size_t index)
+{
+    size_t kl, vl;
+    return shs_file_metadata_at_n(out_key, &kl, out_value, &vl, f, index);
+}
+
+const char *shs_file_metadata_get_n(const shs_file *f, const char *key, size_t key_len,
+                                    size_t *out_value_len)
+{
+    if (f->n_meta == 0)
+        return NULL;
+    meta_entry probe = { key, NULL, key_len, 0 };
+    const meta_entry *e = bsearch(&probe, f->meta, f->n_meta, sizeof *f->meta, cmp_meta);
+    if (e && out_value_len)
+        *out_value_len = e->value_len;
+    return e ? e->value : NULL;
 }
 
 const char *shs_file_metadata_get(const shs_file *f, const char *key)
 {
-    if (f->n_meta == 0)
-        return NULL;
-    meta_entry probe = { key, NULL, strlen(key) };
-    const meta_entry *e = bsearch(&probe, f->meta, f->n_meta, sizeof *f->meta, cmp_meta);
-    return e ? e->value : NULL;
+    return shs_file_metadata_get_n(f, key, strlen(key), NULL);
 }
 
 const void *shs_file_tensor_data(const shs_file *f, size_t index)

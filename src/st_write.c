@@ -37,6 +37,7 @@ typedef struct wtensor {
 
 typedef struct wmeta {
     char *key, *value;
+    size_t key_len, value_len; /* either may hold NUL bytes */
 } wmeta;
 
 struct shs_writer {
@@ -147,20 +148,26 @@ int shs_writer_set_metadata_present(shs_writer *w)
     return SHS_OK;
 }
 
-int shs_writer_add_metadata(shs_writer *w, const char *key, const char *value)
+int shs_writer_add_metadata_n(shs_writer *w, const char *key, size_t kl,
+                              const char *value, size_t vl)
 {
     int rc = check_open(w, 0);
     if (rc < 0)
         return rc;
-    if (!key || !value)
+    if ((!key && kl) || (!value && vl))
         return shs__err(SHS_EINVAL, "%s: metadata key or value is NULL", w->path);
-    size_t kl = strlen(key), vl = strlen(value);
+    if (!key)
+        key = "";
+    if (!value)
+        value = "";
     if (shs__utf8_check((const unsigned char *)key, kl) != kl ||
         shs__utf8_check((const unsigned char *)value, vl) != vl)
-        return shs__err(SHS_EINVAL, "%s: metadata '%s' is not valid UTF-8", w->path, key);
+        return shs__err(SHS_EINVAL, "%s: metadata '%.*s' is not valid UTF-8", w->path,
+                        kl > 200 ? 200 : (int)kl, key);
     for (size_t i = 0; i < w->n_meta; i++)
-        if (strcmp(w->meta[i].key, key) == 0)
-            return shs__err(SHS_EDUPLICATE, "%s: duplicate metadata key '%s'", w->path, key);
+        if (w->meta[i].key_len == kl && memcmp(w->meta[i].key, key, kl) == 0)
+            return shs__err(SHS_EDUPLICATE, "%s: duplicate metadata key '%.*s'", w->path,
+                            kl > 200 ? 200 : (int)kl, key);
     if (w->n_meta == w->cap_meta) {
         size_t cap = w->cap_meta ? w->cap_meta * 2 : 8;
         wmeta *m = shs__realloc(w->meta, cap * sizeof *m);
@@ -169,7 +176,7 @@ int shs_writer_add_metadata(shs_writer *w, const char *key, const char *value)
         w->meta = m;
         w->cap_meta = cap;
     }
-    wmeta e = { shs__strdup(key), shs__strdup(value) };
+    wmeta e = { shs__strndup(key, kl), shs__strndup(value, vl), kl, vl };
     if (!e.key || !e.value) {
         shs__free(e.key);
         shs__free(e.value);
@@ -178,6 +185,16 @@ int shs_writer_add_metadata(shs_writer *w, const char *key, const char *value)
     w->meta[w->n_meta++] = e;
     w->has_meta = 1;
     return SHS_OK;
+}
+
+int shs_writer_add_metadata(shs_writer *w, const char *key, const char *value)
+{
+    int rc = check_open(w, 0);
+    if (rc < 0)
+        return rc;
+    if (!key || !value)
+        return shs__err(SHS_EINVAL, "%s: metadata key or value is NULL", w->path);
+    return shs_writer_add_metadata_n(w, key, strlen(key), value, strlen(value));
 }
 
 int shs_writer_add_tensor(shs_writer *w, const char *name, shs_dtype dtype,
@@ -253,7 +270,11 @@ static int cmp_tensor_order(const void *a, const void *b)
 
 static int cmp_meta_key(const void *a, const void *b)
 {
-    return strcmp(((const wmeta *)a)->key, ((const wmeta *)b)->key);
+    const wmeta *x = a, *y = b;
+    int c = memcmp(x->key, y->key, x->key_len < y->key_len ? x->key_len : y->key_len);
+    if (c)
+        return c;
+    return x->key_len < y->key_len ? -1 : x->key_len > y->key_len;
 }
 
 /* File order: by descending dtype, then name bytewise (the reference's). */
@@ -286,9 +307,9 @@ static int build_header(shs__buf *b, shs_writer *w)
         for (size_t i = 0; i < w->n_meta; i++) {
             if (i && (rc = shs__buf_addc(b, ',')) < 0)
                 return rc;
-            if ((rc = shs__json_escape(b, w->meta[i].key, strlen(w->meta[i].key))) < 0 ||
+            if ((rc = shs__json_escape(b, w->meta[i].key, w->meta[i].key_len)) < 0 ||
                 (rc = shs__buf_addc(b, ':')) < 0 ||
-                (rc = shs__json_escape(b, w->meta[i].value, strlen(w->meta[i].value))) < 0)
+                (rc = shs__json_escape(b, w->meta[i].value, w->meta[i].value_len)) < 0)
                 return rc;
         }
         if ((rc = shs__buf_addc(b, '}')) < 0)

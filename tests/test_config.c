@@ -243,7 +243,7 @@ static void test_rejections(void **state)
     expect_reject("foo", "1", "unknown checkpoint field 'foo'");
     expect_reject("Save_Max", "1", "unknown checkpoint field 'Save_Max'");
     expect_reject("checkpoint_path", "/x", "unknown checkpoint field");
-    expect_reject("folder", "/x", "unknown checkpoint field 'folder'");
+    expect_reject("checkpoint_folder", "/x", "unknown checkpoint field 'checkpoint_folder'");
     expect_reject("exclude_from_loading", "optimizer,weights",
                   "exclude_from_loading: unknown item 'weights'");
     expect_reject("exclude_from_loading", "Optimizer", "unknown item 'Optimizer'");
@@ -254,6 +254,73 @@ static void test_rejections(void **state)
     assert_int_equal(shs_config_set(&c, NULL, "1"), SHS_EINVAL);
     assert_int_equal(shs_config_set(&c, "save_max", NULL), SHS_EINVAL);
     assert_int_equal(shs_config_set(NULL, "save_max", "1"), SHS_EINVAL);
+}
+
+/* torchtitan's names for our fields */
+static void test_aliases(void **state)
+{
+    (void)state;
+    shs_config c;
+    shs_config_init(&c);
+    set_ok(&c, "enable", "false");
+    assert_int_equal(c.enable_save, 0);
+    set_ok(&c, "enable", "true");
+    assert_int_equal(c.enable_save, 1);
+    set_ok(&c, "folder", "/tt/ckpt");
+    assert_string_equal(c.save_path, "/tt/ckpt");
+    set_ok(&c, "interval", "250");
+    assert_int_equal(c.save_interleaved_steps, 250);
+    set_ok(&c, "async_mode", "async");
+    assert_int_equal(c.async_save, 1);
+    set_ok(&c, "async_mode", "disabled");
+    assert_int_equal(c.async_save, 0);
+    set_ok(&c, "async_mode", "async_with_pinned_mem");
+    assert_int_equal(c.async_save, 1);
+    set_ok(&c, "keep_latest_k", "3");
+    assert_int_equal(c.keep_latest_k, 3);
+    /* reserved names: accepted at their default only */
+    set_ok(&c, "export_dtype", "float32");
+    set_ok(&c, "initial_load_in_hf", "false");
+    set_ok(&c, "last_save_in_hf", "no");
+    shs_config_release(&c);
+
+    /* errors name the key as written */
+    expect_reject("interval", "0", "interval: expected a positive integer, got '0'");
+    expect_reject("enable", "sometimes", "enable: expected a boolean");
+    expect_reject("async_mode", "Async", "async_mode: expected disabled, async or "
+                  "async_with_pinned_mem, got 'Async'");
+    expect_reject("async_mode", "true", "async_mode");
+    expect_reject("export_dtype", "bfloat16",
+                  "export_dtype: 'bfloat16' is not yet supported");
+    expect_reject("initial_load_in_hf", "true",
+                  "initial_load_in_hf: 'true' is not yet supported");
+    expect_reject("last_save_in_hf", "1", "last_save_in_hf: '1' is not yet supported");
+    expect_reject("last_save_in_hf", "perhaps", "last_save_in_hf: expected a boolean");
+}
+
+/* An unknown key names the closest known one. */
+static void test_suggestions(void **state)
+{
+    (void)state;
+    expect_reject("save_pth", "/x", "unknown checkpoint field 'save_pth' (did you mean 'save_path'?)");
+    expect_reject("savemax", "1", "did you mean 'save_max'?");
+    expect_reject("keep_last_k", "1", "did you mean 'keep_latest_k'?");
+    expect_reject("asyncmode", "async", "did you mean 'async_mode'?");
+    expect_reject("intervall", "5", "did you mean 'interval'?");
+    expect_reject("save_checkpoint_steps", "5", "did you mean 'save_interleaved_steps'?");
+    expect_reject("keep_checkpoint_max", "5", "did you mean 'save_max'?");
+    expect_reject("load_checkpoint", "/x", "did you mean 'load_path'?");
+    /* nothing close: no suggestion */
+    shs_config c;
+    shs_config_init(&c);
+    assert_int_equal(shs_config_set(&c, "learning_rate", "1"), SHS_ECONFIG);
+    assert_null(strstr(shs_last_error(), "did you mean"));
+    char longkey[300];
+    memset(longkey, 'a', sizeof longkey - 1);
+    longkey[sizeof longkey - 1] = '\0';
+    assert_int_equal(shs_config_set(&c, longkey, "1"), SHS_ECONFIG);
+    assert_null(strstr(shs_last_error(), "did you mean"));
+    shs_config_release(&c);
 }
 
 static void test_exclude_forms(void **state)
@@ -453,6 +520,121 @@ static void test_yaml_forms(void **state)
     shs_config_release(&c);
 }
 
+static void test_yaml_aliases(void **state)
+{
+    (void)state;
+    const char *p = write_yaml(
+        "tt.yaml",
+        "checkpoint:\n"
+        "  enable: true\n"
+        "  folder: ./outputs/checkpoint\n"
+        "  interval: 500\n"
+        "  async_mode: async_with_pinned_mem\n"
+        "  keep_latest_k: 4\n"
+        "  export_dtype: float32\n"
+        "  initial_load_in_hf: false\n"
+        "  last_save_in_hf: false\n");
+    shs_config c;
+    shs_config_init(&c);
+    c.enable_save = 0;
+    int rc = shs_config_load_yaml(&c, p);
+    if (rc != SHS_OK)
+        fail_msg("load: %d %s", rc, shs_last_error());
+    assert_int_equal(c.enable_save, 1);
+    assert_string_equal(c.save_path, "./outputs/checkpoint");
+    assert_int_equal(c.save_interleaved_steps, 500);
+    assert_int_equal(c.async_save, 1);
+    assert_int_equal(c.keep_latest_k, 4);
+    shs_config_release(&c);
+}
+
+static void test_yaml_mindspore(void **state)
+{
+    (void)state;
+    /* the MindSpore Transformers layout: top-level resume keys and a
+       CheckpointMonitor among other callbacks, its `type` not first */
+    const char *p = write_yaml(
+        "ms.yaml",
+        "model:\n  model_type: llama2\n"
+        "resume_training: True\n"
+        "load_checkpoint: \"./output/checkpoint\"\n"
+        "callbacks:\n"
+        "  - type: MFLossMonitor\n"
+        "    per_print_times: 1\n"
+        "  - prefix: \"llama2_7b\"\n"
+        "    save_checkpoint_steps: 500\n"
+        "    keep_checkpoint_max: 3\n"
+        "    type: CheckpointMonitor\n"
+        "    async_checkpoint: False\n"
+        "    checkpoint_format: safetensors\n"
+        "  - type: ObsMonitor\n"
+        "    anything: {a: [1, 2]}\n"
+        "  - just a string\n");
+    shs_config c;
+    shs_config_init(&c);
+    c.async_save = 1;
+    int rc = shs_config_load_yaml(&c, p);
+    if (rc != SHS_OK)
+        fail_msg("load: %d %s", rc, shs_last_error());
+    assert_string_equal(c.load_path, "./output/checkpoint");
+    assert_string_equal(c.initial_load_path, "");
+    assert_int_equal(c.save_interleaved_steps, 500);
+    assert_int_equal(c.save_max, 3);
+    assert_string_equal(c.prefix, "llama2_7b");
+    assert_int_equal(c.async_save, 0);
+    shs_config_release(&c);
+
+    /* resume_training false (or absent): load_checkpoint is a start from
+       pretrained weights, taken only when save_path holds nothing */
+    static const char *const starts[] = {
+        "load_checkpoint: /pretrained\nresume_training: False\n",
+        "resume_training: false\nload_checkpoint: /pretrained\n",
+        "load_checkpoint: /pretrained\n",
+        "load_checkpoint: /pretrained\nresume_training: ~\n",
+    };
+    for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++) {
+        p = write_yaml("ms2.yaml", starts[i]);
+        shs_config_init(&c);
+        c.initial_load_model_only = 0;
+        rc = shs_config_load_yaml(&c, p);
+        if (rc != SHS_OK)
+            fail_msg("%zu: %d %s", i, rc, shs_last_error());
+        assert_string_equal(c.load_path, "");
+        assert_string_equal(c.initial_load_path, "/pretrained");
+        assert_int_equal(c.initial_load_model_only, 1);
+        shs_config_release(&c);
+    }
+    /* ... unless the checkpoint section says otherwise */
+    p = write_yaml("ms3.yaml", "load_checkpoint: /pre\n"
+                   "checkpoint:\n  initial_load_model_only: false\n  save_path: /s\n");
+    shs_config_init(&c);
+    assert_int_equal(shs_config_load_yaml(&c, p), SHS_OK);
+    assert_string_equal(c.initial_load_path, "/pre");
+    assert_int_equal(c.initial_load_model_only, 0);
+    shs_config_release(&c);
+
+    /* resume_training alone: auto-resume is what the manager always does;
+       an empty load_checkpoint is no path */
+    p = write_yaml("ms4.yaml", "resume_training: true\nload_checkpoint: ''\n"
+                   "callbacks: []\n");
+    shs_config init;
+    shs_config_init(&init);
+    shs_config_init(&c);
+    assert_int_equal(shs_config_load_yaml(&c, p), SHS_OK);
+    assert_config_equal(&c, &init);
+    shs_config_release(&c);
+
+    /* the other CheckpointMonitor keys we read */
+    p = write_yaml("ms5.yaml", "callbacks:\n"
+                   "  - {type: CheckpointMonitor, directory: /ms/out, remove_redundancy: true,"
+                   " checkpoint_format: ~}\n");
+    shs_config_init(&c);
+    assert_int_equal(shs_config_load_yaml(&c, p), SHS_OK);
+    assert_string_equal(c.save_path, "/ms/out");
+    assert_int_equal(c.remove_redundancy, 1);
+    shs_config_release(&c);
+}
+
 static void test_yaml_no_section(void **state)
 {
     (void)state;
@@ -583,6 +765,90 @@ static void test_yaml_errors(void **state)
                       SHS_ECONFIG, "NUL", NULL);
     expect_yaml_error("checkpoint:\n  save_max: 1\n---\ncheckpoint:\n  save_max: 2\n",
                       SHS_ECONFIG, "more than one YAML document", NULL);
+
+    /* suggestions in the YAML loader too */
+    expect_yaml_error("checkpoint:\n  save_path: /x\n  keep_latest: 2\n",
+                      SHS_ECONFIG, "bad.yaml:3: unknown checkpoint field 'keep_latest'",
+                      "did you mean 'keep_latest_k'?");
+    expect_yaml_error("checkpoint:\n  save_checkpoint_steps: 5\n",
+                      SHS_ECONFIG, "bad.yaml:2:", "did you mean 'save_interleaved_steps'?");
+    /* aliases: one field set twice under two names */
+    expect_yaml_error("checkpoint:\n  save_path: /a\n  folder: /b\n",
+                      SHS_ECONFIG, "bad.yaml:3: duplicate checkpoint field 'folder'",
+                      "it sets save_path, already set on line 2");
+    expect_yaml_error("checkpoint:\n  async_mode: async\n  async_save: false\n",
+                      SHS_ECONFIG, "bad.yaml:3: duplicate checkpoint field 'async_save'",
+                      "line 2");
+    expect_yaml_error("checkpoint:\n  interval: 0\n", SHS_ECONFIG,
+                      "bad.yaml:2: interval: expected a positive integer", NULL);
+    expect_yaml_error("checkpoint:\n  async_mode: pinned\n", SHS_ECONFIG,
+                      "bad.yaml:2: async_mode: expected disabled", NULL);
+    /* reserved torchtitan options at a non-default value */
+    expect_yaml_error("checkpoint:\n  save_path: /a\n  last_save_in_hf: true\n",
+                      SHS_ECONFIG, "bad.yaml:3: last_save_in_hf: 'true' is not yet supported",
+                      NULL);
+    expect_yaml_error("checkpoint:\n  initial_load_in_hf: yes\n", SHS_ECONFIG,
+                      "initial_load_in_hf: 'yes' is not yet supported", NULL);
+    expect_yaml_error("checkpoint:\n  export_dtype: bfloat16\n", SHS_ECONFIG,
+                      "export_dtype: 'bfloat16' is not yet supported", NULL);
+    expect_yaml_error("checkpoint:\n  export_dtype: float32\n  export_dtype: float32\n",
+                      SHS_ECONFIG, "duplicate checkpoint field 'export_dtype'", NULL);
+
+    /* MindSpore forms */
+    expect_yaml_error("resume_training: llama_7b_rank_0-100_1.ckpt\n", SHS_ECONFIG,
+                      "bad.yaml:1: resume_training: 'llama_7b_rank_0-100_1.ckpt'",
+                      "not supported");
+    expect_yaml_error("resume_training: [a]\n", SHS_ECONFIG,
+                      "resume_training: expected a single value", NULL);
+    expect_yaml_error("load_checkpoint: {a: 1}\n", SHS_ECONFIG,
+                      "load_checkpoint: expected a single value", NULL);
+    expect_yaml_error("p: &p /x\nload_checkpoint: *p\n", SHS_ECONFIG,
+                      "load_checkpoint: aliases are not supported", NULL);
+    expect_yaml_error("load_checkpoint: \"a\\0b\"\n", SHS_ECONFIG, "NUL", NULL);
+    expect_yaml_error("load_checkpoint: /a\nload_checkpoint: /b\n", SHS_ECONFIG,
+                      "bad.yaml:2: duplicate key 'load_checkpoint'", NULL);
+    expect_yaml_error("resume_training: true\nresume_training: true\n", SHS_ECONFIG,
+                      "duplicate key 'resume_training'", NULL);
+    expect_yaml_error("callbacks: []\ncallbacks: []\n", SHS_ECONFIG,
+                      "duplicate key 'callbacks'", NULL);
+    /* load_checkpoint and the section's load_path both set it */
+    expect_yaml_error("resume_training: true\nload_checkpoint: /a\n"
+                      "checkpoint:\n  load_path: /b\n", SHS_ECONFIG,
+                      "bad.yaml:2: duplicate checkpoint field 'load_checkpoint' (it sets "
+                      "load_path, already set on line 4)", NULL);
+    expect_yaml_error("load_checkpoint: /a\ncheckpoint:\n  initial_load_path: /b\n",
+                      SHS_ECONFIG, "it sets initial_load_path", NULL);
+    /* CheckpointMonitor: read, or refused */
+    expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    save_checkpoint_steps: 0\n",
+                      SHS_ECONFIG, "bad.yaml:3: save_checkpoint_steps: expected a positive "
+                      "integer, got '0'", NULL);
+    expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    keep_checkpoint_max: x\n",
+                      SHS_ECONFIG, "keep_checkpoint_max: expected a non-negative integer",
+                      NULL);
+    expect_yaml_error("callbacks:\n  - integrated_save: False\n    type: CheckpointMonitor\n",
+                      SHS_ECONFIG, "bad.yaml:2: CheckpointMonitor: 'integrated_save' is not "
+                      "supported", NULL);
+    expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    checkpoint_format: ckpt\n",
+                      SHS_ECONFIG, "checkpoint_format 'ckpt' is not supported", NULL);
+    expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    save_checkpoint_steps: [1]\n",
+                      SHS_ECONFIG, "save_checkpoint_steps: expected a single value", NULL);
+    expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    type: CheckpointMonitor\n",
+                      SHS_ECONFIG, "duplicate key 'type'", NULL);
+    expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    ? [a]\n    : 1\n",
+                      SHS_ECONFIG, "keys must be plain names", NULL);
+    expect_yaml_error("t: &t CheckpointMonitor\ncallbacks:\n  - type: *t\n",
+                      SHS_ECONFIG, "aliases are not supported", NULL);
+    expect_yaml_error("c: &c {type: CheckpointMonitor}\ncallbacks:\n  - *c\n",
+                      SHS_ECONFIG, "callbacks: aliases are not supported", NULL);
+    expect_yaml_error("c: &c []\ncallbacks: *c\n",
+                      SHS_ECONFIG, "callbacks: aliases are not supported", NULL);
+    expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    save_checkpoint_steps: 5\n"
+                      "checkpoint:\n  save_interleaved_steps: 6\n", SHS_ECONFIG,
+                      "bad.yaml:5: duplicate checkpoint field 'save_interleaved_steps' "
+                      "(already set on line 3)", NULL);
+    expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    keep_checkpoint_max: 5\n"
+                      "  - type: CheckpointMonitor\n    keep_checkpoint_max: 6\n", SHS_ECONFIG,
+                      "bad.yaml:5: duplicate checkpoint field 'keep_checkpoint_max'", NULL);
 }
 
 static void test_yaml_missing_and_large(void **state)
@@ -661,10 +927,11 @@ static void test_yaml_ownership(void **state)
     tu_failalloc_uninstall();
 }
 
-static void test_yaml_oom(void **state)
+/* Out of memory at every allocation of a load: an error, no leak, the
+   config as before.  `min_allocs`: allocations the load is known to make. */
+static void yaml_oom_sweep(const char *text, long min_allocs)
 {
-    (void)state;
-    const char *p = write_yaml("seed.yaml", SEED_YAML);
+    const char *p = write_yaml("oom.yaml", text);
     tu_failalloc_install();
     long live0 = tu_failalloc_live();
     shs_config ref;
@@ -697,10 +964,19 @@ static void test_yaml_oom(void **state)
         shs_config_release(&c);
     }
     assert_true(succeeded);
-    assert_true(n > 3); /* file buffer, three strings, the exclude list */
+    assert_true(n > min_allocs);
     shs_config_release(&ref);
     assert_int_equal(tu_failalloc_live(), live0);
     tu_failalloc_uninstall();
+}
+
+static void test_yaml_oom(void **state)
+{
+    (void)state;
+    yaml_oom_sweep(SEED_YAML, 3); /* file buffer, three strings, the exclude list */
+    /* the MindSpore forms: load_checkpoint is copied, then set */
+    yaml_oom_sweep("load_checkpoint: /pre\nresume_training: true\ncallbacks:\n"
+                   "  - {type: CheckpointMonitor, prefix: p, save_checkpoint_steps: 3}\n", 3);
 }
 
 int main(void)
@@ -709,10 +985,14 @@ int main(void)
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_set_every_field),
         cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_aliases),
+        cmocka_unit_test(test_suggestions),
         cmocka_unit_test(test_exclude_forms),
         cmocka_unit_test(test_string_ownership),
         cmocka_unit_test_setup_teardown(test_yaml_seed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_yaml_forms, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_yaml_aliases, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_yaml_mindspore, setup, teardown),
         cmocka_unit_test_setup_teardown(test_yaml_no_section, setup, teardown),
         cmocka_unit_test_setup_teardown(test_yaml_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_yaml_missing_and_large, setup,

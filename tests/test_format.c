@@ -361,6 +361,62 @@ static void test_streaming_writer(void **state)
     shs_file_close(f);
 }
 
+/* Metadata keys and values holding NUL bytes are written exactly (as
+   \u0000), sorted and deduplicated over their full bytes, and read back
+   with their lengths. */
+static void test_metadata_nul(void **state)
+{
+    (void)state;
+    const char *path = tu_path(g_dir, "meta_nul.safetensors");
+    shs_writer *w;
+    assert_int_equal(shs_writer_create(&w, path, NULL), SHS_OK);
+    assert_int_equal(shs_writer_add_metadata_n(w, "k\0b", 3, "2", 1), SHS_OK);
+    assert_int_equal(shs_writer_add_metadata_n(w, "k\0a", 3, "v\0\x01", 3), SHS_OK);
+    assert_int_equal(shs_writer_add_metadata(w, "k", "3"), SHS_OK);
+    assert_int_equal(shs_writer_add_metadata_n(w, "k\0", 2, NULL, 0), SHS_OK);
+    /* duplicates only over the full bytes */
+    assert_int_equal(shs_writer_add_metadata_n(w, "k\0a", 3, "x", 1), SHS_EDUPLICATE);
+    assert_int_equal(shs_writer_add_metadata(w, "k", "4"), SHS_EDUPLICATE);
+    assert_int_equal(shs_writer_add_metadata_n(w, "u\xff", 2, "x", 1), SHS_EINVAL);
+    assert_int_equal(shs_writer_add_metadata_n(w, "u", 1, "\0\xc3", 2), SHS_EINVAL);
+    assert_int_equal(shs_writer_add_metadata_n(w, NULL, 1, "x", 1), SHS_EINVAL);
+    assert_int_equal(shs_writer_add_metadata_n(w, "u", 1, NULL, 1), SHS_EINVAL);
+    assert_int_equal(shs_writer_add_metadata_n(NULL, "u", 1, "x", 1), SHS_EINVAL);
+    assert_int_equal(shs_writer_add_metadata(w, NULL, "x"), SHS_EINVAL);
+    assert_int_equal(shs_writer_commit(w), SHS_OK);
+    assert_int_equal(shs_writer_add_metadata_n(w, "late", 4, "x", 1), SHS_ESTATE);
+    shs_writer_free(w);
+
+    size_t len;
+    char *got = tu_read_file(path, &len);
+    assert_non_null(got);
+    static const char want[] =
+        "{\"__metadata__\":{\"k\":\"3\",\"k\\u0000\":\"\","
+        "\"k\\u0000a\":\"v\\u0000\\u0001\",\"k\\u0000b\":\"2\"}}";
+    assert_true(len >= 8 + sizeof want - 1);
+    assert_memory_equal(got + 8, want, sizeof want - 1);
+    free(got);
+
+    shs_file *f;
+    const char *k, *v;
+    size_t kl, vl;
+    assert_int_equal(shs_file_open(&f, path, NULL), SHS_OK);
+    assert_int_equal(shs_file_metadata_count(f), 4);
+    assert_int_equal(shs_file_metadata_at_n(&k, &kl, &v, &vl, f, 2), SHS_OK);
+    assert_int_equal(kl, 3);
+    assert_memory_equal(k, "k\0a", 3);
+    assert_int_equal(vl, 3);
+    assert_memory_equal(v, "v\0\x01", 3);
+    assert_int_equal(shs_file_metadata_at_n(&k, &kl, &v, &vl, f, 1), SHS_OK);
+    assert_int_equal(kl, 2);
+    assert_int_equal(vl, 0);
+    v = shs_file_metadata_get_n(f, "k\0b", 3, &vl);
+    assert_non_null(v);
+    assert_int_equal(vl, 1);
+    assert_string_equal(v, "2");
+    shs_file_close(f);
+}
+
 /* An abandoned writer leaves neither the target nor a temporary file, and
    never damages an existing file of the same name. */
 static void test_atomic_replace(void **state)
@@ -669,6 +725,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_all_dtypes),
         cmocka_unit_test(test_slices),
         cmocka_unit_test(test_streaming_writer),
+        cmocka_unit_test(test_metadata_nul),
         cmocka_unit_test(test_atomic_replace),
         cmocka_unit_test(test_io_faults),
         cmocka_unit_test(test_oom_writer_and_reader),

@@ -141,6 +141,29 @@ static img gen_obj127(void)
 }
 static img gen_obj128(void) { return gen_nest_obj(128); }
 
+/* A tensor with an ignored field "x" holding `pre` + `digits` copies of
+   `digit` + `post`: numbers too long to write out in the table. */
+static img gen_long_number(const char *pre, const char *digit, size_t digits,
+                           const char *post)
+{
+    sb s = { 0 };
+    sb_adds(&s, "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":");
+    sb_adds(&s, pre);
+    sb_rep(&s, digit, digits);
+    sb_adds(&s, post);
+    sb_adds(&s, "}}");
+    return sb_img(&s, 1);
+}
+/* serde_json parses an integer beyond u64 as an f64: fine while it fits */
+static img gen_int_1e308(void) { return gen_long_number("1", "0", 308, ""); }
+static img gen_int_1e309(void) { return gen_long_number("1", "0", 309, ""); }
+static img gen_int_neg_1e400(void) { return gen_long_number("-1", "0", 400, ""); }
+/* 0.000...001e400 is 1e(400-1000): tiny, fine */
+static img gen_small_frac_big_exp(void) { return gen_long_number("0.", "0", 999, "1e400"); }
+/* 1000...0e-400 with 700 zeros is 1e300: fine; with 709 zeros 1e309 */
+static img gen_big_int_neg_exp_ok(void) { return gen_long_number("1", "0", 700, "e-400"); }
+static img gen_big_int_neg_exp_bad(void) { return gen_long_number("1", "0", 709, "e-400"); }
+
 static img gen_dims(size_t ndim)
 {
     sb s = { 0 };
@@ -252,6 +275,43 @@ static void chk_meta_only(const shs_file *f)
     assert_string_equal(v, "");
     assert_string_equal(shs_file_metadata_get(f, "format"), "pt");
     assert_null(shs_file_metadata_get(f, "missing"));
+}
+
+/* keys that differ only after a NUL are distinct; lengths are exact */
+static void chk_meta_nul(const shs_file *f)
+{
+    const char *k, *v;
+    size_t kl, vl;
+    assert_int_equal(shs_file_metadata_count(f), 3);
+    assert_int_equal(shs_file_metadata_at_n(&k, &kl, &v, &vl, f, 0), SHS_OK);
+    assert_int_equal(kl, 1);
+    assert_memory_equal(k, "a", 1);
+    assert_int_equal(vl, 1);
+    assert_memory_equal(v, "w", 1);
+    assert_int_equal(shs_file_metadata_at_n(&k, &kl, &v, &vl, f, 1), SHS_OK);
+    assert_int_equal(kl, 3);
+    assert_memory_equal(k, "a\0b", 3);
+    assert_int_equal(vl, 3);
+    assert_memory_equal(v, "x\0y", 4); /* and NUL-terminated */
+    assert_int_equal(shs_file_metadata_at_n(&k, &kl, &v, &vl, f, 2), SHS_OK);
+    assert_int_equal(kl, 3);
+    assert_memory_equal(k, "a\0c", 4);
+    assert_int_equal(vl, 1);
+    assert_memory_equal(v, "z", 2);
+    assert_int_equal(shs_file_metadata_at_n(&k, &kl, &v, &vl, f, 3), SHS_ERANGE);
+    /* the C-string accessors see them cut at the NUL */
+    assert_int_equal(shs_file_metadata_at(&k, &v, f, 1), SHS_OK);
+    assert_string_equal(k, "a");
+    assert_string_equal(v, "x");
+    vl = 99;
+    v = shs_file_metadata_get_n(f, "a\0c", 3, &vl);
+    assert_non_null(v);
+    assert_int_equal(vl, 1);
+    assert_string_equal(v, "z");
+    assert_non_null(shs_file_metadata_get_n(f, "a\0b", 3, NULL));
+    assert_null(shs_file_metadata_get_n(f, "a\0d", 3, &vl));
+    assert_null(shs_file_metadata_get_n(f, "a\0", 2, &vl));
+    assert_string_equal(shs_file_metadata_get(f, "a"), "w");
 }
 
 static void chk_meta_null(const shs_file *f)
@@ -421,6 +481,8 @@ typedef struct hcase {
 #define LEN(n, lf, s, d, e) \
     { n, K_LEN, s, sizeof(s) - 1, lf, d, NULL, e, NULL, NULL }
 #define GEN(n, g, e) { n, K_GEN, NULL, 0, 0, 0, g, e, NULL, NULL }
+#define HDRM(n, s, d, e, m) { n, K_HDR, s, sizeof(s) - 1, 0, d, NULL, e, m, NULL }
+#define GENM(n, g, e, m) { n, K_GEN, NULL, 0, 0, 0, g, e, m, NULL }
 #define OK(n, s, d, chk) { n, K_HDR, s, sizeof(s) - 1, 0, d, NULL, SHS_OK, NULL, chk }
 #define OKGEN(n, g, chk) { n, K_GEN, NULL, 0, 0, 0, g, SHS_OK, NULL, chk }
 
@@ -555,6 +617,8 @@ static const hcase k_cases[] = {
     HDR("dup_tensor", "{\"a\":" T1 ",\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", 2, SHS_EDUPLICATE),
     HDR("dup_tensor_escaped", "{\"a\":" T1 ",\"\\u0061\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}", 2, SHS_EDUPLICATE),
     HDR("dup_meta_key", "{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0, SHS_EDUPLICATE),
+    HDR("dup_meta_key_nul",
+        "{\"__metadata__\":{\"a\\u0000b\":\"1\",\"a\\u0000b\":\"2\"}}", 0, SHS_EDUPLICATE),
     HDR("dup_metadata", "{\"__metadata__\":{},\"__metadata__\":{}}", 0, SHS_EDUPLICATE),
     HDR("dup_dtype_field", "{\"t\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, SHS_EDUPLICATE),
     /* duplicates anywhere: inside objects nested in an ignored field too,
@@ -642,7 +706,68 @@ static const hcase k_cases[] = {
     HDR("schema_shape_minus_zero",
         "{\"t\":{\"dtype\":\"U8\",\"shape\":[-0],\"data_offsets\":[0,0]}}", 0, SHS_ESCHEMA),
 
+    /* -- numbers beyond the f64 range (serde_json: "number out of range",
+          a syntax error wherever the number is) ------------------------- */
+    HDRM("num_1e400_ignored",
+         "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"x\":1e400}}",
+         1, SHS_EJSON, "out of range"),
+    HDRM("num_neg_1e400_nested",
+         "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],"
+         "\"x\":{\"y\":[true,{\"z\":-1e400}]}}}", 1, SHS_EJSON, "at byte 72"),
+    HDRM("num_1e400_in_shape",
+         "{\"t\":{\"dtype\":\"U8\",\"shape\":[1e400],\"data_offsets\":[0,1]}}",
+         1, SHS_EJSON, "out of range"),
+    HDRM("num_1e400_in_offsets",
+         "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1E+400]}}",
+         1, SHS_EJSON, "out of range"),
+    HDRM("num_1e400_in_meta",
+         "{\"__metadata__\":{\"k\":1e400}}", 0, SHS_EJSON, "out of range"),
+    HDRM("num_1e400_as_tensor", "{\"t\":1e400}", 0, SHS_EJSON, "out of range"),
+    /* the syntax error wins over an earlier schema error */
+    HDRM("num_order_over_schema",
+         "{\"a\":1,\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],"
+         "\"x\":[0.1e310]}}", 1, SHS_EJSON, "out of range"),
+    HDRM("num_exp_huge", "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],"
+         "\"data_offsets\":[0,1],\"x\":1e99999999999999999999999}}", 1, SHS_EJSON, NULL),
+    /* 2^1024 - 2^970, the first value that rounds to infinity */
+    HDRM("num_f64_above_limit", "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],"
+         "\"data_offsets\":[0,1],\"x\":1.797693134862315807937289714053034150799342e308}}",
+         1, SHS_EJSON, NULL),
+    HDRM("num_f64_limit_exact", "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],"
+         "\"data_offsets\":[0,1],\"x\":"
+         "1797693134862315807937289714053034150799341327100378269361737789"
+         "8044496829276475094664901797758720709633028641669288791094655554"
+         "7851940402630657488671505820681908902000708383676273854845817711"
+         "5317644757302700698555713669596228429148198608349364752927190741"
+         "68444365510704342711559699508093042880177904174497792"
+         "}}", 1, SHS_EJSON, NULL),
+    HDRM("num_f64_1p8e308", "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],"
+         "\"data_offsets\":[0,1],\"x\":-1.8e308}}", 1, SHS_EJSON, NULL),
+    GENM("num_int_1e309", gen_int_1e309, SHS_EJSON, "out of range"),
+    GENM("num_int_neg_1e400", gen_int_neg_1e400, SHS_EJSON, "out of range"),
+    GENM("num_big_int_neg_exp", gen_big_int_neg_exp_bad, SHS_EJSON, "out of range"),
+
     /* -- positive controls --------------------------------------------- */
+    OK("ok_num_f64_edges",
+       "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],"
+       "\"x\":[1.7976931348623157e308,-1.7976931348623157e308,"
+       "1.797693134862315807937289714053034150799340e308,1e-400,-1e-99999999999,"
+       "0e400,0.0e400,-0.000E+999,0.001e311,10e307,18446744073709551616,"
+       "-18446744073709551616]}}", 1, chk_extra),
+    OK("ok_num_f64_below_limit", "{\"t\":{\"dtype\":\"U8\",\"shape\":[1],"
+       "\"data_offsets\":[0,1],\"x\":"
+       "1797693134862315807937289714053034150799341327100378269361737789"
+       "8044496829276475094664901797758720709633028641669288791094655554"
+       "7851940402630657488671505820681908902000708383676273854845817711"
+       "5317644757302700698555713669596228429148198608349364752927190741"
+       "68444365510704342711559699508093042880177904174497791"
+       "}}", 1, chk_extra),
+    OKGEN("ok_num_int_1e308", gen_int_1e308, chk_extra),
+    OKGEN("ok_num_tiny", gen_small_frac_big_exp, chk_extra),
+    OKGEN("ok_num_big_int_neg_exp", gen_big_int_neg_exp_ok, chk_extra),
+    OK("ok_meta_nul",
+       "{\"__metadata__\":{\"a\\u0000c\":\"z\",\"a\\u0000b\":\"x\\u0000y\",\"a\":\"w\"}}",
+       0, chk_meta_nul),
     OK("ok_empty_padded", "{}      ", 0, chk_empty),
     OK("ok_metadata_only",
        "{\"__metadata__\":{\"format\":\"pt\",\"z\\u00e9\":\"\",\"a\":\"x\\\"y\\n\"}}", 0,

@@ -287,4 +287,25 @@ CHECKS=$((CHECKS + 1))
 cmp -s "$WORK/self.safetensors" "$WORK/self.orig" && pass "IN untouched" || fail "IN changed"
 no_temp "$WORK" "refused conversions"
 
+# __metadata__ keys and values holding "\u0000" are copied exactly (keys
+# differing only after the NUL are distinct, not duplicates)
+"$PY" - <<'EOF2'
+import os, numpy as np, mkst
+W = os.environ["WORK"]
+meta = {"a\x00b": "x\x00y", "a\x00c": "z", "a": "w\x00", "\x00": ""}
+mkst.write(f"{W}/nulmeta.safetensors", [mkst.entry("w", np.arange(4, dtype=np.float32))], meta)
+EOF2
+expect 0 "convert with NUL in metadata" "$SHS_BIN" convert "$WORK/nulmeta.safetensors" "$WORK/nulmeta.bf16.safetensors" --dtype bf16
+py "NUL in metadata survives convert" <<'EOF2'
+import os, sys, mkst
+W = os.environ["WORK"]
+_, hdr, _, meta = mkst.read(f"{W}/nulmeta.bf16.safetensors")
+want = {"a\x00b": "x\x00y", "a\x00c": "z", "a": "w\x00", "\x00": ""}
+if meta != want:
+    sys.exit(f"metadata {meta!r} != {want!r}")
+raw = open(f"{W}/nulmeta.bf16.safetensors", "rb").read()
+if b'"a\\u0000b":"x\\u0000y"' not in raw:
+    sys.exit("escaped NUL bytes not in the header")
+EOF2
+
 finish

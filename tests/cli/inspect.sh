@@ -272,4 +272,21 @@ set -e
 if [ "$RC" -eq 1 ] && grep -qF "not a regular file" "$WORK/err"; then pass "a FIFO is refused, not opened"
 else fail "FIFO: status $RC"; show_output; fi
 
+# ---- __metadata__ holding "\u0000": shown exactly ----
+"$PY" - <<'EOF'
+import os, numpy as np, mkst
+W = os.environ["WORK"]
+mkst.write(f"{W}/nulmeta.safetensors", [mkst.entry("w", np.zeros(2, np.float32))],
+           {"a\x00b": "x\x00y", "a\x00c": "z", "a": "w\x00"})
+EOF
+expect 0 "inspect --json, NUL in metadata" "$SHS_BIN" inspect "$WORK/nulmeta.safetensors" --json
+py "inspect --json keeps NUL in metadata keys and values" <<'EOF'
+import json, os
+d = json.load(open(os.environ["WORK"] + "/out"))
+want = {"a\x00b": "x\x00y", "a\x00c": "z", "a": "w\x00"}
+assert d["metadata"] == want, d["metadata"]
+EOF
+expect 0 "inspect, NUL in metadata" "$SHS_BIN" inspect "$WORK/nulmeta.safetensors"
+has "$WORK/out" "3 entries" "text output lists the three NUL-distinct keys"
+
 finish
