@@ -14,6 +14,11 @@ const char *shs_version(void)
     return SHS_VERSION_STRING;
 }
 
+unsigned shs_version_number(void)
+{
+    return SHS_VERSION_NUMBER;
+}
+
 const char *shs_strerror(int status)
 {
     switch (status) {
