@@ -79,15 +79,6 @@ int shs__verr(int status, const char *fmt, va_list ap)
     return status;
 }
 
-int shs__err(int status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    shs__verr(status, fmt, ap);
-    va_end(ap);
-    return status;
-}
-
 int shs__err_prefix(int status, const char *prefix)
 {
     size_t plen = strlen(prefix) + 2, mlen = strlen(t_msg);
