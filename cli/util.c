@@ -435,29 +435,36 @@ void cli_parser_init(cli_parser *p, const char *cmd, const char *help, int argc,
     p->i = 1;
 }
 
+/* Optimal string alignment distance: insertions, deletions, substitutions
+   and transpositions of neighbours ("--jsno" is one edit from "--json"). */
 size_t cli_edit_distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
-    size_t row[64];
+    size_t r0[64], r1[64], r2[64];   /* rows i-2, i-1, i */
+    size_t *pp = r0, *prev = r1, *cur = r2;
     if (la >= 63 || lb >= 63)
         return 64;
     for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
+        prev[j] = j;
     for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
+        cur[0] = i;
         for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
+            size_t best = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            if (prev[j] + 1 < best)
+                best = prev[j] + 1;
+            if (cur[j - 1] + 1 < best)
+                best = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                pp[j - 2] + 1 < best)
+                best = pp[j - 2] + 1;
+            cur[j] = best;
         }
+        size_t *t = pp;
+        pp = prev;
+        prev = cur;
+        cur = t;
     }
-    return row[lb];
+    return prev[lb];
 }
 
 /* The known long option nearest to `name`, or NULL when none is close. */
