@@ -295,7 +295,8 @@ py "inspect --json keeps NUL in metadata keys and values" <<'EOF'
 import json, os
 d = json.load(open(os.environ["WORK"] + "/out"))
 want = {"a\x00b": "x\x00y", "a\x00c": "z", "a": "w\x00"}
-assert d["metadata"] == want, d["metadata"]
+m = d["files"][0]["metadata"]
+assert m == want, m
 EOF
 expect 0 "inspect, NUL in metadata" "$SHS_BIN" inspect "$WORK/nulmeta.safetensors"
 has "$WORK/out" "3 entries" "text output lists the three NUL-distinct keys"
