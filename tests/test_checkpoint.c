@@ -805,8 +805,8 @@ static void test_step_limits(void **state)
     char *sp = tu_subpath("steplim");
     small s;
     small_make(&s, 1.0f);
-    shs_progress p = progress_sample(1000000000000000000LL);
-    p.consumed_samples = 0;
+    shs_progress p = progress_sample(1); /* step x 32 would overflow */
+    p.global_step = 1000000000000000000LL;
     int rc = tu_save_once(sp, s.st, &p, 0);
     if (rc != SHS_EINVAL || !strstr(shs_last_error(), "step"))
         fail_msg("step 10^18 saved: %d (%s)", rc, shs_last_error());
