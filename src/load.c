@@ -31,6 +31,13 @@ int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out)
             return rc == SHS_ENOENT ? shs__err(SHS_ECORRUPT, "%s: missing file '%s' named in metadata.json",
                                                L->dir, L->m->f[fi].name)
                                     : rc;
+        /* the header names and places every chunk: it is checked before
+           any of them is used */
+        if ((rc = shs__meta_check_file(L->m, L->dir, fi, L->fh[fi])) < 0) {
+            shs_file_close(L->fh[fi]);
+            L->fh[fi] = NULL;
+            return rc;
+        }
     }
     *out = L->fh[fi];
     return SHS_OK;
@@ -134,13 +141,8 @@ static int load_tensor(shs__loader *L, shs__tensor *t, const shs__mtensor *mt, u
     uint64_t src_start[SHS_MAX_DIMS], dst_start[SHS_MAX_DIMS];
     for (size_t k = 0; k < mt->nc; k++) {
         const shs__mchunk *c = &mt->c[k];
-        /* replicas saved by several ranks: use the first */
-        int dup = 0;
-        for (size_t j = 0; j < k && !dup; j++)
-            dup = memcmp(mt->c[j].off, c->off, t->ndim * sizeof(uint64_t)) == 0 &&
-                  memcmp(mt->c[j].shape, c->shape, t->ndim * sizeof(uint64_t)) == 0;
-        if (dup)
-            continue;
+        if (c->replica)
+            continue; /* the first copy is read (replicas marked by meta.c) */
         if (t->ndim && !shs__box_intersect(t->ndim, t->goff, t->shape, c->off, c->shape, ioff,
                                             ishape))
             continue;
@@ -339,15 +341,10 @@ static int load_balanced_tensors(shs__loader *L, shs_state *st, const shs__load_
     size_t nreq = 0;
     for (size_t i = 0; i < ls.n; i++) {
         const shs__lay_entry *x = &ls.e[i];
-        char name[1024];
-        if (x->name_len >= sizeof name)
-            continue;
-        memcpy(name, x->name, x->name_len);
-        name[x->name_len] = '\0';
-        const shs__mtensor *t = shs__meta_find(m, name);
+        const shs__mtensor *t = shs__meta_find_n(m, x->name, x->name_len);
         if (!t)
             continue; /* non-strict: skipped by its rank */
-        req_state[nreq] = x->rank == (uint32_t)me ? shs__state_find(st, name, x->name_len) : -1;
+        req_state[nreq] = x->rank == (uint32_t)me ? shs__state_find(st, x->name, x->name_len) : -1;
         reqs[nreq++] = (shs_plan_chunk){ (uint32_t)(t - m->t), x->rank, x->box };
     }
     if ((rc = shs__plan_load(&plan, tens, (uint32_t)m->nt, saved, nsaved, reqs, nreq,
@@ -487,6 +484,12 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
     shs__free(mp);
     if ((rc = has_meta ? shs__meta_parse(&m, dir) : shs__meta_from_plain(&m, dir)) < 0)
         return rc;
+    /* common.json is checked even when its progress is not wanted: a
+       changed file means the directory is not what was saved */
+    if ((rc = shs__meta_check_common(&m, dir)) < 0) {
+        shs__meta_free(&m);
+        return rc;
+    }
     shs__loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)) };
     if (!L.fh) {
         shs__meta_free(&m);

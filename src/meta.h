@@ -10,7 +10,10 @@
 
 #include "internal.h"
 
-#define SHS__META_VERSION 1
+/* The version written; version 1 (the previous release) is still read. */
+#define SHS__META_VERSION 2
+/* Steps are below 10^18: the step directory names hold at most 18 digits. */
+#define SHS__STEP_LIMIT 1000000000000000000LL
 
 /* One saved chunk of a tensor: the box [off, off + shape) of the global
    tensor, stored as tensor `key` of file `file`. */
@@ -19,15 +22,19 @@ typedef struct shs__mchunk {
     uint32_t file;            /* index into shs__meta.f */
     char *key;
     uint64_t b0, b1;          /* absolute byte range in the file */
-    uint64_t hash;            /* XXH3 of the whole chunk, when has_hash */
+    uint64_t hash;            /* XXH3 of the whole chunk, when has_hash
+                                 (always, in a step directory) */
     int has_hash;
+    int replica;              /* an earlier chunk of the tensor has the same
+                                 box: readers use that one */
     uint64_t block;           /* > 0: per-block checksums of `block` bytes */
     uint64_t *blocks;         /* XXH3 of each block (the last may be short) */
     size_t nblocks;
 } shs__mchunk;
 
 /* A tensor of the checkpoint: its global shape and its saved chunks
-   (replicas saved by several ranks appear once per rank). */
+   (replicas saved by several ranks appear once per rank, the later copies
+   marked `replica`).  The distinct chunks tile the global shape exactly. */
 typedef struct shs__mtensor {
     char *name;
     shs_kind kind;
@@ -42,6 +49,9 @@ typedef struct shs__mtensor {
 typedef struct shs__mfile {
     char *name;
     int rank;
+    int has_header_hash;      /* version 2: header_hash and size known */
+    uint64_t header_hash;     /* XXH3 of bytes [0, data start): length + header */
+    uint64_t size;            /* bytes */
 } shs__mfile;
 
 /* A rank-local blob (rank state): bytes in a U8 tensor of a file. */
@@ -58,6 +68,9 @@ typedef struct shs__meta {
     int64_t step;
     int world_size;
     int plain;                /* a plain directory of safetensors files */
+    int version;              /* of metadata.json (0 for a plain directory) */
+    int has_common_hash;      /* version 2: common.json's XXH3 is known */
+    uint64_t common_hash;
     shs__mfile *f;
     size_t nf;
     shs__mtensor *t;
@@ -69,9 +82,34 @@ typedef struct shs__meta {
 /* "model", "opt": the "kind" of a tensor in metadata.json, by shs_kind. */
 extern const char *const shs__kind_name[2];
 
-/* Parse and validate <dir>/metadata.json into *m.  On error *m is empty
-   and the message names the file and the problem (SHS_ECORRUPT). */
+/* Parse and validate <dir>/metadata.json into *m: every rule of
+   docs/checkpoint.md (the one place they are checked: load, verify, the
+   view and the tools all come here).  On error *m is empty and the message
+   names the file and the problem (SHS_ECORRUPT, or SHS_ECHECKSUM when the
+   seal of a version-2 file does not match). */
 int shs__meta_parse(shs__meta *m, const char *dir);
+
+/* Version 2: SHS_ECHECKSUM unless <dir>/common.json has the checksum
+   metadata.json records (no-op for version 1 and plain directories). */
+int shs__meta_check_common(const shs__meta *m, const char *dir);
+
+/* Version 2: SHS_ECHECKSUM unless file fi, opened as f, has the size and
+   header checksum metadata.json records (no-op otherwise). */
+int shs__meta_check_file(const shs__meta *m, const char *dir, uint32_t fi, const shs_file *f);
+
+/* XXH3 of a safetensors file's bytes [0, data start): the 8-byte length
+   and the header, padding included (the "header_xxh3" of a file). */
+uint64_t shs__header_hash(const shs_file *f);
+
+/* Seal a metadata.json text (a JSON object without "metadata_xxh3"):
+   returns a new text (caller frees with shs__free) ending with
+   "metadata_xxh3":"<16 hex>"\n}\n, the hex being the XXH3 of the
+   returned text with those 16 digits read as '0'.  NULL when out of
+   memory or when `text` does not end with '}'. */
+char *shs__meta_seal(const char *text, size_t len, size_t *out_len);
+
+/* The tensor whose name is the `len` bytes at `name`, or NULL. */
+const shs__mtensor *shs__meta_find_n(const shs__meta *m, const char *name, size_t len);
 
 /* The model of a plain directory of safetensors files: each tensor whole
    (one chunk), names unique across files; files whose name holds "-opt-"

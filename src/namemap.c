@@ -1,8 +1,31 @@
 /* namemap.c -- open-addressing name -> index hash (see namemap.h). */
 #include "namemap.h"
 
+#include <pthread.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
+
+/* Names come from files (safetensors headers, metadata.json): with a fixed
+   hash, a file could be written so that every name probes the same slots
+   (hash flooding, quadratic inserts).  The seed is drawn once per process,
+   so a file cannot be prepared against it. */
+static uint64_t g_seed;
+static pthread_once_t g_seed_once = PTHREAD_ONCE_INIT;
+
+static void seed_init(void)
+{
+    uint64_t s = 0;
+    if (getrandom(&s, sizeof s, GRND_NONBLOCK) != (ssize_t)sizeof s) {
+        /* no entropy yet (early boot): still differs between processes */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        s = XXH3_64bits_withSeed(&ts, sizeof ts, (uint64_t)getpid());
+    }
+    g_seed = s;
+}
 
 int shs__namemap_init(shs__namemap *m, size_t n)
 {
@@ -29,7 +52,8 @@ void shs__namemap_release(shs__namemap *m)
 
 static size_t probe_start(const shs__namemap *m, const char *name, size_t len)
 {
-    return (size_t)XXH3_64bits(name, len) & m->mask;
+    pthread_once(&g_seed_once, seed_init);
+    return (size_t)XXH3_64bits_withSeed(name, len, g_seed) & m->mask;
 }
 
 static int grow(shs__namemap *m, shs__name_fn fn, const void *ctx)

@@ -137,6 +137,26 @@ done:
     return rc;
 }
 
+/* The "files" entry of a written file: its name, rank, size and header
+   checksum (the header names and places every chunk, so a changed header
+   must be caught even where the chunk checksums cannot see it). */
+static json_t *file_entry(const char *tmp, const char *name, int rank)
+{
+    char *path = shs__path_join(tmp, name), hx[17];
+    shs_file *f = NULL;
+    shs_open_opts oo = SHS_OPEN_OPTS_INIT;
+    oo.flags = SHS_OPEN_NO_MMAP;
+    json_t *e = NULL;
+    if (path && shs_file_open(&f, path, &oo) == SHS_OK) {
+        shs__hex64(hx, shs__header_hash(f));
+        e = json_pack("{s:s, s:i, s:I, s:s}", "name", name, "rank", rank, "size",
+                      (json_int_t)shs_file_size(f), "header_xxh3", hx);
+    }
+    shs_file_close(f);
+    shs__free(path);
+    return e;
+}
+
 static json_t *json_dims(const uint64_t *v, size_t n)
 {
     json_t *a = json_array();
@@ -413,8 +433,14 @@ static int save_local(const shs_state *st, const shs__save_req *req, const char 
         json_decref(jb);
     }
     for (size_t fi = 0; !bad && fi < nfiles; fi++) {
-        json_t *e = json_pack("{s:s, s:i}", "name", files[fi].name, "rank", req->rank);
-        bad = !e || json_array_append_new(jfiles, e) < 0;
+        json_t *e = file_entry(tmp, files[fi].name, req->rank);
+        if (!e) {
+            rc = shs__err(SHS_EIO, "%s/%s: cannot read back the header just written", tmp,
+                          files[fi].name);
+            shs__free(blob_range);
+            goto done;
+        }
+        bad = json_array_append_new(jfiles, e) < 0;
     }
     char hx[17];
     for (size_t i = 0; !bad && i < st->n; i++) {
@@ -553,8 +579,26 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
         goto done;
     if ((rc = shs__common_write(tmp, req->progress, req->fsync)) < 0)
         goto done;
+    /* version 2: common.json's checksum, and metadata.json sealed by its
+       own ("metadata_xxh3", the last key) */
+    char *cpath = shs__path_join(tmp, "common.json"), *ctext = NULL, hx[17];
+    size_t clen = 0;
+    rc = cpath ? shs__read_file(&ctext, &clen, cpath, 1u << 16)
+               : shs__err(SHS_ENOMEM, "out of memory");
+    if (rc == SHS_OK) {
+        shs__hex64(hx, shs__xxh3(ctext, clen));
+        if (json_object_set_new(root, "common_xxh3", json_string(hx)) < 0)
+            rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+    }
+    shs__free(ctext);
+    shs__free(cpath);
+    if (rc < 0)
+        goto done;
     /* metadata.json is written last: a directory holding it is complete */
-    text = json_dumps(root, JSON_INDENT(1) | JSON_COMPACT);
+    char *plain = json_dumps(root, JSON_INDENT(1) | JSON_COMPACT);
+    size_t tlen = 0;
+    text = plain ? shs__meta_seal(plain, strlen(plain), &tlen) : NULL;
+    free(plain);
     mpath = shs__path_join(tmp, "metadata.json");
     target = shs__step_dir_path(req->save_path, req->step);
     tracker = shs__tracker_path(req->save_path);
@@ -562,8 +606,17 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
         rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
         goto done;
     }
-    if ((rc = shs__write_file(mpath, text, strlen(text), req->fsync)) < 0)
+    if ((rc = shs__write_file(mpath, text, tlen, req->fsync)) < 0)
         goto done;
+    /* what is committed must load: the one validation of metadata.json
+       (chunks of every tensor tiling it, ...) runs before the commit, so
+       ranks registering an incomplete or overlapping layout fail the save */
+    shs__meta check;
+    if ((rc = shs__meta_parse(&check, tmp)) < 0) {
+        shs__err_prefix(rc, "nothing committed: the ranks' layout is not a valid checkpoint");
+        goto done;
+    }
+    shs__meta_free(&check);
     if (req->fsync && (rc = shs__io_fsync_dir(tmp)) < 0)
         goto done;
     /* commit: the directory, then the tracker */
@@ -580,7 +633,7 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
     if (out_dir)
         snprintf(out_dir, out_cap, "%s", target);
 done:
-    free(text);
+    shs__free(text);
     json_decref(root);
     shs__free(mpath);
     shs__free(target);
@@ -599,6 +652,11 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
     int rc = SHS_OK, committed = 0;
     shs_save_stats s = { 0 };
 
+    /* the loader finds steps by directory names of at most 18 digits */
+    if (req->step < 0 || req->step >= SHS__STEP_LIMIT)
+        return shs__err(SHS_EINVAL, "cannot save step %lld: steps must be from 0 to "
+                        "999999999999999999 (the step directory name holds 18 digits)",
+                        (long long)req->step);
     /* the root creates the temporary directory and names it for all */
     if (me == root)
         shs__random_suffix(suffix);

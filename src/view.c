@@ -96,6 +96,13 @@ int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step
     return SHS_OK;
 }
 
+/* Mark tensor idx of file fi as described by metadata.json. */
+static void mark_used(uint8_t **used, uint32_t fi, size_t idx)
+{
+    if (used[fi])
+        used[fi][idx] = 1;
+}
+
 int shs_checkpoint_verify(const char *dir)
 {
     shs__meta m;
@@ -105,11 +112,21 @@ int shs_checkpoint_verify(const char *dir)
     if ((rc = shs__meta_parse(&m, dir)) < 0)
         return rc;
     shs__loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)) };
+    uint8_t **used = shs__calloc(m.nf + 1, sizeof *used);
     void *buf = NULL;
-    if (!L.fh) {
-        shs__meta_free(&m);
-        return shs__err(SHS_ENOMEM, "out of memory");
+    if (!L.fh || !used) {
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+        goto done;
     }
+    /* every listed file exists and is valid (its header matching its
+       checksum in version 2), even one no chunk uses */
+    for (size_t i = 0; i < m.nf && rc == SHS_OK; i++) {
+        shs_file *f;
+        if ((rc = shs__loader_open_file(&L, (uint32_t)i, &f)) == SHS_OK &&
+            !(used[i] = shs__calloc(shs_file_tensor_count(f) + 1, 1)))
+            rc = shs__err(SHS_ENOMEM, "out of memory");
+    }
+    /* every chunk, replicas included, against its checksum and blocks */
     for (size_t j = 0; j < m.nt && rc == SHS_OK; j++) {
         for (size_t k = 0; k < m.t[j].nc && rc == SHS_OK; k++) {
             const shs__mchunk *c = &m.t[j].c[k];
@@ -117,6 +134,14 @@ int shs_checkpoint_verify(const char *dir)
             size_t idx;
             if ((rc = shs__chunk_locate(&L, c->file, c->key, c->b0, c->b1, &f, &idx)) < 0)
                 break;
+            const shs_tensor_info *ti = shs_file_tensor(f, idx);
+            if (ti->dtype != m.t[j].dtype || ti->ndim != m.t[j].ndim ||
+                (ti->ndim && memcmp(ti->shape, c->shape, ti->ndim * sizeof(uint64_t)) != 0)) {
+                rc = shs__err(SHS_ECORRUPT, "%s/%s: tensor '%s' has another dtype or shape "
+                              "than metadata.json says", dir, m.f[c->file].name, c->key);
+                break;
+            }
+            mark_used(used, c->file, idx);
             const void *p = shs_file_tensor_data(f, idx);
             if (!p) {
                 shs__free(buf);
@@ -144,6 +169,7 @@ int shs_checkpoint_verify(const char *dir)
         size_t idx;
         if ((rc = shs__chunk_locate(&L, b->file, b->key, b->b0, b->b1, &f, &idx)) < 0)
             break;
+        mark_used(used, b->file, idx);
         const void *p = shs_file_tensor_data(f, idx);
         if (!p) {
             shs__free(buf);
@@ -159,17 +185,26 @@ int shs_checkpoint_verify(const char *dir)
             rc = shs__err(SHS_ECHECKSUM, "%s: blob '%s' does not match its checksum", dir,
                           b->name);
     }
-    /* every listed file must exist and be valid, even one no chunk uses */
-    for (size_t i = 0; i < m.nf && rc == SHS_OK; i++) {
-        shs_file *f;
-        rc = shs__loader_open_file(&L, (uint32_t)i, &f);
-    }
+    /* bytes no checksum covers would pass unseen: every tensor of every
+       file is a chunk or a blob of metadata.json */
+    for (size_t i = 0; i < m.nf && rc == SHS_OK; i++)
+        for (size_t k = 0; k < shs_file_tensor_count(L.fh[i]) && rc == SHS_OK; k++)
+            if (!used[i][k])
+                rc = shs__err(SHS_ECORRUPT, "%s/%s: tensor '%s' is not described by "
+                              "metadata.json", dir, m.f[i].name,
+                              shs_file_tensor(L.fh[i], k)->name);
+    if (rc == SHS_OK)
+        rc = shs__meta_check_common(&m, dir);
     if (rc == SHS_OK) {
         shs_progress p;
         rc = shs__common_read(&p, dir);
     }
+done:
     shs__free(buf);
-    for (size_t i = 0; i < m.nf; i++)
+    for (size_t i = 0; used && i < m.nf; i++)
+        shs__free(used[i]);
+    shs__free(used);
+    for (size_t i = 0; L.fh && i < m.nf; i++)
         shs_file_close(L.fh[i]);
     shs__free(L.fh);
     shs__meta_free(&m);

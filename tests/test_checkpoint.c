@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 /* Load `path` (save path or step directory) into `st` through a manager. */
 static int load_from(const char *path, shs_state *st, shs_progress *p, shs_load_result *res,
@@ -411,6 +412,58 @@ static void write_json(const char *path, json_t *o)
     free(s);
 }
 
+/* An independent implementation of the metadata.json seal (format version
+   2, docs/checkpoint.md): the file ends with
+   "metadata_xxh3":"<16 hex>"\n}\n and the hex is the XXH3-64 of the file
+   with those 16 digits read as zeros.  Written sealed only when the
+   document was sealed before (a version-1 document has no seal). */
+static void write_meta(const char *path, json_t *o)
+{
+    if (!json_object_get(o, "metadata_xxh3")) {
+        write_json(path, o);
+        return;
+    }
+    json_object_del(o, "metadata_xxh3");
+    char *s = json_dumps(o, JSON_INDENT(1) | JSON_COMPACT);
+    assert_non_null(s);
+    size_t n = strlen(s);
+    while (n && s[n - 1] != '}')
+        n--;
+    assert_true(n > 1);
+    n--; /* drop the closing brace */
+    static const char tail[] = ",\n\"metadata_xxh3\":\"0000000000000000\"\n}\n";
+    char *t = malloc(n + sizeof tail);
+    assert_non_null(t);
+    memcpy(t, s, n);
+    memcpy(t + n, tail, sizeof tail);
+    size_t len = n + sizeof tail - 1;
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(t, len));
+    memcpy(t + len - 20, hex, 16);
+    assert_int_equal(tu_write_file(path, t, len), 0);
+    free(t);
+    free(s);
+}
+
+/* After common.json of `dir` was edited: record its new checksum in a
+   sealed metadata.json, so that the edit is judged on its content. */
+static void reseal_common(const char *dir)
+{
+    char *mp = strdup(tu_path(dir, "metadata.json"));
+    json_t *m = read_json(mp);
+    if (json_object_get(m, "common_xxh3")) {
+        size_t len;
+        char *c = tu_read_file(tu_path(dir, "common.json"), &len);
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(c, len));
+        json_object_set_new(m, "common_xxh3", json_string(hex));
+        write_meta(mp, m);
+        free(c);
+    }
+    json_decref(m);
+    free(mp);
+}
+
 static void write_text(const char *path, const char *s)
 {
     assert_int_equal(tu_write_file(path, s, strlen(s)), 0);
@@ -447,7 +500,12 @@ static void expect_bad_edit(const char *name, const char *file, int verify_first
         assert_int_equal(shs_checkpoint_verify(dir), SHS_OK);
     json_t *r = read_json(fp);
     edit(r);
-    write_json(fp, r);
+    if (strcmp(file, "metadata.json") == 0) {
+        write_meta(fp, r);
+    } else {
+        write_json(fp, r);
+        reseal_common(dir);
+    }
     json_decref(r);
     expect_bad(dir, SHS_ECORRUPT, needle, what);
     expect_bad(dir, SHS_ECORRUPT, file, what);
@@ -472,7 +530,7 @@ static void edit_file0_hidden(json_t *r)
 }
 static void edit_version(json_t *r)
 {
-    json_object_set_new(r, "version", json_integer(2));
+    json_object_set_new(r, "version", json_integer(3));
 }
 static json_t *w_chunk0(json_t *r)
 {
@@ -504,7 +562,7 @@ static void test_hostile_metadata(void **state)
         { edit_file0_dotdot, "../x.safetensors", "file ../x" },
         { edit_file0_abs, "/etc/passwd", "file /etc/passwd" },
         { edit_file0_hidden, ".hidden", "file .hidden" },
-        { edit_version, "version", "version 2" },
+        { edit_version, "version", "version 3" },
         { edit_chunk_outside, "'w'", "chunk outside" },
         { edit_byte_range, "'w'", "byte_range" },
     };
@@ -540,6 +598,233 @@ static void test_hostile_metadata(void **state)
     free(text);
     free(mp);
     free(dir);
+}
+
+/* ------------------------------------------------------------------ */
+/* Layout rules of metadata.json: each one broken in a checkpoint whose */
+/* data files are intact, so only the validation of metadata.json can   */
+/* catch it (before it, verify said OK and a load left part of the      */
+/* caller's buffer unwritten).                                          */
+/* ------------------------------------------------------------------ */
+
+static json_t *w_entry(json_t *r)
+{
+    return json_object_get(json_object_get(r, "tensors"), "w");
+}
+static json_t *dims2(uint64_t a, uint64_t b)
+{
+    json_t *d = json_array();
+    json_array_append_new(d, json_integer((json_int_t)a));
+    json_array_append_new(d, json_integer((json_int_t)b));
+    return d;
+}
+/* "w" (saved whole, [4,3]) declared [rows,3] with chunks at the given
+   first rows, each a copy of the saved [4,3] chunk */
+static void w_rows(json_t *r, uint64_t rows, const uint64_t *at, size_t n)
+{
+    json_t *t = w_entry(r), *c0 = json_deep_copy(w_chunk0(r)), *chunks = json_array();
+    json_object_set_new(t, "shape", dims2(rows, 3));
+    for (size_t i = 0; i < n; i++) {
+        json_t *c = json_deep_copy(c0);
+        json_object_set_new(c, "offset", dims2(at[i], 0));
+        json_array_append_new(chunks, c);
+    }
+    json_object_set_new(t, "chunks", chunks);
+    json_decref(c0);
+}
+static void edit_overlap_gap(json_t *r)
+{
+    /* rows 0-3 and 2-5 of 8: the volumes sum to 24 = 8 x 3, rows 2-3 are
+       listed twice and rows 6-7 never */
+    w_rows(r, 8, (const uint64_t[]){ 0, 2 }, 2);
+}
+static void edit_gap(json_t *r)
+{
+    w_rows(r, 8, (const uint64_t[]){ 0 }, 1);
+}
+static void edit_overlap(json_t *r)
+{
+    w_rows(r, 6, (const uint64_t[]){ 0, 2 }, 2);
+}
+static void edit_no_chunks(json_t *r)
+{
+    json_object_set_new(w_entry(r), "chunks", json_array());
+}
+static void edit_no_xxh3(json_t *r)
+{
+    json_object_del(w_chunk0(r), "xxh3");
+}
+static void edit_key_not_name(json_t *r)
+{
+    /* tensor "b" renamed "bb"; its chunk still holds key "b" */
+    json_t *t = json_object_get(r, "tensors"), *b = json_incref(json_object_get(t, "b"));
+    json_object_del(t, "b");
+    json_object_set_new(t, "bb", b);
+}
+static void edit_world_size(json_t *r)
+{
+    json_object_set_new(r, "world_size", json_integer(3));
+}
+static void edit_step(json_t *r)
+{
+    json_object_set_new(r, "step", json_integer(6));
+}
+static void edit_blob_name(json_t *r)
+{
+    json_object_set_new(json_array_get(json_object_get(r, "blobs"), 0), "name",
+                        json_string("rnf"));
+}
+static void edit_blob_dup(json_t *r)
+{
+    json_t *b = json_object_get(r, "blobs");
+    json_array_append_new(b, json_deep_copy(json_array_get(b, 0)));
+}
+static void edit_file_dup(json_t *r)
+{
+    json_t *f = json_object_get(r, "files");
+    json_array_append_new(f, json_deep_copy(json_array_get(f, 0)));
+}
+static void edit_step_too_big(json_t *r)
+{
+    json_object_set_new(r, "step", json_integer(1000000000000000000LL));
+}
+
+/* A checkpoint (step 5) whose metadata.json is edited by `edit`: verify
+   must fail as corrupt naming `needle`, and a load must fail. */
+static void expect_bad_layout(const char *name, meta_edit edit, const char *needle)
+{
+    char *dir = make_ckpt(name, 5, 1.0f, NULL);
+    char *mp = strdup(tu_path(dir, "metadata.json"));
+    json_t *r = read_json(mp);
+    edit(r);
+    write_meta(mp, r);
+    json_decref(r);
+    int rc = shs_checkpoint_verify(dir);
+    if (rc != SHS_ECORRUPT || !strstr(shs_last_error(), needle))
+        fail_msg("%s: verify gave %d (%s), expected SHS_ECORRUPT naming '%s'", name, rc,
+                 shs_last_error(), needle);
+    if (!strstr(shs_last_error(), "metadata.json"))
+        fail_msg("%s: the message does not name metadata.json: %s", name, shs_last_error());
+    shs_checkpoint *ck = NULL;
+    assert_int_equal(shs_checkpoint_open(&ck, dir), SHS_ECORRUPT);
+    assert_null(ck);
+    rc = load_small(dir);
+    if (rc == SHS_OK)
+        fail_msg("%s: load succeeded", name);
+    free(mp);
+    free(dir);
+}
+
+static void test_hostile_layout(void **state)
+{
+    (void)state;
+    expect_bad_layout("hl_overlap_gap", edit_overlap_gap, "overlap");
+    expect_bad_layout("hl_gap", edit_gap, "cover");
+    expect_bad_layout("hl_overlap", edit_overlap, "overlap");
+    expect_bad_layout("hl_nochunks", edit_no_chunks, "cover");
+    expect_bad_layout("hl_noxxh3", edit_no_xxh3, "xxh3");
+    expect_bad_layout("hl_key", edit_key_not_name, "key");
+    expect_bad_layout("hl_world", edit_world_size, "world_size");
+    expect_bad_layout("hl_step", edit_step, "step");
+    expect_bad_layout("hl_blobname", edit_blob_name, "rnf");
+    expect_bad_layout("hl_blobdup", edit_blob_dup, "rng");
+    expect_bad_layout("hl_filedup", edit_file_dup, "twice");
+    expect_bad_layout("hl_bigstep", edit_step_too_big, "step");
+
+    /* replicas (the same box listed twice, as several ranks write a
+       replicated tensor without remove_redundancy) verify and load */
+    char *dir = make_ckpt("hl_replica", 5, 1.0f, NULL);
+    char *mp = strdup(tu_path(dir, "metadata.json"));
+    json_t *r = read_json(mp);
+    w_rows(r, 4, (const uint64_t[]){ 0, 0, 0 }, 3);
+    write_meta(mp, r);
+    json_decref(r);
+    if (shs_checkpoint_verify(dir) != SHS_OK)
+        fail_msg("replicas: %s", shs_last_error());
+    small s;
+    small_make(&s, 0);
+    shs_progress p = { 0 };
+    if (load_from(dir, s.st, &p, NULL, 1, -1) != SHS_OK)
+        fail_msg("replicas: load: %s", shs_last_error());
+    assert_true(s.w[11] == 1.0f + 11);
+    shs_state_free(s.st);
+    shs_checkpoint *ck;
+    TU_OK(shs_checkpoint_open(&ck, dir));
+    size_t wi;
+    TU_OK(shs_checkpoint_find(&wi, ck, "w"));
+    assert_int_equal(shs_checkpoint_tensor(ck, wi)->n_chunks, 3);
+    shs_checkpoint_close(ck);
+    free(mp);
+    free(dir);
+}
+
+/* Bytes the loader reads besides chunk data: common.json and the
+   safetensors headers.  A change that keeps them valid (a step counter, a
+   header's __metadata__) must still fail the load, not resume silently. */
+static void test_hostile_load_checks(void **state)
+{
+    (void)state;
+    /* common.json: global_step 5 -> 7 */
+    char *dir = make_ckpt("hlc_common", 5, 1.0f, NULL);
+    char *cp = strdup(tu_path(dir, "common.json"));
+    size_t len;
+    char *text = tu_read_file(cp, &len);
+    char *at = strstr(text, "\"global_step\": 5");
+    assert_non_null(at);
+    at[strlen("\"global_step\": ")] = '7';
+    assert_int_equal(tu_write_file(cp, text, len), 0);
+    expect_bad(dir, SHS_ECHECKSUM, "common.json", "common.json global_step changed");
+    free(text);
+    free(cp);
+    free(dir);
+
+    /* a data file's header: __metadata__ "pt" -> "pu" (still valid) */
+    dir = make_ckpt("hlc_header", 5, 1.0f, NULL);
+    const char *model = find_file_with(dir, "-model-");
+    assert_non_null(model);
+    char *mname = strdup(model);
+    char *mf = strdup(tu_path(dir, model));
+    uint8_t *bytes = tu_read_file(mf, &len);
+    char *pt = memmem(bytes, len, "\"pt\"", 4);
+    assert_non_null(pt);
+    pt[2] = 'u';
+    assert_int_equal(tu_write_file(mf, bytes, len), 0);
+    expect_bad(dir, SHS_ECHECKSUM, mname, "header __metadata__ changed");
+    free(bytes);
+    free(mf);
+    free(mname);
+    free(dir);
+}
+
+/* Steps the save accepts are the steps the loader finds: the directory
+   name holds at most 18 digits, so a step of 10^18 is refused at save,
+   and 10^18 - 1 round-trips. */
+static void test_step_limits(void **state)
+{
+    (void)state;
+    char *sp = tu_subpath("steplim");
+    small s;
+    small_make(&s, 1.0f);
+    shs_progress p = progress_sample(1); /* step x 32 would overflow */
+    p.global_step = 1000000000000000000LL;
+    int rc = tu_save_once(sp, s.st, &p, 0);
+    if (rc != SHS_EINVAL || !strstr(shs_last_error(), "step"))
+        fail_msg("step 10^18 saved: %d (%s)", rc, shs_last_error());
+    p.global_step = 999999999999999999LL;
+    TU_OK(tu_save_once(sp, s.st, &p, 0));
+    char dir[4096];
+    TU_OK(shs_checkpoint_resolve(dir, sizeof dir, sp, -1));
+    assert_non_null(strstr(dir, "iteration_999999999999999999"));
+    if (shs_checkpoint_verify(dir) != SHS_OK)
+        fail_msg("step 10^18-1: %s", shs_last_error());
+    shs_progress q = { 0 };
+    small t;
+    small_make(&t, 0);
+    TU_OK(load_from(sp, t.st, &q, NULL, 1, -1));
+    assert_int_equal(q.global_step, 999999999999999999LL);
+    shs_state_free(t.st);
+    shs_state_free(s.st);
+    free(sp);
 }
 
 static void test_hostile_data_files(void **state)
@@ -634,6 +919,7 @@ static void test_hostile_common(void **state)
     json_t *o = read_json(cp);
     ce_ls_string(o);
     write_json(cp, o);
+    reseal_common(dir);
     json_decref(o);
     small s;
     small_make(&s, 0);
@@ -957,8 +1243,9 @@ static void test_reshard(void **state)
                          whole[(r + 3) * 6 + c + 2]);
     shs_state_free(st);
 
-    /* save only a chunk [5, 6] at [0, 0]; loading the whole tensor is not
-       covered */
+    /* a save whose ranks leave part of a tensor unsaved (here one rank
+       holding only [5, 6] at [0, 0] of [10, 6]) is refused before the
+       commit: a checkpoint that cannot be loaded whole is never written */
     char *sp2 = tu_subpath("reshard_partial");
     static const uint64_t hshape[2] = { 5, 6 }, hoff[2] = { 0, 0 };
     assert_int_equal(shs_state_create(&st), SHS_OK);
@@ -966,25 +1253,16 @@ static void test_reshard(void **state)
     spec.global_offset = hoff;
     spec.data = whole;
     assert_int_equal(shs_state_add_tensor(st, &spec), SHS_OK);
-    assert_int_equal(tu_save_once(sp2, st, &p, 0), SHS_OK);
-    shs_state_free(st);
-    float all[60];
-    assert_int_equal(shs_state_create(&st), SHS_OK);
-    tu_add_tensor(st, "t", SHS_KIND_MODEL, SHS_F32, 2, gshape, all, NULL);
-    rc = load_from(sp2, st, NULL, NULL, 1, -1);
+    rc = tu_save_once(sp2, st, &p, 0);
     if (rc != SHS_ECORRUPT)
-        fail_msg("uncovered chunk: got %d (%s)", rc, shs_last_error());
+        fail_msg("uncovered chunk saved: got %d (%s)", rc, shs_last_error());
     TU_ASSERT_MSG_HAS("cover");
     TU_ASSERT_MSG_HAS("'t'");
+    TU_ASSERT_MSG_HAS("nothing committed");
     shs_state_free(st);
-    /* but the covered half loads */
-    float half[30];
-    assert_int_equal(shs_state_create(&st), SHS_OK);
-    spec.data = half;
-    assert_int_equal(shs_state_add_tensor(st, &spec), SHS_OK);
-    assert_int_equal(load_from(sp2, st, NULL, NULL, 1, -1), SHS_OK);
-    assert_memory_equal(half, whole, sizeof half);
-    shs_state_free(st);
+    assert_int_equal(tu_count_leftovers(sp2), 0);
+    int64_t none;
+    assert_int_equal(shs_checkpoint_read_tracker(&none, sp2), SHS_ENOENT);
     free(sp2);
     free(sp);
 }
@@ -1347,6 +1625,9 @@ int main(void)
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_hostile_metadata),
+        cmocka_unit_test(test_hostile_layout),
+        cmocka_unit_test(test_hostile_load_checks),
+        cmocka_unit_test(test_step_limits),
         cmocka_unit_test(test_hostile_data_files),
         cmocka_unit_test(test_hostile_common),
         cmocka_unit_test(test_hostile_tracker),

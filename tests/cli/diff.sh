@@ -166,8 +166,11 @@ expect 2 "empty directory (trouble)" "$SHS_BIN" diff "$WORK/empty" "$F/base.safe
 # metadata.json written here; DIR.whole.safetensors holds the same tensors
 # whole, DIR.changed.safetensors the same with three elements changed.
 cat >"$WORK/synth.py" <<'PYEOF'
-import json, os, sys, numpy as np, mkst
+import ctypes, json, os, sys, numpy as np, mkst
 out, variant = sys.argv[1], sys.argv[2]
+xxh = ctypes.CDLL("libxxhash.so.0")          # metadata.json needs every chunk's XXH3
+xxh.XXH3_64bits.restype = ctypes.c_uint64
+xxh.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 rng = np.random.default_rng(5)
 G = {  # name: (dtype, global array; F4 as packed bytes)
     "v": ("F32", rng.standard_normal(10).astype(np.float32)),
@@ -183,8 +186,7 @@ CH = {
     "v": [(0, "v", [0], [4], np.s_[0:4]), (1, "v", [4], [6], np.s_[4:10])],
     "m": [(0, "m", [0, 0], [4, 2], np.s_[:, 0:2]), (1, "m", [0, 2], [4, 4], np.s_[:, 2:6])],
     "c": [(0, "c", [0, 0, 0], [3, 1, 5], np.s_[:, 0:1, :]),
-          (1, "c", [0, 1, 0], [3, 3, 2], np.s_[:, 1:4, 0:2]),
-          (1, "c2", [0, 1, 2], [3, 3, 3], np.s_[:, 1:4, 2:5])],
+          (1, "c", [0, 1, 0], [3, 3, 5], np.s_[:, 1:4, :])],
     "r": [(0, "r", [0], [3], np.s_[:]), (1, "r", [0], [3], np.s_[:])],      # replicas
     "q": [(0, "q", [0, 0], [4, 4], np.s_[:, 0:2]), (1, "q", [0, 4], [4, 4], np.s_[:, 2:4])],
     "p": [(0, "p", [0], [8], np.s_[0:4]), (1, "p", [8], [8], np.s_[4:8])],
@@ -207,7 +209,7 @@ for f, fn in enumerate(files):
     h = mkst.write(os.path.join(out, fn), ents)
     pos = 8 + len(h)
     for key, dt, shp, raw in ents:
-        where[(f, key)] = [pos, pos + len(raw)]
+        where[(f, key)] = [pos, pos + len(raw), "%016x" % xxh.XXH3_64bits(raw, len(raw))]
         pos += len(raw)
 meta = {"format": "shardsafe.checkpoint", "version": 1, "step": 3, "world_size": 2,
         "files": [{"name": fn, "rank": i} for i, fn in enumerate(files)], "tensors": {},
@@ -217,7 +219,8 @@ for name, chunks in CH.items():
     meta["tensors"][name] = {"kind": "model", "dtype": dt,
         "shape": SHAPE.get(name, list(a.shape)),
         "chunks": [{"offset": off, "shape": shp, "file": f, "key": key,
-                    "byte_range": where[(f, key)]} for f, key, off, shp, box in chunks]}
+                    "byte_range": where[(f, key)][:2], "xxh3": where[(f, key)][2]}
+                   for f, key, off, shp, box in chunks]}
 json.dump(meta, open(os.path.join(out, "metadata.json"), "w"))
 json.dump({"epoch_num": 0, "step_num": 3, "global_step": 3, "loss_scale": 1.0,
            "global_batch_size": 1, "consumed_samples": 3, "ckpt_status": None},
