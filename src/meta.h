@@ -58,6 +58,8 @@ typedef struct shs__meta {
     int64_t step;
     int world_size;
     int plain;                /* a plain directory of safetensors files */
+    int model_only;           /* "model_only": true -- weights only, no
+                                 optimizer state (optional key) */
     shs__mfile *f;
     size_t nf;
     shs__mtensor *t;

@@ -431,7 +431,7 @@ static void test_no_optim(void **state)
     c.no_load_optim = 1;
     TU_OK(shs_manager_create(&m, &c, st2));
     q = tu_prog(3);
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     TU_OK(shs_manager_load(m, &q, &res));
     shs_manager_free(m);
     assert_int_equal(res.loaded, 1);
@@ -486,7 +486,7 @@ static void test_exclude(void **state)
     cfg_loading(&c, sp);
     TU_OK(shs_config_set(&c, "exclude_from_loading", "optimizer"));
     TU_OK(shs_manager_create(&m, &c, l.st));
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     TU_OK(shs_manager_load(m, &q, &res));
     shs_manager_free(m);
     shs_config_release(&c);
@@ -516,7 +516,7 @@ static void test_batch_size_change(void **state)
     TU_OK(shs_manager_create(&m, &c, l.st));
     shs_progress q = { 0 };
     q.global_batch_size = 64;
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     TU_OK(shs_manager_load(m, &q, &res));
     assert_int_equal(q.global_step, 50);
     assert_int_equal(q.global_batch_size, 64);
@@ -561,7 +561,7 @@ static void test_auto_resume(void **state)
     tu_small_make(&l, 0, 1);
     shs_config c;
     shs_progress q = { 0 };
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
 
     /* nothing anywhere: fresh start */
     tu_cfg_saving(&c, empty);
@@ -586,11 +586,19 @@ static void test_auto_resume(void **state)
     c.load_step = 15;
     assert_int_equal(load_with(&c, &l, &q, &res), SHS_ENOCHECKPOINT);
 
-    /* load_path set to another save path wins */
+    /* the job's own progress wins over load_path */
     tu_cfg_saving(&c, sp);
     c.load_path = other;
     TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.step, 20);
+    assert_int_equal(res.source, SHS_LOAD_SAVE_PATH);
+    assert3(&l, 20, 1);
+    /* load_path when the save path holds nothing */
+    tu_cfg_saving(&c, empty);
+    c.load_path = other;
+    TU_OK(load_with(&c, &l, &q, &res));
     assert_int_equal(res.step, 30);
+    assert_int_equal(res.source, SHS_LOAD_LOAD_PATH);
     assert3(&l, 30, 1);
 
     /* initial_load_path only when save_path holds nothing; model only */
@@ -668,7 +676,7 @@ static void test_async(void **state)
     TU_OK(shs_manager_wait(m));
     /* every save committed, the last one tracked */
     assert_int_equal(tu_tracker_step(sp), 8);
-    shs_save_stats stats;
+    shs_save_stats stats = SHS_SAVE_STATS_INIT;
     TU_OK(shs_manager_last_save(m, &stats));
     assert_int_equal(stats.step, 8);
     for (int64_t step = 2; step <= 8; step += 2) {
@@ -854,7 +862,7 @@ static void test_incremental(void **state)
             trained[i] = (float)k + (float)i;
         shs_progress p = tu_prog(k);
         TU_OK(shs_manager_save(m, &p, 0));
-        shs_save_stats s;
+        shs_save_stats s = SHS_SAVE_STATS_INIT;
         TU_OK(shs_manager_last_save(m, &s));
         assert_int_equal(s.step, k);
         assert_int_equal(s.state_bytes, shs_state_nbytes(st));
