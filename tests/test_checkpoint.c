@@ -786,6 +786,28 @@ static void test_resolve(void **state)
     /* tracker */
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_OK);
     assert_string_equal(out, d3);
+    /* a buffer too small: SHS_ERANGE, never a cut path */
+    char tiny[16];
+    assert_int_equal(shs_checkpoint_resolve(tiny, sizeof tiny, sp, -1), SHS_ERANGE);
+    TU_ASSERT_MSG_HAS("does not fit");
+    assert_int_equal(shs_checkpoint_resolve(out, strlen(d3), sp, -1), SHS_ERANGE);
+    assert_int_equal(shs_checkpoint_resolve(out, strlen(d3) + 1, sp, -1), SHS_OK);
+    assert_int_equal(shs_checkpoint_resolve(tiny, sizeof tiny, d1, -1), SHS_ERANGE);
+    /* a save path whose step directories are all incomplete is never read
+       as a plain folder, even with safetensors files beside them */
+    char *inc = tu_subdir("res_incomplete");
+    char *incs = tu_subdir("res_incomplete/iteration_00000004");
+    size_t flen;
+    void *fbytes = tu_read_file(tu_path(d3, find_file_with(d3, "-model-")), &flen);
+    assert_non_null(fbytes);
+    assert_int_equal(tu_write_file(tu_path(inc, "model.safetensors"), fbytes, flen), 0);
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, inc, -1), SHS_ENOCHECKPOINT);
+    TU_ASSERT_MSG_HAS("no complete checkpoint");
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, incs, -1), SHS_ECORRUPT);
+    TU_ASSERT_MSG_HAS("without metadata.json");
+    free(fbytes);
+    free(inc);
+    free(incs);
     write_text(tu_path(sp, TU_TRACKER), "2");
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_OK);
     assert_string_equal(out, d2);
@@ -1143,6 +1165,28 @@ static void test_mismatch(void **state)
     assert_int_equal(res.n_skipped, 2);
     assert_true(skipped_has(&res, "extra_registered"));
     assert_true(skipped_has(&res, "b"));
+    /* many long names: every one listed (no fixed-size buffer to cut) */
+    {
+        shs_state *st2;
+        assert_int_equal(shs_state_create(&st2), SHS_OK);
+        tu_add_tensor(st2, "w", SHS_KIND_MODEL, SHS_F32, 2, tu_w_shape, w, NULL);
+        tu_add_tensor(st2, "b", SHS_KIND_MODEL, SHS_F32, 1, tu_b_shape, b, NULL);
+        tu_add_tensor(st2, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, tu_w_shape, wm, NULL);
+        static float many[40][2];
+        char nm[100];
+        for (int i = 0; i < 40; i++) {
+            snprintf(nm, sizeof nm, "model.layers.%02d.a_rather_long_registered_parameter_name", i);
+            tu_add_tensor(st2, nm, SHS_KIND_MODEL, SHS_F32, 1, two, many[i], NULL);
+        }
+        shs_load_result r2 = SHS_LOAD_RESULT_INIT;
+        TU_OK(load_nonstrict(sp, st2, &r2));
+        assert_int_equal(r2.n_skipped, 40);
+        for (int i = 0; i < 40; i++) {
+            snprintf(nm, sizeof nm, "model.layers.%02d.a_rather_long_registered_parameter_name", i);
+            assert_true(skipped_has(&r2, nm));
+        }
+        shs_state_free(st2);
+    }
     for (int i = 0; i < 12; i++) {
         assert_true(w[i] == 3.0f + (float)i);
         assert_true(wm[i] == 6.0f + (float)i * 0.5f);
