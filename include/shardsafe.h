@@ -749,8 +749,10 @@ SHS_API const char *shs_manager_warning(const shs_manager *m);
  * ---------------------------------------------------------------------- */
 
 /* Resolve a load path: a save path (tracker, else the newest complete
-   iteration_* / step-* directory; `step` >= 0 picks that step) or a step
-   directory.  Writes the step directory into out (cap bytes). */
+   iteration_* / step-* directory; `step` >= 0 picks that step), a step
+   directory (one without metadata.json is SHS_ECORRUPT), or a folder of
+   plain safetensors files with no step directory.  Writes the step
+   directory into out (cap bytes); SHS_ERANGE when it does not fit. */
 SHS_API int shs_checkpoint_resolve(char *out, size_t cap, const char *path,
                                    int64_t step);
 
@@ -812,7 +814,8 @@ SHS_API int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *ckpt
 SHS_API size_t shs_checkpoint_blob_count(const shs_checkpoint *ckpt);
 SHS_API int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *ckpt,
                                 size_t index);
-/* common.json of a step directory, validated (exactly the seven keys). */
+/* common.json of a step directory, validated (the seven keys; a missing
+   consumed_samples is global_step x global_batch_size). */
 SHS_API int shs_checkpoint_read_progress(shs_progress *out, const char *step_dir);
 
 /* Save-path maintenance.  Committed steps, ascending: up to `cap` go to
