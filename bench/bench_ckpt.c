@@ -242,7 +242,7 @@ static int mode_save(const char *dir)
     char *pb = path_in(dir, "ckpt_dd_baseline.bin");
     shs_manager *m = make_manager(&s, sp, 0, 0, 1, NULL);
     double tb[SAVE_REPS], ts[SAVE_REPS], cb[SAVE_REPS], cs[SAVE_REPS];
-    shs_save_stats st = { 0 };
+    shs_save_stats st = SHS_SAVE_STATS_INIT;
     for (int r = 0; r < SAVE_REPS; r++) {
         unlink(pb);
         clear_save_path(sp);
@@ -354,7 +354,7 @@ static int mode_async(const char *dir)
     shs_manager *msync = make_manager(&s, sp_sync, 0, 0, 1, NULL);
     double tsync[2 * ASYNC_SAVES];
     int nsync = 0;
-    shs_save_stats st;
+    shs_save_stats st = SHS_SAVE_STATS_INIT;
 
     /* (a) plain async save: blocked = staging copy (+ first-time allocation) */
     shs_manager *ma = make_manager(&s, sp_a, 1, 0, 1, NULL);
@@ -502,7 +502,7 @@ static int mode_incremental(const char *dir)
         double t0 = now();
         CHECK(shs_manager_save(mi, &p, 0));
         ti[r] = now() - t0;
-        shs_save_stats st;
+        shs_save_stats st = SHS_SAVE_STATS_INIT;
         CHECK(shs_manager_last_save(mi, &st));
         tf[r] = timed_sync_save(mf, sp_f, 100 * (r + 1), NULL);
         double frac = (double)st.bytes_written / (double)st.state_bytes;
@@ -545,7 +545,7 @@ static int mode_incremental(const char *dir)
 static double timed_load(shs_manager *m)
 {
     shs_progress p = progress_at(0);
-    shs_load_result lr;
+    shs_load_result lr = SHS_LOAD_RESULT_INIT;
     double t0 = now();
     CHECK(shs_manager_load(m, &p, &lr));
     double t = now() - t0;

@@ -131,7 +131,7 @@ int main(int argc, char **argv)
     shs_progress prog = { 0 };
     prog.global_batch_size = batch;
     prog.loss_scale = 1.0;
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     if (shs_manager_load(mgr, &prog, &res) != SHS_OK)
         goto fail;
     if (res.loaded) {
@@ -143,6 +143,8 @@ int main(int argc, char **argv)
         }
         printf("resumed from %s (step %lld%s)\n", res.path, (long long)res.step,
                res.optimizer_loaded ? "" : ", weights only");
+        if (res.fell_back || res.tracker_repaired)
+            printf("note: %s\n", res.message);
     } else {
         printf("starting from scratch\n");
     }
@@ -177,7 +179,7 @@ int main(int argc, char **argv)
     prog.consumed_samples = (int64_t)tinylm_consumed_samples(lm);
     if (export_blobs(st, lm) != 0 || shs_manager_finish(mgr, &prog) != SHS_OK)
         goto fail;
-    shs_save_stats ss;
+    shs_save_stats ss = SHS_SAVE_STATS_INIT;
     if (shs_manager_last_save(mgr, &ss) == SHS_OK)
         printf("last save: step %lld, %llu of %llu bytes written, %.3f s (blocked %.3f s)\n",
                (long long)ss.step, (unsigned long long)ss.bytes_written,

@@ -536,9 +536,14 @@ typedef struct shs_config {
     int enable_save;                /* default 1; 0: nothing is saved */
     const char *save_path;          /* required when saving */
     int64_t save_interleaved_steps; /* save when global_step % n == 0 (1000) */
-    int save_max;                   /* keep the newest n saves of this run (5);
+    int save_max;                   /* MindSpore: keep the newest n saves of
+                                       THIS run, never another run's (5);
                                        0 = keep all */
-    int keep_latest_k;              /* torchtitan's name; if > 0 it wins */
+    int keep_latest_k;              /* torchtitan: keep the newest k committed
+                                       steps of the WHOLE save path, whatever
+                                       run wrote them; if > 0 it replaces
+                                       save_max.  Neither deletes the
+                                       tracker's step nor a symlinked step */
     const char *prefix;             /* file name prefix ("checkpoint") */
     int no_save_optim;              /* save model weights only */
     int async_save;                 /* write in a background thread */
@@ -562,8 +567,12 @@ typedef struct shs_config {
     int64_t load_step;              /* -1: newest */
     int no_load_optim;              /* weights only; refresh master weights */
     unsigned exclude_from_loading;  /* SHS_EXCLUDE_* */
-    const char *initial_load_path;  /* used only if save_path has nothing */
+    const char *initial_load_path;  /* used only if save_path and load_path
+                                       have nothing */
     int initial_load_model_only;    /* (1) */
+    int resume_fallback;            /* the tracker's step missing or damaged:
+                                       load the newest earlier step that
+                                       verifies instead of failing (0) */
     int load_balanced;              /* each needed saved chunk read by one
                                        rank, sent to the others (several
                                        ranks only) */
@@ -617,10 +626,23 @@ SHS_API int shs_manager_create_comm(shs_manager **out, const shs_config *config,
                                     shs_state *state, shs_comm *comm);
 SHS_API void shs_manager_free(shs_manager *m);
 
-/* What a load did. */
+/* Where a load came from (shs_load_result.source). */
+enum {
+    SHS_LOAD_NONE = 0,          /* nothing anywhere: fresh start */
+    SHS_LOAD_SAVE_PATH = 1,     /* the job's own committed checkpoints */
+    SHS_LOAD_LOAD_PATH = 2,
+    SHS_LOAD_INITIAL = 3,       /* initial_load_path */
+    SHS_LOAD_SEED = 4           /* create_seed_checkpoint: nothing loaded */
+};
+
+/* What a load did.  Initialise with SHS_LOAD_RESULT_INIT (the version is
+   checked, so that fields can be added).  The strings and the array are
+   the manager's: valid until its next load or shs_manager_free. */
 typedef struct shs_load_result {
+    unsigned version;           /* SHS_LOAD_RESULT_VERSION */
     int loaded;                 /* 0: nothing to load, fresh start */
-    char path[4096];            /* the step directory loaded */
+    int source;                 /* SHS_LOAD_* */
+    const char *path;           /* the step directory loaded ("" if none) */
     int64_t step;               /* its step */
     int optimizer_loaded;
     int progress_loaded;        /* *progress was filled from common.json */
@@ -633,18 +655,54 @@ typedef struct shs_load_result {
     int saved_world_size;       /* world size the checkpoint was saved with */
     uint64_t bytes_read;        /* tensor bytes this rank read from storage */
     size_t n_skipped;           /* non-strict: tensors skipped */
-    char skipped[1024];         /* their names, comma separated (cut) */
+    const char *const *skipped; /* their names (n_skipped of them) */
+    int fell_back;              /* resume_fallback: the tracker's step was
+                                   missing or damaged, an earlier step that
+                                   verifies was loaded (see message) */
+    int tracker_repaired;       /* the tracker was behind the newest complete
+                                   step (or missing): that step was loaded
+                                   and the tracker rewritten */
+    int consumed_samples_derived; /* common.json had no consumed_samples
+                                   (MindSpore, six keys): global_step x
+                                   global_batch_size was used */
+    const char *message;        /* what was chosen and why, for the log */
 } shs_load_result;
+#define SHS_LOAD_RESULT_VERSION 1u
+#define SHS_LOAD_RESULT_INIT { SHS_LOAD_RESULT_VERSION, 0, 0, "", -1, 0, 0, 0, 0, 0, 0, 0, \
+                               NULL, 0, 0, 0, "" }
 
 /*
- * Load per the config.  With create_seed_checkpoint nothing is loaded:
+ * Load per the config.  Resume order (docs/checkpoint.md, "Resume"):
+ *
+ *  1. the job's own committed checkpoints in save_path: the tracker's step
+ *     (load_step picks another).  A tracker behind the newest complete step
+ *     (a crash between the commit rename and the tracker update) loads the
+ *     newest complete step that verifies and rewrites the tracker (rank 0),
+ *     result.tracker_repaired.  A tracker naming a missing or damaged step
+ *     fails, naming the newest earlier step that verifies; with
+ *     resume_fallback that step is loaded (result.fell_back).  A
+ *     weights-only step (last_save_model_only, no_save_optim) is skipped
+ *     while an earlier full one exists.  Options: load_step,
+ *     exclude_from_loading, strict; no_load_optim and the initial_*
+ *     options do NOT apply (a crashed job resumes all its own state).
+ *  2. else load_path (a save path or one step directory, or a folder of
+ *     plain safetensors files named as such): load_step, no_load_optim,
+ *     exclude_from_loading, strict apply.  It must exist.
+ *  3. else initial_load_path: initial_load_model_only, exclude_from_loading,
+ *     strict apply (load_step does not: it is the tracker's step).  It must
+ *     exist.
+ *  4. else nothing: a fresh start (result.loaded 0).
+ *
+ * Only "does not exist" (ENOENT) of save_path means "nothing to resume";
+ * any other error on it (EACCES, EIO, ENOTDIR, a malformed tracker) fails.
+ * With create_seed_checkpoint nothing is loaded:
  * the caller initialises its state, saves it with shs_manager_save at
  * global_step 0 (model weights only are kept) and exits.  Tensors are read straight into the registered
  * buffers: if the load fails part-way (e.g. a checksum mismatch), some
  * buffers may already hold checkpoint data -- treat the state as
  * undefined and either retry or start fresh.  `progress` is in/out: its global_batch_size is the
  * current run's (for the rescaling rule); the rest is overwritten from the
- * checkpoint unless train_state is excluded or no_load_optim is set.
+ * checkpoint unless train_state is excluded or weights only are loaded.
  * `result` may be NULL.
  */
 SHS_API int shs_manager_load(shs_manager *m, shs_progress *progress,
@@ -679,8 +737,10 @@ SHS_API int shs_manager_finish(shs_manager *m, const shs_progress *progress);
 
 /* Statistics of the last committed save, as seen by this rank: state and
    written bytes are this rank's; max_rank_bytes and write_balance cover
-   all ranks. */
+   all ranks.  Initialise with SHS_SAVE_STATS_INIT (the version is
+   checked). */
 typedef struct shs_save_stats {
+    unsigned version;         /* SHS_SAVE_STATS_VERSION */
     int64_t step;
     uint64_t state_bytes;     /* bytes of tensors in the checkpoint */
     uint64_t bytes_written;   /* bytes actually written (incremental) */
@@ -689,16 +749,28 @@ typedef struct shs_save_stats {
     double total_seconds;     /* start to commit */
     uint64_t max_rank_bytes;  /* most bytes written by one rank */
     double write_balance;     /* max / mean bytes written per rank (1 rank: 1) */
+    size_t retention_failures; /* old steps retention could not delete (the
+                                 save itself succeeded): shs_manager_warning */
 } shs_save_stats;
+#define SHS_SAVE_STATS_VERSION 1u
+#define SHS_SAVE_STATS_INIT { SHS_SAVE_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
 SHS_API int shs_manager_last_save(const shs_manager *m, shs_save_stats *out);
+
+/* The latest warning of the manager (e.g. "retention could not delete
+   <dir>: Permission denied"), or NULL when there is none.  Failures that
+   do not stop the job (a failed deletion of an old step) are warnings, not
+   errors.  Owned by the manager: valid until its next call. */
+SHS_API const char *shs_manager_warning(const shs_manager *m);
 
 /* ------------------------------------------------------------------------
  * Step directories (the engine under the manager; usable alone).
  * ---------------------------------------------------------------------- */
 
 /* Resolve a load path: a save path (tracker, else the newest complete
-   iteration_* / step-* directory; `step` >= 0 picks that step) or a step
-   directory.  Writes the step directory into out (cap bytes). */
+   iteration_* / step-* directory; `step` >= 0 picks that step), a step
+   directory (one without metadata.json is SHS_ECORRUPT), or a folder of
+   plain safetensors files with no step directory.  Writes the step
+   directory into out (cap bytes); SHS_ERANGE when it does not fit. */
 SHS_API int shs_checkpoint_resolve(char *out, size_t cap, const char *path,
                                    int64_t step);
 
@@ -760,7 +832,8 @@ SHS_API int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *ckpt
 SHS_API size_t shs_checkpoint_blob_count(const shs_checkpoint *ckpt);
 SHS_API int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *ckpt,
                                 size_t index);
-/* common.json of a step directory, validated (exactly the seven keys). */
+/* common.json of a step directory, validated (the seven keys; a missing
+   consumed_samples is global_step x global_batch_size). */
 SHS_API int shs_checkpoint_read_progress(shs_progress *out, const char *step_dir);
 
 /* Save-path maintenance.  Committed steps, ascending: up to `cap` go to

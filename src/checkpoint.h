@@ -60,9 +60,13 @@ typedef struct shs__load_req {
                                       by one rank, sent to the others */
 } shs__load_req;
 
-/* Load a step directory (ours, or a plain directory of safetensors files)
-   into the state.  progress may be NULL. */
+/* Load a step directory (ours, or a plain directory of safetensors files:
+   shs__step_dir_probe decides) into the state.  progress may be NULL.
+   res (may be NULL) gets the outcome, except res->path, which the caller
+   owns and sets; res->skipped is allocated here, even on error: release
+   it with shs__load_result_release_names. */
 int shs__ckpt_load(shs_state *st, const char *step_dir, const shs__load_req *req,
                    shs_comm *comm, shs_progress *progress, shs_load_result *res);
+void shs__load_result_release_names(shs_load_result *res);
 
 #endif

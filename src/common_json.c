@@ -8,6 +8,7 @@
 #include "io.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,13 @@ int shs__common_write(const char *dir, const shs_progress *p, int do_fsync)
     const shs_progress zero = { 0 };
     if (!p)
         p = &zero;
+    /* JSON has no inf or NaN (jansson refuses them, which would read as
+       "out of memory"): a diverged loss scale is the caller's to fix */
+    if (!isfinite(p->loss_scale)) {
+        json_decref(o);
+        return shs__err(SHS_EINVAL, "%s/common.json: loss_scale %g is not a finite number "
+                        "(JSON cannot hold it); nothing was saved", dir, p->loss_scale);
+    }
     if (json_object_set_new(o, "epoch_num", json_integer(p->epoch_num)) ||
         json_object_set_new(o, "step_num", json_integer(p->step_num)) ||
         json_object_set_new(o, "global_step", json_integer(p->global_step)) ||
@@ -53,12 +61,14 @@ done:
     return rc;
 }
 
-int shs__common_read(shs_progress *p, const char *dir)
+int shs__common_read_ex(shs_progress *p, const char *dir, unsigned *flags)
 {
     char *path = shs__path_join(dir, "common.json"), *buf = NULL;
     size_t len;
     json_t *o = NULL;
     int rc;
+    if (flags)
+        *flags = 0;
     if (!path)
         return shs__err(SHS_ENOMEM, "out of memory");
     if ((rc = shs__read_file(&buf, &len, path, COMMON_MAX)) < 0)
@@ -69,12 +79,9 @@ int shs__common_read(shs_progress *p, const char *dir)
         BAD("%s: not a JSON object (%s)", path, o ? "wrong type" : jerr.text);
     static const char *const ints[] = { "epoch_num", "step_num", "global_step",
                                         "global_batch_size", "consumed_samples" };
-    int64_t *dst[] = { &p->epoch_num, &p->step_num, &p->global_step, &p->global_batch_size,
-                       &p->consumed_samples };
     shs_progress out = { 0 };
     int64_t *odst[] = { &out.epoch_num, &out.step_num, &out.global_step,
                         &out.global_batch_size, &out.consumed_samples };
-    (void)dst;
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v) {
@@ -86,7 +93,8 @@ int shs__common_read(shs_progress *p, const char *dir)
                 BAD("%s: \"%s\" must be a non-negative integer", path, key);
             *odst[i] = json_integer_value(v);
         } else if (strcmp(key, "loss_scale") == 0) {
-            /* a number, or (as MindSpore writes it) a numeric string */
+            /* a number, or (as MindSpore's documentation shows) a numeric
+               string; strtod would also take "inf" and "nan" */
             if (json_is_number(v))
                 out.loss_scale = json_number_value(v);
             else if (json_is_string(v)) {
@@ -96,6 +104,9 @@ int shs__common_read(shs_progress *p, const char *dir)
                     BAD("%s: \"loss_scale\" must be a number", path);
             } else
                 BAD("%s: \"loss_scale\" must be a number", path);
+            if (!isfinite(out.loss_scale) || out.loss_scale < 0)
+                BAD("%s: \"loss_scale\" is %g: it must be finite and not negative", path,
+                    out.loss_scale);
         } else if (strcmp(key, "ckpt_status") == 0) {
             if (json_is_string(v)) {
                 if (strlen(json_string_value(v)) >= sizeof out.ckpt_status)
@@ -109,17 +120,34 @@ int shs__common_read(shs_progress *p, const char *dir)
                 path, key);
         }
     }
-    for (size_t i = 0; i < 5; i++)
+    /* consumed_samples (index 4) may be missing: MindSpore Transformers
+       writes six keys in some versions */
+    for (size_t i = 0; i < 4; i++)
         if (!json_object_get(o, ints[i]))
             BAD("%s: missing \"%s\"", path, ints[i]);
     if (!json_object_get(o, "loss_scale") || !json_object_get(o, "ckpt_status"))
         BAD("%s: missing \"loss_scale\" or \"ckpt_status\"", path);
+    if (!json_object_get(o, "consumed_samples")) {
+        int64_t c;
+        if (__builtin_mul_overflow(out.global_step, out.global_batch_size, &c))
+            BAD("%s: no \"consumed_samples\", and global_step %lld x global_batch_size %lld "
+                "overflows", path, (long long)out.global_step,
+                (long long)out.global_batch_size);
+        out.consumed_samples = c;
+        if (flags)
+            *flags |= SHS__COMMON_DERIVED_CONSUMED;
+    }
     *p = out;
 fail:
     json_decref(o);
     shs__free(buf);
     shs__free(path);
     return rc;
+}
+
+int shs__common_read(shs_progress *p, const char *dir)
+{
+    return shs__common_read_ex(p, dir, NULL);
 }
 
 #undef BAD

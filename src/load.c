@@ -443,14 +443,35 @@ done:
     return rc;
 }
 
-static void note_skipped(shs_load_result *res, const char *name)
+/* Append a skipped name to res->skipped, an array this file allocates
+   (released by shs__load_result_release_names). */
+static int note_skipped(shs_load_result *res, const char *name)
 {
     if (!res)
-        return;
-    res->n_skipped++;
-    size_t at = strlen(res->skipped);
-    if (at + strlen(name) + 2 < sizeof res->skipped)
-        snprintf(res->skipped + at, sizeof res->skipped - at, "%s%s", at ? "," : "", name);
+        return SHS_OK;
+    char **v = (char **)(uintptr_t)res->skipped;
+    size_t n = res->n_skipped;
+    if ((n & (n - 1)) == 0) { /* 0, 1, 2, 4...: grow to the next power of two */
+        char **nv = shs__realloc(v, (n ? 2 * n : 1) * sizeof *nv);
+        if (!nv)
+            return shs__err(SHS_ENOMEM, "out of memory listing skipped tensors");
+        v = nv;
+        res->skipped = (const char *const *)v;
+    }
+    if (!(v[n] = shs__strdup(name)))
+        return shs__err(SHS_ENOMEM, "out of memory listing skipped tensors");
+    res->n_skipped = n + 1;
+    return SHS_OK;
+}
+
+void shs__load_result_release_names(shs_load_result *res)
+{
+    char **v = (char **)(uintptr_t)res->skipped;
+    for (size_t i = 0; v && i < res->n_skipped; i++)
+        shs__free(v[i]);
+    shs__free(v);
+    res->skipped = NULL;
+    res->n_skipped = 0;
 }
 
 static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, shs_comm *comm,
@@ -476,12 +497,11 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
 {
     shs__meta m;
     int rc;
-    struct stat sb;
-    char *mp = shs__path_join(dir, "metadata.json");
-    if (!mp)
-        return shs__err(SHS_ENOMEM, "out of memory");
-    int has_meta = stat(mp, &sb) == 0;
-    shs__free(mp);
+    int has_meta = 0;
+    /* a step directory is read through its metadata.json or not at all;
+       only a directory that is none is read as plain safetensors files */
+    if ((rc = shs__step_dir_probe(dir, &has_meta)) < 0)
+        return rc;
     if ((rc = has_meta ? shs__meta_parse(&m, dir) : shs__meta_from_plain(&m, dir)) < 0)
         return rc;
     /* common.json is checked even when its progress is not wanted: a
@@ -509,8 +529,8 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
                 if (at + strlen(t->name) + 2 < sizeof missing)
                     snprintf(missing + at, sizeof missing - at, "%s%s", at ? ", " : "", t->name);
                 n_missing++;
-            } else {
-                note_skipped(res, t->name);
+            } else if ((rc = note_skipped(res, t->name)) < 0) {
+                goto done;
             }
             continue;
         }
@@ -546,7 +566,8 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
         if (shs__state_find(st, mt->name, strlen(mt->name)) >= 0)
             continue;
         if (!req->strict) {
-            note_skipped(res, mt->name);
+            if ((rc = note_skipped(res, mt->name)) < 0)
+                goto done;
             continue;
         }
         size_t at = strlen(extra);
@@ -600,17 +621,19 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
     }
     /* 4. progress */
     int progress_loaded = 0;
+    unsigned cflags = 0;
     if (progress && has_meta && !(req->exclude & SHS_EXCLUDE_TRAIN_STATE)) {
         shs_progress p = *progress;
-        if ((rc = shs__common_read(&p, dir)) < 0)
+        if ((rc = shs__common_read_ex(&p, dir, &cflags)) < 0)
             goto done;
         *progress = p;
         progress_loaded = 1;
     }
     if (res) {
+        /* res->path is the caller's to set: it owns the string */
         res->loaded = 1;
-        snprintf(res->path, sizeof res->path, "%s", dir);
         res->step = m.step;
+        res->consumed_samples_derived = (cflags & SHS__COMMON_DERIVED_CONSUMED) != 0;
         res->optimizer_loaded = req->with_optim;
         res->progress_loaded = progress_loaded;
         res->rank_state_restored = same_world && m.nb > 0;

@@ -557,6 +557,10 @@ int shs__meta_parse(shs__meta *m, const char *dir)
             (unsigned long long)step, (long long)dstep);
     m->step = (int64_t)step;
     m->world_size = (int)ws;
+    json_t *mo = json_object_get(root, "model_only");
+    if (mo && !json_is_boolean(mo))
+        BAD("%s: \"model_only\" must be true or false", path);
+    m->model_only = mo && json_is_true(mo);
     json_t *files = json_object_get(root, "files");
     if (!json_is_array(files))
         BAD("%s: \"files\" must be an array", path);

@@ -71,6 +71,8 @@ typedef struct shs__meta {
     int version;              /* of metadata.json (0 for a plain directory) */
     int has_common_hash;      /* version 2: common.json's XXH3 is known */
     uint64_t common_hash;
+    int model_only;           /* "model_only": true -- weights only, no
+                                 optimizer state (optional key) */
     shs__mfile *f;
     size_t nf;
     shs__mtensor *t;

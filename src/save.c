@@ -575,6 +575,11 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
     *committed = 0;
     if (!root)
         return shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+    /* weights only: auto-resume prefers an earlier full step over it */
+    if (!req->with_optim && json_object_set_new(root, "model_only", json_true()) < 0) {
+        rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+        goto done;
+    }
     if ((rc = merge_fragments(root, texts, lens, world, req->save_path)) < 0)
         goto done;
     if ((rc = shs__common_write(tmp, req->progress, req->fsync)) < 0)

@@ -43,25 +43,114 @@ int64_t shs__step_of_name(const char *name)
     return v;
 }
 
-int shs__step_dir_is_complete(const char *dir)
+/* 1: `path` exists; 0: it does not (ENOENT, or ENOTDIR below a file);
+   an error with the errno of stat otherwise. */
+static int exists(const char *path, int *yes, struct stat *st)
 {
-    char *m = shs__path_join(dir, "metadata.json");
-    char *c = shs__path_join(dir, "common.json");
+    struct stat local;
+    if (shs__io->stat(path, st ? st : &local) == 0) {
+        *yes = 1;
+        return SHS_OK;
+    }
+    *yes = 0;
+    if (errno == ENOENT || errno == ENOTDIR) /* ENOTDIR: a file is no step dir */
+        return SHS_OK;
+    return shs__err_errno(errno, "cannot stat", path);
+}
+
+/* Whether dir holds a regular `name`; errors other than "absent" fail. */
+static int holds_regular(const char *dir, const char *name, int *yes)
+{
+    char *p = shs__path_join(dir, name);
     struct stat st;
-    int ok = m && c && stat(m, &st) == 0 && S_ISREG(st.st_mode) && stat(c, &st) == 0 &&
-             S_ISREG(st.st_mode);
-    shs__free(m);
-    shs__free(c);
-    return ok;
+    int rc;
+    if (!p)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    rc = exists(p, yes, &st);
+    if (rc == SHS_OK && *yes)
+        *yes = S_ISREG(st.st_mode);
+    shs__free(p);
+    return rc;
+}
+
+/* Committed: metadata.json AND common.json are regular files. */
+static int step_dir_is_complete(const char *dir, int *yes)
+{
+    int a = 0, b = 0, rc;
+    *yes = 0;
+    if ((rc = holds_regular(dir, "metadata.json", &a)) < 0 || !a)
+        return rc;
+    if ((rc = holds_regular(dir, "common.json", &b)) < 0)
+        return rc;
+    *yes = b;
+    return SHS_OK;
 }
 
 int shs__step_dir_has_metadata(const char *path)
 {
     char *mp = shs__path_join(path, "metadata.json");
     struct stat st;
-    int r = mp && stat(mp, &st) == 0;
+    int r = mp && shs__io->stat(mp, &st) == 0;
     shs__free(mp);
     return r;
+}
+
+/* The last component of a path, ignoring trailing slashes, copied into
+   buf (cut to cap: a name longer than any step name is no step name). */
+static void base_name(char *buf, size_t cap, const char *path)
+{
+    size_t end = strlen(path);
+    while (end > 1 && path[end - 1] == '/')
+        end--;
+    size_t start = end;
+    while (start > 0 && path[start - 1] != '/')
+        start--;
+    size_t n = end - start < cap - 1 ? end - start : cap - 1;
+    memcpy(buf, path + start, n);
+    buf[n] = '\0';
+}
+
+int shs__step_dir_probe(const char *dir, int *is_step)
+{
+    int meta = 0, common = 0, rc;
+    *is_step = 0;
+    char name[64];
+    base_name(name, sizeof name, dir);
+    if ((rc = holds_regular(dir, "metadata.json", &meta)) < 0)
+        return rc;
+    if (meta) {
+        *is_step = 1;
+        return SHS_OK;
+    }
+    /* metadata.json that is not a regular file still makes a step dir */
+    char *mp = shs__path_join(dir, "metadata.json");
+    if (!mp)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    rc = exists(mp, &meta, NULL);
+    shs__free(mp);
+    if (rc < 0)
+        return rc;
+    if (meta) {
+        *is_step = 1;
+        return SHS_OK;
+    }
+    char *cp = shs__path_join(dir, "common.json");
+    if (!cp)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    rc = exists(cp, &common, NULL);
+    shs__free(cp);
+    if (rc < 0)
+        return rc;
+    if (common || shs__step_of_name(name) >= 0) {
+        *is_step = 1;
+        /* never read as a plain folder of safetensors files: that would
+           load whatever files a crash or a deletion left, silently */
+        return shs__err(SHS_ECORRUPT,
+                        "%s: a step directory (%s) without metadata.json: an incomplete or "
+                        "damaged checkpoint", dir,
+                        common ? "it holds common.json" : "by its name");
+    }
+    return SHS_OK;
 }
 
 int shs__is_leftover_name(const char *name)
@@ -87,41 +176,34 @@ int shs__list_steps(int64_t **out, size_t *n, const char *save_path)
 {
     *out = NULL;
     *n = 0;
-    DIR *d = opendir(save_path);
-    if (!d)
-        return shs__err_errno(errno, "cannot open save path", save_path);
+    char **names = NULL;
+    size_t nn = 0;
     int64_t *v = NULL;
-    size_t cnt = 0, cap = 0;
-    int rc = SHS_OK;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int64_t s = shs__step_of_name(e->d_name);
+    size_t cnt = 0;
+    int rc = shs__io_list_dir(&names, &nn, save_path);
+    if (rc < 0)
+        return rc;
+    v = shs__calloc(nn + 1, sizeof *v);
+    if (!v) {
+        rc = shs__err(SHS_ENOMEM, "out of memory listing %s", save_path);
+        goto done;
+    }
+    for (size_t i = 0; i < nn; i++) {
+        int64_t s = shs__step_of_name(names[i]);
         if (s < 0)
             continue;
-        char *full = shs__path_join(save_path, e->d_name);
+        char *full = shs__path_join(save_path, names[i]);
         if (!full) {
             rc = shs__err(SHS_ENOMEM, "out of memory listing %s", save_path);
-            break;
+            goto done;
         }
-        int ok = shs__step_dir_is_complete(full);
+        int ok = 0;
+        rc = step_dir_is_complete(full, &ok);
         shs__free(full);
-        if (!ok)
-            continue;
-        if (cnt == cap) {
-            cap = cap ? cap * 2 : 16;
-            int64_t *nv = shs__realloc(v, cap * sizeof *nv);
-            if (!nv) {
-                rc = shs__err(SHS_ENOMEM, "out of memory listing %s", save_path);
-                break;
-            }
-            v = nv;
-        }
-        v[cnt++] = s;
-    }
-    closedir(d);
-    if (rc < 0) {
-        shs__free(v);
-        return rc;
+        if (rc < 0)
+            goto done;
+        if (ok)
+            v[cnt++] = s;
     }
     if (cnt > 1)
         qsort(v, cnt, sizeof *v, cmp_i64);
@@ -132,7 +214,11 @@ int shs__list_steps(int64_t **out, size_t *n, const char *save_path)
             v[w++] = v[i];
     *out = v;
     *n = w;
-    return SHS_OK;
+    v = NULL;
+done:
+    shs__free(v);
+    shs__io_names_free(names, nn);
+    return rc;
 }
 
 char *shs__tracker_path(const char *save_path)
@@ -149,8 +235,11 @@ int shs__read_tracker(int64_t *step, const char *save_path)
     size_t len = 0;
     struct stat st;
     int rc;
-    if (stat(path, &st) != 0) {
-        rc = shs__err(SHS_ENOENT, "%s: no tracker", save_path);
+    /* only "does not exist" means "no tracker": any other failure to
+       read it must stop a resume, or the job would start over */
+    if (shs__io->stat(path, &st) != 0) {
+        rc = errno == ENOENT ? shs__err(SHS_ENOENT, "%s: no tracker", save_path)
+                             : shs__err_errno(errno, "cannot read the tracker", path);
         goto done;
     }
     if ((rc = shs__read_file(&buf, &len, path, 64)) < 0)
@@ -199,9 +288,8 @@ int shs__remove_step(const char *save_path, int64_t step)
         rc = shs__err(SHS_ENOMEM, "out of memory");
         goto done;
     }
-    /* renamed away first: a crash mid-delete leaves only a .trash- entry,
-       never a half-deleted directory that looks like a checkpoint */
-    int r = shs__io->rename(dir, trash);
+    struct stat st;
+    int r = shs__io->lstat(dir, &st);
     if (r != 0 && errno == ENOENT) {
         /* a torchtitan-style step-N directory */
         char alt[40];
@@ -211,10 +299,24 @@ int shs__remove_step(const char *save_path, int64_t step)
             rc = shs__err(SHS_ENOMEM, "out of memory");
             goto done;
         }
-        r = shs__io->rename(dir, trash);
+        r = shs__io->lstat(dir, &st);
         if (r != 0 && errno == ENOENT)
             goto done; /* nothing to remove */
     }
+    if (r != 0) {
+        rc = shs__err_errno(errno, "cannot remove", dir);
+        goto done;
+    }
+    if (S_ISLNK(st.st_mode)) {
+        rc = shs__err(SHS_EINVAL, "%s is a symbolic link: not removed (what it points to is "
+                      "outside the save path)", dir);
+        goto done;
+    }
+    /* renamed away first: a crash mid-delete leaves only a .trash- entry,
+       never a half-deleted directory that looks like a checkpoint */
+    r = shs__io->rename(dir, trash);
+    if (r != 0 && errno == ENOENT)
+        goto done; /* removed meanwhile */
     if (r != 0) {
         rc = shs__err_errno(errno, "cannot remove", dir);
         goto done;

@@ -34,13 +34,19 @@ char *shs__tracker_path(const char *save_path);
 /* Step of a directory name "iteration_%08d" or "step-N"; -1 otherwise. */
 int64_t shs__step_of_name(const char *name);
 
-/* Two "is this a step directory" checks, kept apart on purpose:
-   - is_complete: metadata.json AND common.json are regular files.  Used
-     when listing a save path: only a finished save counts as a step.
-   - has_metadata: metadata.json exists (any file type).  Used when a path
-     is given to open, resolve or load: it is then a step directory, not a
-     save path or a plain directory of safetensors files. */
-int shs__step_dir_is_complete(const char *dir);
+/* THE "is this a step directory" predicate, for every path given to
+   resolve, load, verify or open.  A step directory is one named
+   iteration_N or step-N, or holding metadata.json or common.json.
+   *is_step = 1 and SHS_OK: it holds metadata.json (read it as ours);
+   *is_step = 0 and SHS_OK: a plain directory (safetensors files, e.g.
+   Hugging Face weights, readable only when named as such);
+   SHS_ECORRUPT naming it: a step directory without metadata.json, an
+   incomplete or damaged checkpoint (*is_step = 1).  Any error but
+   "does not exist" while looking (EACCES, EIO) fails with its errno. */
+int shs__step_dir_probe(const char *dir, int *is_step);
+
+/* metadata.json exists (any file type); errors read as "no".  Kept for
+   callers that only need a hint; decisions use shs__step_dir_probe. */
 int shs__step_dir_has_metadata(const char *dir);
 
 /* A leftover of a failed save: .tmp-*, .trash-* or the tracker's temp. */
@@ -49,10 +55,14 @@ int shs__is_leftover_name(const char *name);
 /* A file name ending in ".safetensors". */
 int shs__is_safetensors_name(const char *name);
 
-/* Committed steps in a save path, ascending (caller frees *out). */
+/* Committed steps in a save path, ascending (caller frees *out): step
+   directories holding metadata.json and common.json as regular files.
+   Through the io seam; any error (listing, stat other than ENOENT) fails
+   with its errno. */
 int shs__list_steps(int64_t **out, size_t *n, const char *save_path);
 
-/* Read the tracker: SHS_ENOENT when absent, SHS_ECORRUPT when malformed. */
+/* Read the tracker: SHS_ENOENT only when absent, SHS_ECORRUPT when
+   malformed, the errno's status for any other failure. */
 int shs__read_tracker(int64_t *step, const char *save_path);
 
 /* Replace the tracker at `tracker` (from shs__tracker_path) atomically
@@ -60,7 +70,9 @@ int shs__read_tracker(int64_t *step, const char *save_path);
    fail for lack of memory before it commits anything. */
 int shs__write_tracker(const char *tracker, int64_t step, int do_fsync);
 
-/* Remove a committed step directory safely (rename away, then delete). */
+/* Remove a committed step directory safely (rename away, then delete).
+   A step directory that is a symbolic link is never removed (SHS_EINVAL):
+   what it points to is outside the save path's control. */
 int shs__remove_step(const char *save_path, int64_t step);
 
 /* Remove leftovers of failed saves (.tmp-* and .trash-* entries). */

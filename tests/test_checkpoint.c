@@ -22,6 +22,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+/* The manager of the last load_from: it owns the strings of the load
+   result, so it lives until the next load_from. */
+static shs_manager *g_last_manager;
+
 /* Load `path` (save path or step directory) into `st` through a manager. */
 static int load_from(const char *path, shs_state *st, shs_progress *p, shs_load_result *res,
                      int strict, int64_t step)
@@ -32,14 +36,22 @@ static int load_from(const char *path, shs_state *st, shs_progress *p, shs_load_
     c.load_path = path;
     c.strict = strict;
     c.load_step = step;
-    shs_manager *m = NULL;
-    int rc = shs_manager_create(&m, &c, st);
+    shs_manager_free(g_last_manager);
+    g_last_manager = NULL;
+    int rc = shs_manager_create(&g_last_manager, &c, st);
     if (rc < 0)
         return rc;
     shs_progress local = { 0 };
-    rc = shs_manager_load(m, p ? p : &local, res);
-    shs_manager_free(m);
-    return rc;
+    return shs_manager_load(g_last_manager, p ? p : &local, res);
+}
+
+/* Whether the load result lists `name` as skipped. */
+static int skipped_has(const shs_load_result *res, const char *name)
+{
+    for (size_t i = 0; i < res->n_skipped; i++)
+        if (strcmp(res->skipped[i], name) == 0)
+            return 1;
+    return 0;
 }
 
 /* Name of the first file in `dir` containing `part` (static buffer). */
@@ -198,7 +210,7 @@ static void test_roundtrip(void **state)
     bundle_make(&b, 0);
     shs_progress q = { 0 };
     q.global_batch_size = 32;
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     int rc = load_from(sp, b.st, &q, &res, 1, -1);
     if (rc != SHS_OK)
         fail_msg("load: %d %s", rc, shs_last_error());
@@ -890,7 +902,17 @@ static void test_hostile_data_files(void **state)
 typedef void (*common_edit)(json_t *o);
 static void ce_gs_string(json_t *o) { json_object_set_new(o, "global_step", json_string("100")); }
 static void ce_extra(json_t *o) { json_object_set_new(o, "foo_unknown", json_integer(1)); }
-static void ce_missing(json_t *o) { json_object_del(o, "consumed_samples"); }
+static void ce_missing(json_t *o) { json_object_del(o, "global_step"); }
+static void ce_ls_inf(json_t *o) { json_object_set_new(o, "loss_scale", json_string("inf")); }
+static void ce_ls_nan(json_t *o) { json_object_set_new(o, "loss_scale", json_string("nan")); }
+static void ce_ls_neg(json_t *o) { json_object_set_new(o, "loss_scale", json_real(-2.0)); }
+/* no consumed_samples, and global_step x global_batch_size overflows */
+static void ce_derive_overflow(json_t *o)
+{
+    json_object_del(o, "consumed_samples");
+    json_object_set_new(o, "global_step", json_integer(INT64_MAX / 2));
+    json_object_set_new(o, "global_batch_size", json_integer(3));
+}
 static void ce_negative(json_t *o) { json_object_set_new(o, "epoch_num", json_integer(-1)); }
 static void ce_ls_string(json_t *o) { json_object_set_new(o, "loss_scale", json_string("1.0")); }
 static void ce_ls_bad(json_t *o) { json_object_set_new(o, "loss_scale", json_string("abc")); }
@@ -904,9 +926,13 @@ static void test_hostile_common(void **state)
     } bad[] = {
         { ce_gs_string, "global_step" },
         { ce_extra, "foo_unknown" },
-        { ce_missing, "consumed_samples" },
+        { ce_missing, "global_step" },
         { ce_negative, "epoch_num" },
         { ce_ls_bad, "loss_scale" },
+        { ce_ls_inf, "loss_scale" },
+        { ce_ls_nan, "loss_scale" },
+        { ce_ls_neg, "loss_scale" },
+        { ce_derive_overflow, "overflows" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char name[32];
@@ -934,6 +960,42 @@ static void test_hostile_common(void **state)
     shs_state_free(s.st);
     free(cp);
     free(dir);
+}
+
+/* MindSpore Transformers' six-key common.json (no consumed_samples, the
+   loss scale as a string, written by hand per formats/mindspore-cp2.md):
+   it loads, the cursor is global_step x global_batch_size, and the load
+   result says it was derived. */
+static void test_common_six_keys(void **state)
+{
+    (void)state;
+    char *dir = make_ckpt("c6", 5, 1.0f, NULL);
+    write_text(tu_path(dir, "common.json"),
+               "{\n    \"epoch_num\": 1,\n    \"step_num\": 3000,\n    \"global_step\": 5,\n"
+               "    \"loss_scale\": \"1.0\",\n    \"global_batch_size\": 64,\n"
+               "    \"ckpt_status\": null\n}");
+    reseal_common(dir); /* metadata.json records common.json's checksum */
+    small s;
+    small_make(&s, 0);
+    shs_progress p = { 0 };
+    p.global_batch_size = 64;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
+    TU_OK(load_from(dir, s.st, &p, &res, 1, -1));
+    assert_int_equal(res.consumed_samples_derived, 1);
+    assert_int_equal(res.progress_loaded, 1);
+    assert_int_equal(p.consumed_samples, 5 * 64);
+    assert_int_equal(p.step_num, 3000);
+    assert_true(p.loss_scale == 1.0);
+    TU_OK(shs_checkpoint_read_progress(&p, dir));
+    assert_int_equal(p.consumed_samples, 5 * 64);
+    /* with the seventh key, nothing is derived */
+    char *dir2 = make_ckpt("c7", 5, 1.0f, NULL);
+    TU_OK(load_from(dir2, s.st, &p, &res, 1, -1));
+    assert_int_equal(res.consumed_samples_derived, 0);
+    assert_int_equal(p.consumed_samples, 5 * 32);
+    shs_state_free(s.st);
+    free(dir);
+    free(dir2);
 }
 
 static void test_hostile_tracker(void **state)
@@ -1011,6 +1073,28 @@ static void test_resolve(void **state)
     /* tracker */
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_OK);
     assert_string_equal(out, d3);
+    /* a buffer too small: SHS_ERANGE, never a cut path */
+    char tiny[16];
+    assert_int_equal(shs_checkpoint_resolve(tiny, sizeof tiny, sp, -1), SHS_ERANGE);
+    TU_ASSERT_MSG_HAS("does not fit");
+    assert_int_equal(shs_checkpoint_resolve(out, strlen(d3), sp, -1), SHS_ERANGE);
+    assert_int_equal(shs_checkpoint_resolve(out, strlen(d3) + 1, sp, -1), SHS_OK);
+    assert_int_equal(shs_checkpoint_resolve(tiny, sizeof tiny, d1, -1), SHS_ERANGE);
+    /* a save path whose step directories are all incomplete is never read
+       as a plain folder, even with safetensors files beside them */
+    char *inc = tu_subdir("res_incomplete");
+    char *incs = tu_subdir("res_incomplete/iteration_00000004");
+    size_t flen;
+    void *fbytes = tu_read_file(tu_path(d3, find_file_with(d3, "-model-")), &flen);
+    assert_non_null(fbytes);
+    assert_int_equal(tu_write_file(tu_path(inc, "model.safetensors"), fbytes, flen), 0);
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, inc, -1), SHS_ENOCHECKPOINT);
+    TU_ASSERT_MSG_HAS("no complete checkpoint");
+    assert_int_equal(shs_checkpoint_resolve(out, sizeof out, incs, -1), SHS_ECORRUPT);
+    TU_ASSERT_MSG_HAS("without metadata.json");
+    free(fbytes);
+    free(inc);
+    free(incs);
     write_text(tu_path(sp, TU_TRACKER), "2");
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, sp, -1), SHS_OK);
     assert_string_equal(out, d2);
@@ -1086,7 +1170,7 @@ static void test_resolve(void **state)
     assert_int_equal(shs_state_create(&ps), SHS_OK);
     tu_add_tensor(ps, "w", SHS_KIND_MODEL, SHS_F32, 2, tu_w_shape, gw, NULL);
     tu_add_tensor(ps, "b", SHS_KIND_MODEL, SHS_F32, 1, tu_b_shape, gb, NULL);
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     memset(&p, 0, sizeof p);
     p.global_step = 77;
     int rc = load_from(pd, ps, &p, &res, 1, -1);
@@ -1178,7 +1262,7 @@ static void test_block_checksums(void **state)
     spec.data = rows;
     assert_int_equal(shs_state_create(&st), SHS_OK);
     assert_int_equal(shs_state_add_tensor(st, &spec), SHS_OK);
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     int rc = load_from(sp, st, NULL, &res, 1, -1);
     if (rc != SHS_OK)
         fail_msg("partial load of clean blocks: %s", shs_last_error());
@@ -1353,14 +1437,35 @@ static void test_mismatch(void **state)
     extra[0] = 42.0f;
     extra[1] = 43.0f;
     tu_add_tensor(st, "extra_registered", SHS_KIND_MODEL, SHS_F32, 1, two, extra, NULL);
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     int rc = load_nonstrict(sp, st, &res);
     if (rc != SHS_OK)
         fail_msg("non-strict: %s", shs_last_error());
     assert_int_equal(res.n_skipped, 2);
-    assert_non_null(strstr(res.skipped, "extra_registered"));
-    if (!has_token(res.skipped, "b"))
-        fail_msg("skipped list lacks 'b': %s", res.skipped);
+    assert_true(skipped_has(&res, "extra_registered"));
+    assert_true(skipped_has(&res, "b"));
+    /* many long names: every one listed (no fixed-size buffer to cut) */
+    {
+        shs_state *st2;
+        assert_int_equal(shs_state_create(&st2), SHS_OK);
+        tu_add_tensor(st2, "w", SHS_KIND_MODEL, SHS_F32, 2, tu_w_shape, w, NULL);
+        tu_add_tensor(st2, "b", SHS_KIND_MODEL, SHS_F32, 1, tu_b_shape, b, NULL);
+        tu_add_tensor(st2, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, tu_w_shape, wm, NULL);
+        static float many[40][2];
+        char nm[100];
+        for (int i = 0; i < 40; i++) {
+            snprintf(nm, sizeof nm, "model.layers.%02d.a_rather_long_registered_parameter_name", i);
+            tu_add_tensor(st2, nm, SHS_KIND_MODEL, SHS_F32, 1, two, many[i], NULL);
+        }
+        shs_load_result r2 = SHS_LOAD_RESULT_INIT;
+        TU_OK(load_nonstrict(sp, st2, &r2));
+        assert_int_equal(r2.n_skipped, 40);
+        for (int i = 0; i < 40; i++) {
+            snprintf(nm, sizeof nm, "model.layers.%02d.a_rather_long_registered_parameter_name", i);
+            assert_true(skipped_has(&r2, nm));
+        }
+        shs_state_free(st2);
+    }
     for (int i = 0; i < 12; i++) {
         assert_true(w[i] == 3.0f + (float)i);
         assert_true(wm[i] == 6.0f + (float)i * 0.5f);
@@ -1630,6 +1735,7 @@ int main(void)
         cmocka_unit_test(test_step_limits),
         cmocka_unit_test(test_hostile_data_files),
         cmocka_unit_test(test_hostile_common),
+        cmocka_unit_test(test_common_six_keys),
         cmocka_unit_test(test_hostile_tracker),
         cmocka_unit_test(test_resolve),
         cmocka_unit_test(test_reshard),

@@ -528,7 +528,7 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
         /* the manager agrees: a fresh start */
         shs_progress p = { 0 };
         p.global_batch_size = GBS;
-        shs_load_result res;
+        shs_load_result res = SHS_LOAD_RESULT_INIT;
         rc = shs_manager_load(m, &p, &res);
         if (rc != SHS_OK || res.loaded)
             FAILF(r, "shs_manager_load with no checkpoint: %s, loaded=%d", shs_strerror(rc),
@@ -550,10 +550,20 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
     /* 4. load it (auto-resume from the save path) into a fresh state */
     shs_progress p = { 0 };
     p.global_batch_size = GBS;
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     rc = shs_manager_load(m, &p, &res);
     if (rc != SHS_OK)
         FAILF(r, "shs_manager_load: %s", shs_strerror(rc));
+    if (res.tracker_repaired) {
+        /* killed between the commit rename and the tracker update: the
+           newest complete step is loaded and the tracker catches up */
+        if (res.step != max_dir || tu_tracker_step(r->save_path) != max_dir)
+            FAILF(r, "tracker repaired to step %lld (tracker %lld), newest directory %lld",
+                  (long long)res.step, (long long)tu_tracker_step(r->save_path),
+                  (long long)max_dir);
+        snprintf(dir, sizeof dir, "%s", res.path);
+        dstep = res.step;
+    }
     if (!res.loaded || strcmp(res.path, dir) != 0 || res.step != dstep || !res.optimizer_loaded ||
         !res.progress_loaded || !res.rank_state_restored || res.batch_size_changed)
         FAILF(r, "load result: loaded=%d path=%s (resolved %s) step=%lld optimizer=%d "

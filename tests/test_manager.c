@@ -15,6 +15,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,17 @@ static ino_t inode_of(const char *p)
 {
     struct stat st;
     return stat(p, &st) == 0 ? st.st_ino : 0;
+}
+
+/* The manager of the last load_with: it owns the strings of the load
+   result (and holds the save path's lock), so it lives until the next
+   load_with or load_with_done. */
+static shs_manager *g_load_manager;
+
+static void load_with_done(void)
+{
+    shs_manager_free(g_load_manager);
+    g_load_manager = NULL;
 }
 
 static void cfg_loading(shs_config *c, const char *load_path)
@@ -237,6 +249,7 @@ static void test_interval(void **state)
     TU_OK(shs_manager_load(m, &q, NULL));
     shs_manager_free(m);
     assert_true(l.w[0] == 1.0f);
+    load_with_done();
     shs_state_free(l.st);
     shs_state_free(s.st);
     free(d9);
@@ -306,6 +319,7 @@ static void test_retention(void **state)
     shs_manager_free(m);
     assert3(&l, 4, 1);
     assert_int_equal(q.global_step, 4);
+    load_with_done();
     shs_state_free(l.st);
 
     /* save_max 0 keeps all */
@@ -356,6 +370,7 @@ static void test_resave_same_step(void **state)
     assert3(&l, 50, 1);
     tu_assert_blob_str(l.st, "rng", "rng-second");
     assert_int_equal(q.consumed_samples, 4242);
+    load_with_done();
     shs_state_free(l.st);
     shs_state_free(s.st);
     free(sp);
@@ -432,7 +447,7 @@ static void test_no_optim(void **state)
     c.no_load_optim = 1;
     TU_OK(shs_manager_create(&m, &c, st2));
     q = tu_prog(3);
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     TU_OK(shs_manager_load(m, &q, &res));
     shs_manager_free(m);
     assert_int_equal(res.loaded, 1);
@@ -478,6 +493,7 @@ static void test_exclude(void **state)
     tu_assert_blob_str(l.st, "lr_scheduler", "{\"lr\": \"mine\"}");
     tu_assert_blob_str(l.st, "dataloader", "{\"cursor\": \"saved\"}");
     assert_int_equal(q.global_step, 4);
+    load_with_done();
     shs_state_free(l.st);
 
     /* optimizer excluded: optimizer buffers untouched */
@@ -487,7 +503,7 @@ static void test_exclude(void **state)
     cfg_loading(&c, sp);
     TU_OK(shs_config_set(&c, "exclude_from_loading", "optimizer"));
     TU_OK(shs_manager_create(&m, &c, l.st));
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     TU_OK(shs_manager_load(m, &q, &res));
     shs_manager_free(m);
     shs_config_release(&c);
@@ -496,6 +512,7 @@ static void test_exclude(void **state)
     for (int i = 0; i < 12; i++)
         assert_true(l.wm[i] == -5);
     tu_assert_blob_str(l.st, "rng", "rng-saved");
+    load_with_done();
     shs_state_free(l.st);
     free(sp);
 }
@@ -517,7 +534,7 @@ static void test_batch_size_change(void **state)
     TU_OK(shs_manager_create(&m, &c, l.st));
     shs_progress q = { 0 };
     q.global_batch_size = 64;
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     TU_OK(shs_manager_load(m, &q, &res));
     assert_int_equal(q.global_step, 50);
     assert_int_equal(q.global_batch_size, 64);
@@ -530,6 +547,7 @@ static void test_batch_size_change(void **state)
     assert_int_equal(q.global_step, 100);
     assert_int_equal(res.batch_size_changed, 0);
     shs_manager_free(m);
+    load_with_done();
     shs_state_free(l.st);
     free(sp);
 }
@@ -540,13 +558,11 @@ static void test_batch_size_change(void **state)
 
 static int load_with(shs_config *c, st3 *l, shs_progress *q, shs_load_result *res)
 {
-    shs_manager *m;
-    int rc = shs_manager_create(&m, c, l->st);
+    load_with_done();
+    int rc = shs_manager_create(&g_load_manager, c, l->st);
     if (rc < 0)
         return rc;
-    rc = shs_manager_load(m, q, res);
-    shs_manager_free(m);
-    return rc;
+    return shs_manager_load(g_load_manager, q, res);
 }
 
 static void test_auto_resume(void **state)
@@ -562,7 +578,7 @@ static void test_auto_resume(void **state)
     tu_small_make(&l, 0, 1);
     shs_config c;
     shs_progress q = { 0 };
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
 
     /* nothing anywhere: fresh start */
     tu_cfg_saving(&c, empty);
@@ -587,11 +603,19 @@ static void test_auto_resume(void **state)
     c.load_step = 15;
     assert_int_equal(load_with(&c, &l, &q, &res), SHS_ENOCHECKPOINT);
 
-    /* load_path set to another save path wins */
+    /* the job's own progress wins over load_path */
     tu_cfg_saving(&c, sp);
     c.load_path = other;
     TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.step, 20);
+    assert_int_equal(res.source, SHS_LOAD_SAVE_PATH);
+    assert3(&l, 20, 1);
+    /* load_path when the save path holds nothing */
+    tu_cfg_saving(&c, empty);
+    c.load_path = other;
+    TU_OK(load_with(&c, &l, &q, &res));
     assert_int_equal(res.step, 30);
+    assert_int_equal(res.source, SHS_LOAD_LOAD_PATH);
     assert3(&l, 30, 1);
 
     /* initial_load_path only when save_path holds nothing; model only */
@@ -626,11 +650,651 @@ static void test_auto_resume(void **state)
     TU_OK(load_with(&c, &l, &q, &res));
     assert_int_equal(res.step, 20);
 
+    load_with_done();
     shs_state_free(l.st);
     free(sp);
     free(other);
     free(init);
     free(empty);
+}
+
+/* ------------------------------------------------------------------ */
+/* Resume: order, errors, damaged and lagging trackers                */
+/* ------------------------------------------------------------------ */
+
+/* Flip the last byte of the model file of a step (its tensor data). */
+static void damage_step(const char *sp, int64_t step)
+{
+    const char *dir = tu_step_dir(sp, step);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    char name[256] = "";
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, "-model-") && strstr(e->d_name, ".safetensors"))
+            snprintf(name, sizeof name, "%s", e->d_name);
+    closedir(d);
+    assert_true(name[0] != '\0');
+    char *path = tu_path_dup(dir, name);
+    size_t len;
+    unsigned char *b = tu_read_file(path, &len);
+    assert_non_null(b);
+    b[len - 1] ^= 0x5a;
+    assert_int_equal(tu_write_file(path, b, len), 0);
+    free(b);
+    free(path);
+}
+
+static void set_tracker(const char *sp, const char *text)
+{
+    assert_int_equal(tu_write_file(tu_path(sp, TU_TRACKER), text, strlen(text)), 0);
+}
+
+/* The io seam failing calls on paths containing g_needle with g_errno. */
+static const char *g_needle;
+static int g_ferrno;
+static unsigned g_fops_mask; /* 1 stat, 2 list_dir, 4 open, 8 rename */
+static int rf_stat(const char *p, struct stat *st)
+{
+    if ((g_fops_mask & 1) && strstr(p, g_needle)) {
+        errno = g_ferrno;
+        return -1;
+    }
+    return shs__io_posix.stat(p, st);
+}
+static int rf_list(const char *p, char ***names, size_t *n)
+{
+    if ((g_fops_mask & 2) && strstr(p, g_needle)) {
+        errno = g_ferrno;
+        return -1;
+    }
+    return shs__io_posix.list_dir(p, names, n);
+}
+static int rf_open(const char *p, int flags, mode_t mode)
+{
+    if ((g_fops_mask & 4) && strstr(p, g_needle)) {
+        errno = g_ferrno;
+        return -1;
+    }
+    return shs__io_posix.open(p, flags, mode);
+}
+static int rf_rename(const char *a, const char *b)
+{
+    if ((g_fops_mask & 8) && strstr(a, g_needle)) {
+        errno = g_ferrno;
+        return -1;
+    }
+    return shs__io_posix.rename(a, b);
+}
+static void faults_on(const char *needle, int err, unsigned mask)
+{
+    static shs__io_ops ops;
+    ops = shs__io_posix;
+    ops.stat = rf_stat;
+    ops.list_dir = rf_list;
+    ops.open = rf_open;
+    ops.rename = rf_rename;
+    g_needle = needle;
+    g_ferrno = err;
+    g_fops_mask = mask;
+    shs__io_set(&ops);
+}
+static void faults_off(void)
+{
+    shs__io_set(NULL);
+}
+
+/* Point 9: the job's own progress wins; which options apply where. */
+static void test_resume_order(void **state)
+{
+    (void)state;
+    char *sp = tu_subpath("ro_save"), *pre = tu_subpath("ro_pre"), *none = tu_subpath("ro_none");
+    save3(pre, 30, 30);
+    save3(sp, 20, 20);
+    st3 l;
+    tu_small_make(&l, 0, 1);
+    shs_config c;
+    shs_progress q = { 0 };
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
+
+    /* a crashed fine-tune: load_path = pretrained, no_load_optim; the
+       job's own save (with its optimizer state and progress) wins */
+    tu_cfg_saving(&c, sp);
+    c.load_path = pre;
+    c.no_load_optim = 1;
+    c.load_step = 30; /* load_step belongs to load_path: ignored here */
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.source, SHS_LOAD_SAVE_PATH);
+    assert_int_equal(res.step, 20);
+    assert_int_equal(res.optimizer_loaded, 1);
+    assert_int_equal(res.progress_loaded, 1);
+    assert3(&l, 20, 1);
+    assert_int_equal(q.global_step, 20);
+
+    /* fresh fine-tune (empty save path): load_path, weights only */
+    tu_small_fill(&l, 0);
+    for (int i = 0; i < 12; i++)
+        l.wm[i] = -1;
+    memset(&q, 0, sizeof q);
+    tu_cfg_saving(&c, none);
+    c.load_path = pre;
+    c.no_load_optim = 1;
+    c.load_step = 30;
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.source, SHS_LOAD_LOAD_PATH);
+    assert_int_equal(res.step, 30);
+    assert_int_equal(res.optimizer_loaded, 0);
+    assert_int_equal(l.wm[0], -1);
+    assert_int_equal(q.global_step, 0);
+    /* load_step naming a missing step of load_path is an error */
+    c.load_step = 31;
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ENOCHECKPOINT);
+    TU_ASSERT_MSG_HAS("load_path");
+    TU_ASSERT_MSG_HAS("31");
+
+    /* a load_path that does not exist is an error, not a fresh start */
+    char *gone = tu_subpath("ro_gone");
+    tu_cfg_saving(&c, none);
+    c.load_path = gone;
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ENOENT);
+    TU_ASSERT_MSG_HAS("load_path");
+    TU_ASSERT_MSG_HAS("ro_gone");
+    /* and so is an initial_load_path that does not exist */
+    tu_cfg_saving(&c, none);
+    c.initial_load_path = gone;
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ENOENT);
+    TU_ASSERT_MSG_HAS("initial_load_path");
+    /* a save path that does not exist: nothing there, fresh start */
+    char *nosp = tu_subpath("ro_nosp");
+    shs_config_init(&c);
+    c.enable_save = 0;
+    c.save_path = nosp;
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.loaded, 0);
+    assert_int_equal(res.source, SHS_LOAD_NONE);
+    assert_non_null(strstr(res.message, "fresh start"));
+    /* load_step without load_path applies to the save path */
+    tu_cfg_saving(&c, sp);
+    c.load_step = 21;
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ENOCHECKPOINT);
+    TU_ASSERT_MSG_HAS("21");
+
+    /* an uninitialised result is refused (its version is checked) */
+    shs_load_result bad;
+    memset(&bad, 0, sizeof bad);
+    tu_cfg_saving(&c, sp);
+    assert_int_equal(load_with(&c, &l, &q, &bad), SHS_EINVAL);
+    TU_ASSERT_MSG_HAS("SHS_LOAD_RESULT_INIT");
+    load_with_done();
+    shs_state_free(l.st);
+    free(sp);
+    free(pre);
+    free(none);
+    free(gone);
+    free(nosp);
+}
+
+/* Point 3: only ENOENT of the save path means "nothing to resume". */
+static void test_resume_io_errors(void **state)
+{
+    (void)state;
+    char *sp = tu_subpath("rio");
+    save3(sp, 7, 7);
+    st3 l;
+    tu_small_make(&l, 0, 1);
+    shs_config c;
+    shs_progress q = { 0 };
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
+    static const struct {
+        const char *needle;
+        int err;
+        unsigned mask;
+        const char *msg;
+    } cases[] = {
+        { "rio", EACCES, 1, "Permission denied" },        /* stat of the save path */
+        { "rio", EIO, 2, "Input/output error" },          /* its listing */
+        { "iteration_00000007/metadata.json", EIO, 1, "Input/output error" },
+        { TU_TRACKER, EACCES, 1, "Permission denied" },   /* the tracker's stat */
+        { TU_TRACKER, EIO, 4, "Input/output error" },     /* reading the tracker */
+        { "rio", ESTALE, 1, "Stale" },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        shs_config_init(&c);
+        c.enable_save = 0; /* no lock: the fault must hit the load */
+        c.save_path = sp;
+        shs_manager *m;
+        TU_OK(shs_manager_create(&m, &c, l.st));
+        faults_on(cases[k].needle, cases[k].err, cases[k].mask);
+        int rc = shs_manager_load(m, &q, &res);
+        faults_off();
+        shs_manager_free(m);
+        if (rc == SHS_OK)
+            fail_msg("case %zu: load succeeded (loaded=%d) despite %s", k, res.loaded,
+                     cases[k].msg);
+        if (!strstr(shs_last_error(), cases[k].msg))
+            fail_msg("case %zu: message lacks errno text '%s': %s", k, cases[k].msg,
+                     shs_last_error());
+        assert_int_equal(tu_tracker_step(sp), 7); /* untouched */
+    }
+    /* a save path that is a file: ENOTDIR, an error */
+    char *file = tu_subpath("rio_file");
+    assert_int_equal(tu_write_file(file, "x", 1), 0);
+    shs_config_init(&c);
+    c.enable_save = 0;
+    c.save_path = file;
+    assert_true(load_with(&c, &l, &q, &res) < 0);
+    TU_ASSERT_MSG_HAS("Not a directory");
+    /* a malformed tracker fails, naming it */
+    char *sp2 = tu_subpath("rio_trk");
+    save3(sp2, 7, 7);
+    set_tracker(sp2, "7x");
+    tu_cfg_saving(&c, sp2);
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ECORRUPT);
+    TU_ASSERT_MSG_HAS(TU_TRACKER);
+    load_with_done();
+    shs_state_free(l.st);
+    free(sp);
+    free(sp2);
+    free(file);
+}
+
+/* Point 3 with real permissions (root bypasses them: the io seam test
+   above covers EACCES then). */
+static void test_resume_chmod(void **state)
+{
+    (void)state;
+    if (geteuid() == 0)
+        skip();
+    char *sp = tu_subpath("rchmod");
+    save3(sp, 7, 7);
+    assert_int_equal(chmod(sp, 0), 0);
+    st3 l;
+    tu_small_make(&l, 0, 1);
+    shs_config c;
+    shs_config_init(&c);
+    c.enable_save = 0;
+    c.save_path = sp;
+    shs_progress q = { 0 };
+    int rc = load_with(&c, &l, &q, NULL);
+    assert_int_equal(chmod(sp, 0755), 0);
+    assert_true(rc < 0);
+    TU_ASSERT_MSG_HAS("Permission denied");
+    load_with_done();
+    shs_state_free(l.st);
+    free(sp);
+}
+
+/* Point 2: a step directory is never read as a plain folder. */
+static void test_step_dir_never_plain(void **state)
+{
+    (void)state;
+    char *sp = tu_subpath("np");
+    save3(sp, 5, 5);
+    const char *src = tu_step_dir(sp, 5);
+    char model[256] = "";
+    DIR *d = opendir(src);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, "-model-"))
+            snprintf(model, sizeof model, "%s", e->d_name);
+    closedir(d);
+    size_t len;
+    void *bytes = tu_read_file(tu_path(src, model), &len);
+    assert_non_null(bytes);
+    st3 l;
+    tu_small_make(&l, 0, 0);
+    shs_config c;
+    shs_progress q = { 0 };
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
+
+    /* a plain folder of safetensors files, named as load_path: loads */
+    char *hf = tu_subdir("np_hf");
+    assert_int_equal(tu_write_file(tu_path(hf, "model.safetensors"), bytes, len), 0);
+    cfg_loading(&c, hf);
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.loaded, 1);
+    assert3(&l, 5, 0);
+
+    /* iteration_* without metadata.json: damaged, load and verify fail */
+    char *it = tu_subdir("np_sp");
+    char *itd = tu_subdir("np_sp/iteration_00000009");
+    assert_int_equal(tu_write_file(tu_path(itd, "model.safetensors"), bytes, len), 0);
+    cfg_loading(&c, itd);
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ECORRUPT);
+    TU_ASSERT_MSG_HAS("iteration_00000009");
+    TU_ASSERT_MSG_HAS("without metadata.json");
+    assert_int_equal(shs_checkpoint_verify(itd), SHS_ECORRUPT);
+    TU_ASSERT_MSG_HAS("without metadata.json");
+    /* its save path is not a plain folder either (the step dir is not
+       complete, so there is no checkpoint) */
+    cfg_loading(&c, it);
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ENOCHECKPOINT);
+    /* a directory of any name holding common.json but no metadata.json */
+    char *cj = tu_subdir("np_cj");
+    assert_int_equal(tu_write_file(tu_path(cj, "model.safetensors"), bytes, len), 0);
+    assert_int_equal(tu_write_file(tu_path(cj, "common.json"), "{}", 2), 0);
+    cfg_loading(&c, cj);
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ECORRUPT);
+    TU_ASSERT_MSG_HAS("common.json");
+    assert_int_equal(shs_checkpoint_verify(cj), SHS_ECORRUPT);
+    /* a save path whose tracker names a step: never plain, even with
+       stray safetensors files beside */
+    char *sp2 = tu_subdir("np_sp2");
+    assert_int_equal(tu_write_file(tu_path(sp2, "model.safetensors"), bytes, len), 0);
+    set_tracker(sp2, "3");
+    tu_cfg_saving(&c, sp2);
+    assert_true(load_with(&c, &l, &q, &res) < 0);
+    TU_ASSERT_MSG_HAS("step 3");
+    free(bytes);
+    load_with_done();
+    shs_state_free(l.st);
+    free(sp);
+    free(hf);
+    free(it);
+    free(itd);
+    free(cj);
+    free(sp2);
+}
+
+/* Point 10: a damaged or missing latest step, a lagging tracker. */
+static void test_resume_recovery(void **state)
+{
+    (void)state;
+    st3 l;
+    tu_small_make(&l, 0, 1);
+    shs_config c;
+    shs_progress q = { 0 };
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
+
+    /* the tracker behind the newest complete step (a crash between the
+       commit rename and the tracker update): the newest step loads and
+       the tracker is rewritten, and the result says so */
+    char *sp = tu_subpath("rr_behind");
+    save3(sp, 10, 10);
+    save3(sp, 20, 20);
+    set_tracker(sp, "10");
+    tu_cfg_saving(&c, sp);
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.step, 20);
+    assert_int_equal(res.tracker_repaired, 1);
+    assert_non_null(strstr(res.message, "tracker"));
+    assert_int_equal(tu_tracker_step(sp), 20);
+    assert3(&l, 20, 1);
+    /* no tracker at all: the same */
+    assert_int_equal(unlink(tu_path(sp, TU_TRACKER)), 0);
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.step, 20);
+    assert_int_equal(res.tracker_repaired, 1);
+    assert_int_equal(tu_tracker_step(sp), 20);
+    /* the newest is damaged: down to the tracker's step, automatically */
+    load_with_done();
+    save3(sp, 30, 30);
+    set_tracker(sp, "20");
+    damage_step(sp, 30);
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.step, 20);
+    assert_int_equal(res.fell_back, 0);
+    assert_int_equal(tu_tracker_step(sp), 20);
+
+    /* the tracker's step damaged: an error naming the step that verifies */
+    char *sp2 = tu_subpath("rr_damaged");
+    save3(sp2, 10, 10);
+    save3(sp2, 20, 20);
+    damage_step(sp2, 20);
+    tu_cfg_saving(&c, sp2);
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ECHECKSUM);
+    TU_ASSERT_MSG_HAS("load_step: 10");
+    TU_ASSERT_MSG_HAS("resume_fallback: true");
+    assert_int_equal(tu_tracker_step(sp2), 20);
+    /* resume_fallback: loads it and says so; the tracker stays */
+    c.resume_fallback = 1;
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.step, 10);
+    assert_int_equal(res.fell_back, 1);
+    assert_non_null(strstr(res.message, "resume_fallback"));
+    assert3(&l, 10, 1);
+    assert_int_equal(tu_tracker_step(sp2), 20);
+    /* load_step: 10 as the message says */
+    tu_cfg_saving(&c, sp2);
+    c.load_step = 10;
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.step, 10);
+
+    /* the tracker naming a missing step: an error, with the way out */
+    char *sp3 = tu_subpath("rr_missing");
+    save3(sp3, 10, 10);
+    set_tracker(sp3, "40");
+    tu_cfg_saving(&c, sp3);
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ECORRUPT);
+    TU_ASSERT_MSG_HAS("40");
+    TU_ASSERT_MSG_HAS("load_step: 10");
+    c.resume_fallback = 1;
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.step, 10);
+    assert_int_equal(res.fell_back, 1);
+    /* ... even when no step directory is left: never a fresh start that
+       would overwrite the tracker */
+    char *sp4 = tu_subdir("rr_none");
+    set_tracker(sp4, "40");
+    tu_cfg_saving(&c, sp4);
+    c.resume_fallback = 1;
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ECORRUPT);
+    TU_ASSERT_MSG_HAS("no earlier step");
+    assert_int_equal(tu_tracker_step(sp4), 40);
+    load_with_done();
+    shs_state_free(l.st);
+    free(sp);
+    free(sp2);
+    free(sp3);
+    free(sp4);
+}
+
+/* Point 11: keep_latest_k covers the whole save path, save_max this run;
+   neither deletes the tracker's step or a symlinked step; a failed
+   deletion is a warning. */
+static void test_retention_rules(void **state)
+{
+    (void)state;
+    st3 s;
+    tu_small_make(&s, 1, 1);
+    /* another run's steps 1, 2; this run saves 3, 4, 5 */
+    char *sp = tu_subpath("rr_k");
+    save3(sp, 1, 1);
+    save3(sp, 2, 2);
+    run_steps(sp, 0, 2, 3, 5, &s);
+    assert_false(step_exists(sp, 1) || step_exists(sp, 2) || step_exists(sp, 3));
+    assert_true(step_exists(sp, 4) && step_exists(sp, 5));
+    char *sp2 = tu_subpath("rr_max");
+    save3(sp2, 1, 1);
+    save3(sp2, 2, 2);
+    run_steps(sp2, 2, 0, 3, 5, &s);
+    assert_true(step_exists(sp2, 1) && step_exists(sp2, 2)); /* another run's */
+    assert_false(step_exists(sp2, 3));
+    assert_true(step_exists(sp2, 4) && step_exists(sp2, 5));
+
+    /* keep 1 with a newer step of another run: the tracker's step stays */
+    char *sp3 = tu_subpath("rr_trk");
+    save3(sp3, 50, 50);
+    run_steps(sp3, 0, 1, 7, 7, &s);
+    assert_int_equal(tu_tracker_step(sp3), 7);
+    assert_true(step_exists(sp3, 7) && step_exists(sp3, 50));
+
+    /* a symlinked step is not deleted, nor what it points to */
+    char *sp4 = tu_subpath("rr_link"), *ext = tu_subpath("rr_ext");
+    save3(ext, 1, 1);
+    assert_int_equal(mkdir(sp4, 0755), 0);
+    assert_int_equal(symlink(tu_step_dir(ext, 1), tu_step_dir(sp4, 1)), 0);
+    shs_config c;
+    tu_cfg_saving(&c, sp4);
+    c.keep_latest_k = 1;
+    shs_manager *m;
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    assert_null(shs_manager_warning(m));
+    shs_progress p = tu_prog(2);
+    TU_OK(shs_manager_save(m, &p, 0));
+    shs_save_stats st = SHS_SAVE_STATS_INIT;
+    TU_OK(shs_manager_last_save(m, &st));
+    assert_int_equal(st.retention_failures, 1);
+    assert_non_null(shs_manager_warning(m));
+    assert_non_null(strstr(shs_manager_warning(m), "symbolic link"));
+    shs_manager_free(m);
+    struct stat lst;
+    assert_int_equal(lstat(tu_step_dir(sp4, 1), &lst), 0);
+    assert_true(S_ISLNK(lst.st_mode));
+    TU_OK(shs_checkpoint_verify(tu_step_dir(ext, 1)));
+
+    /* a failed deletion (EACCES on the rename away) is a warning: the save
+       is committed and the job goes on */
+    char *sp5 = tu_subpath("rr_fail");
+    tu_cfg_saving(&c, sp5);
+    c.save_max = 1;
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    p = tu_prog(1);
+    TU_OK(shs_manager_save(m, &p, 0));
+    faults_on("iteration_00000001", EACCES, 8);
+    p = tu_prog(2);
+    int rc = shs_manager_save(m, &p, 0);
+    faults_off();
+    TU_OK(rc);
+    st = (shs_save_stats)SHS_SAVE_STATS_INIT;
+    TU_OK(shs_manager_last_save(m, &st));
+    assert_int_equal(st.step, 2);
+    assert_int_equal(st.retention_failures, 1);
+    assert_non_null(strstr(shs_manager_warning(m), "Permission denied"));
+    assert_non_null(strstr(shs_manager_warning(m), "step 1"));
+    /* an uninitialised stats struct is refused */
+    shs_save_stats bad;
+    memset(&bad, 0, sizeof bad);
+    assert_int_equal(shs_manager_last_save(m, &bad), SHS_EINVAL);
+    shs_manager_free(m);
+    assert_int_equal(tu_tracker_step(sp5), 2);
+    assert_true(step_exists(sp5, 1) && step_exists(sp5, 2));
+    shs_state_free(s.st);
+    free(sp);
+    free(sp2);
+    free(sp3);
+    free(sp4);
+    free(ext);
+    free(sp5);
+}
+
+/* Point 13: last_save_model_only never replaces a full save, and
+   auto-resume prefers a full step. */
+static void test_last_save_model_only(void **state)
+{
+    (void)state;
+    st3 s;
+    tu_small_make(&s, 4, 1);
+    char *sp = tu_subpath("lsmo");
+    shs_config c;
+    tu_cfg_saving(&c, sp);
+    c.save_interleaved_steps = 4;
+    c.last_save_model_only = 1;
+    shs_manager *m;
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    shs_progress p = tu_prog(4);
+    int saved = 0;
+    TU_OK(shs_manager_step(m, &p, &saved));
+    assert_int_equal(saved, 1);
+    TU_OK(shs_manager_finish(m, &p)); /* step 4 already has a full save */
+    shs_manager_free(m);
+    assert_int_equal(tu_count_prefixed(tu_step_dir(sp, 4), "checkpoint-opt-"), 1);
+    size_t len;
+    char *meta = tu_read_file(tu_path(tu_step_dir(sp, 4), "metadata.json"), &len);
+    assert_null(strstr(meta, "model_only"));
+    free(meta);
+    /* the same from another manager (the full save is found on disk) */
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    TU_OK(shs_manager_finish(m, &p));
+    shs_manager_free(m);
+    assert_int_equal(tu_count_prefixed(tu_step_dir(sp, 4), "checkpoint-opt-"), 1);
+    /* finish at an unsaved step: weights only, marked */
+    tu_small_fill(&s, 6);
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    p = tu_prog(6);
+    TU_OK(shs_manager_finish(m, &p));
+    shs_manager_free(m);
+    assert_int_equal(tu_count_prefixed(tu_step_dir(sp, 6), "checkpoint-opt-"), 0);
+    meta = tu_read_file(tu_path(tu_step_dir(sp, 6), "metadata.json"), &len);
+    assert_non_null(strstr(meta, "\"model_only\""));
+    free(meta);
+    assert_int_equal(tu_tracker_step(sp), 6);
+    /* auto-resume lands on the full step 4, not the weights-only 6 */
+    st3 l;
+    tu_small_make(&l, 0, 1);
+    shs_progress q = { 0 };
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
+    tu_cfg_saving(&c, sp);
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.step, 4);
+    assert_int_equal(res.optimizer_loaded, 1);
+    assert_non_null(strstr(res.message, "weights only"));
+    assert3(&l, 4, 1);
+    /* only weights-only steps: it loads them, without optimizer state */
+    char *sp2 = tu_subpath("lsmo2");
+    tu_cfg_saving(&c, sp2);
+    c.last_save_model_only = 1;
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    p = tu_prog(6);
+    TU_OK(shs_manager_finish(m, &p));
+    shs_manager_free(m);
+    tu_cfg_saving(&c, sp2);
+    for (int i = 0; i < 12; i++)
+        l.wm[i] = -2;
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.step, 6);
+    assert_int_equal(res.optimizer_loaded, 0);
+    assert_true(l.wm[0] == -2);
+    load_with_done();
+    shs_state_free(l.st);
+    shs_state_free(s.st);
+    free(sp);
+    free(sp2);
+}
+
+/* Point 5: numbers from files and callers are checked. */
+static void test_checked_numbers(void **state)
+{
+    (void)state;
+    st3 s;
+    tu_small_make(&s, 1, 1);
+    char *sp = tu_subpath("cn");
+    shs_config c;
+    tu_cfg_saving(&c, sp);
+    for (int async = 0; async <= 1; async++) {
+        c.async_save = async;
+        shs_manager *m;
+        TU_OK(shs_manager_create(&m, &c, s.st));
+        shs_progress p = tu_prog(3);
+        p.loss_scale = INFINITY;
+        assert_int_equal(shs_manager_save(m, &p, 0), SHS_EINVAL);
+        TU_ASSERT_MSG_HAS("loss_scale");
+        TU_ASSERT_MSG_HAS("inf");
+        p.loss_scale = NAN;
+        assert_int_equal(shs_manager_save(m, &p, 0), SHS_EINVAL);
+        TU_ASSERT_MSG_HAS("nan");
+        TU_OK(shs_manager_wait(m));
+        shs_manager_free(m);
+        assert_false(step_exists(sp, 3));
+    }
+    /* the batch-size rescale overflows: a clear error */
+    char *sp2 = tu_subpath("cn_gbs");
+    shs_progress p = tu_prog((int64_t)1 << 40);
+    p.global_batch_size = (int64_t)1 << 30;
+    p.consumed_samples = 0;
+    TU_OK(tu_save_once(sp2, s.st, &p, 0));
+    st3 l;
+    tu_small_make(&l, 0, 1);
+    cfg_loading(&c, sp2);
+    shs_progress q = { 0 };
+    q.global_batch_size = 64;
+    assert_int_equal(load_with(&c, &l, &q, NULL), SHS_ERANGE);
+    TU_ASSERT_MSG_HAS("overflows");
+    load_with_done();
+    shs_state_free(l.st);
+    shs_state_free(s.st);
+    free(sp);
+    free(sp2);
 }
 
 /* ------------------------------------------------------------------ */
@@ -669,7 +1333,7 @@ static void test_async(void **state)
     TU_OK(shs_manager_wait(m));
     /* every save committed, the last one tracked */
     assert_int_equal(tu_tracker_step(sp), 8);
-    shs_save_stats stats;
+    shs_save_stats stats = SHS_SAVE_STATS_INIT;
     TU_OK(shs_manager_last_save(m, &stats));
     assert_int_equal(stats.step, 8);
     for (int64_t step = 2; step <= 8; step += 2) {
@@ -680,7 +1344,8 @@ static void test_async(void **state)
         load_step3(sp, step, &l, &q);
         assert3(&l, (float)step, 1);
         assert_int_equal(q.global_step, step);
-        shs_state_free(l.st);
+        load_with_done();
+    shs_state_free(l.st);
     }
 
     /* the snapshot is taken before shs_manager_save returns */
@@ -697,6 +1362,7 @@ static void test_async(void **state)
     load_step3(sp, 100, &l, &q);
     assert3(&l, 100, 1);
     tu_assert_blob_str(l.st, "rng", "rng-a1");
+    load_with_done();
     shs_state_free(l.st);
 
     /* deferred snapshot: fence, then modify */
@@ -709,6 +1375,7 @@ static void test_async(void **state)
     tu_small_make(&l, 0, 1);
     load_step3(sp, 200, &l, &q);
     assert3(&l, 200, 1);
+    load_with_done();
     shs_state_free(l.st);
 
     /* finish saves the last step and waits */
@@ -721,6 +1388,7 @@ static void test_async(void **state)
     load_step3(sp, -1, &l, &q);
     assert3(&l, 201, 1);
     assert_int_equal(q.global_step, 201);
+    load_with_done();
     shs_state_free(l.st);
     assert_int_equal(tu_count_leftovers(sp), 0);
 
@@ -750,7 +1418,7 @@ static void test_load_workers(void **state)
         c.load_worker_number = workers;
         shs_progress q;
         memset(&q, 0, sizeof q);
-        shs_load_result res;
+        shs_load_result res = SHS_LOAD_RESULT_INIT;
         TU_OK(load_with(&c, &l, &q, &res));
         assert_int_equal(res.loaded, 1);
         assert3(&l, 7, 1);
@@ -840,7 +1508,8 @@ static void test_async_failure(void **state)
         load_step3(sp, -1, &l, &q);
         assert3(&l, 1, 1);
         assert_int_equal(q.global_step, 5);
-        shs_state_free(l.st);
+        load_with_done();
+    shs_state_free(l.st);
         /* the manager still works */
         p = tu_prog(15);
         TU_OK(shs_manager_step(m, &p, NULL));
@@ -881,7 +1550,7 @@ static void test_incremental(void **state)
             trained[i] = (float)k + (float)i;
         shs_progress p = tu_prog(k);
         TU_OK(shs_manager_save(m, &p, 0));
-        shs_save_stats s;
+        shs_save_stats s = SHS_SAVE_STATS_INIT;
         TU_OK(shs_manager_last_save(m, &s));
         assert_int_equal(s.step, k);
         assert_int_equal(s.state_bytes, shs_state_nbytes(st));
@@ -959,6 +1628,14 @@ int main(void)
         cmocka_unit_test(test_exclude),
         cmocka_unit_test(test_batch_size_change),
         cmocka_unit_test(test_auto_resume),
+        cmocka_unit_test(test_resume_order),
+        cmocka_unit_test(test_resume_io_errors),
+        cmocka_unit_test(test_resume_chmod),
+        cmocka_unit_test(test_step_dir_never_plain),
+        cmocka_unit_test(test_resume_recovery),
+        cmocka_unit_test(test_retention_rules),
+        cmocka_unit_test(test_last_save_model_only),
+        cmocka_unit_test(test_checked_numbers),
         cmocka_unit_test(test_async),
         cmocka_unit_test(test_async_failure),
         cmocka_unit_test(test_load_workers),

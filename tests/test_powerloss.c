@@ -622,11 +622,23 @@ static int judge(const scenario *sc, const char *sp, char *why, size_t cap)
         goto done;
     }
     shs_progress p = tu_prog(0);
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     if ((rc = shs_manager_load(m, &p, &res)) != SHS_OK || !res.loaded) {
         snprintf(why, cap, "load: %s", rc ? shs_last_error() : "nothing loaded");
         goto done;
     }
+    /* a tracker one step behind a complete newer step (power lost between
+       the commit rename and the tracker update) is repaired by the load:
+       the newer step is loaded and the tracker rewritten to it */
+    int repaired = res.tracker_repaired && tracker == old->step && res.step == nw->step;
+    int64_t now = -1;
+    if (repaired && (shs_checkpoint_read_tracker(&now, sp) != SHS_OK || now != nw->step)) {
+        snprintf(why, cap, "the load repaired the tracker in its result only (tracker %lld)",
+                 (long long)now);
+        goto done;
+    }
+    if (repaired)
+        tracker = nw->step;
     if (res.step != tracker || p.global_step != tracker) {
         snprintf(why, cap, "loaded step %lld, tracker %lld", (long long)res.step,
                  (long long)tracker);

@@ -281,7 +281,7 @@ static int mode_save(const char *dir)
     shs_manager *mf = make_manager(s.st, sp[0], 1, 0, NULL, 1);
     shs_manager *mn = make_manager(s.st, sp[1], 0, 0, NULL, 1);
     double bf[REPS], sf[REPS], bn[REPS], sn[REPS];
-    shs_save_stats st = { 0 };
+    shs_save_stats st = SHS_SAVE_STATS_INIT;
     for (int r = 0; r < REPS; r++) {
         prepare(sp, 2, pb);
         bn[r] = dd_all(pb, &s, 0);
@@ -342,7 +342,7 @@ static int mode_save(const char *dir)
 static double load_all(shs_manager *m)
 {
     shs_progress p = progress_at(0);
-    shs_load_result res;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     quiet_barrier();
     double t0 = now();
     CHECK(shs_manager_load(m, &p, &res));
@@ -549,7 +549,7 @@ static int mode_dedup(const char *dir)
         char *sp = path_in(dir, rr ? "dist_dedup" : "dist_nodedup");
         shs_manager *m = make_manager(d.st, sp, 1, rr, NULL, 1);
         double t[REPS];
-        shs_save_stats st = { 0 };
+        shs_save_stats st = SHS_SAVE_STATS_INIT;
         for (int r = 0; r < REPS; r++) {
             prepare(&sp, 1, NULL);
             t[r] = save_all(m, r + 1);

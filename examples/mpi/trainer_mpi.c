@@ -802,8 +802,7 @@ int main(int argc, char **argv)
     shs_progress prog = { 0 };
     prog.global_batch_size = batch;
     prog.loss_scale = 1.0;
-    shs_load_result res;
-    memset(&res, 0, sizeof res);
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
     if (shs_manager_load(mgr, &prog, &res) != SHS_OK)
         fatal("load", shs_last_error());
     if (res.loaded) {
@@ -821,6 +820,8 @@ int main(int argc, char **argv)
         }
         SAY("resumed from %s (step %lld%s)\n", res.path, (long long)res.step,
             res.optimizer_loaded ? "" : ", weights only");
+        if (res.fell_back || res.tracker_repaired || res.consumed_samples_derived)
+            SAY("note: %s\n", res.message);
     } else {
         SAY("starting from scratch\n");
     }
@@ -856,7 +857,7 @@ int main(int argc, char **argv)
     export_blobs(st, m);
     if (shs_manager_finish(mgr, &prog) != SHS_OK)
         fatal("final save", shs_last_error());
-    shs_save_stats ss;
+    shs_save_stats ss = SHS_SAVE_STATS_INIT;
     if (shs_manager_last_save(mgr, &ss) == SHS_OK)
         SAY("last save: step %lld, %llu of %llu bytes written, %.3f s (blocked %.3f s)\n",
             (long long)ss.step, (unsigned long long)ss.bytes_written,

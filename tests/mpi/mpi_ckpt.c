@@ -204,7 +204,7 @@ int main(int argc, char **argv)
             rc = shs_manager_save(mgr, &p, 0);
         }
         shs__io_set(NULL);
-        shs_save_stats ss = { 0 };
+        shs_save_stats ss = SHS_SAVE_STATS_INIT;
         if (rc != SHS_OK) {
             printf("rank %d: save failed: %s\n", g_rank, shs_last_error());
             status = 1;
@@ -217,7 +217,7 @@ int main(int argc, char **argv)
         }
     } else {
         shs_progress p = { 0 };
-        shs_load_result res;
+        shs_load_result res = SHS_LOAD_RESULT_INIT;
         rc = shs_manager_load(mgr, &p, &res);
         if (rc != SHS_OK) {
             printf("rank %d: load failed: %s\n", g_rank, shs_last_error());
