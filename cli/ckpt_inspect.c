@@ -60,7 +60,7 @@ static int view_init(view *v, const shs_checkpoint *ck, const char *dir)
     for (size_t i = 0; i < nt; i++) {
         const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, i);
         for (size_t c = 0; c < t->n_chunks; c++) {
-            shs_chunk_info ci;
+            shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
             if (shs_checkpoint_chunk(&ci, ck, i, c) == SHS_OK)
                 v->tensor_bytes[i] = cli_add_sat(v->tensor_bytes[i], ci.byte_end - ci.byte_begin);
         }
@@ -170,7 +170,7 @@ static int print_json(const char *dir, const view *v, json_t *common)
                push(ts, o);
     }
     for (size_t i = 0; !bad && i < nb; i++) {
-        shs_blob_info b;
+        shs_blob_info b = SHS_BLOB_INFO_INIT;
         json_t *o = shs_checkpoint_blob(&b, ck, i) == SHS_OK ? json_object() : NULL;
         bad |= !o || put(o, "name", jstr(b.name, strlen(b.name))) ||
                put(o, "rank", json_integer(b.rank)) ||
@@ -292,7 +292,7 @@ static int print_text(const char *dir, const view *v, json_t *common)
         return CLI_FAIL;
     printf("\n%-12s%zu\n", "blobs:", nb);
     for (size_t i = 0; i < nb; i++) {
-        shs_blob_info b;
+        shs_blob_info b = SHS_BLOB_INFO_INIT;
         if (shs_checkpoint_blob(&b, ck, i) != SHS_OK)
             continue;
         printf("  ");

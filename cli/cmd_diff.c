@@ -314,13 +314,13 @@ static int read_ckpt(source *s, reader *r, const tref *t, unsigned char *dst, ui
         return CLI_FAIL;              \
     } while (0)
     for (size_t k = 0; k < ti->n_chunks; k++) {
-        shs_chunk_info c;
+        shs_chunk_info c = SHS_CHUNK_INFO_INIT;
         if (shs_checkpoint_chunk(&c, s->ck, t->index, k) < 0)
             BAD("%s", shs_last_error());
         /* replicas saved by several ranks: the first one is used */
         int dup = 0;
         for (size_t j = 0; j < k && !dup; j++) {
-            shs_chunk_info o;
+            shs_chunk_info o = SHS_CHUNK_INFO_INIT;
             if (shs_checkpoint_chunk(&o, s->ck, t->index, j) < 0)
                 BAD("%s", shs_last_error());
             int same = 1;
