@@ -96,7 +96,9 @@ static void du(const char *path, int depth, uint64_t *bytes, uint64_t *files,
 static void measure(cli_entry *en, const char *path)
 {
     struct stat st;
-    if (lstat(path, &st) == 0 && !S_ISDIR(st.st_mode)) {
+    int have = lstat(path, &st) == 0;
+    en->mtime = have ? (int64_t)st.st_mtime : 0;
+    if (have && !S_ISDIR(st.st_mode)) {
         en->bytes = (uint64_t)st.st_size;
         en->files = 1;
         en->shared = S_ISREG(st.st_mode) && st.st_nlink > 1;

@@ -143,7 +143,7 @@ static int push(json_t *a, json_t *v)
 static int print_json(const char *dir, const view *v, json_t *common)
 {
     const shs_checkpoint *ck = v->ck;
-    json_t *doc = json_object(), *files = json_array(), *ts = json_array(), *bl = json_array();
+    json_t *doc = cli_json_new(), *files = json_array(), *ts = json_array(), *bl = json_array();
     int bad = !doc || !files || !ts || !bl;
     size_t nf = shs_checkpoint_file_count(ck), nt = shs_checkpoint_tensor_count(ck);
     size_t nb = shs_checkpoint_blob_count(ck);
@@ -152,8 +152,8 @@ static int print_json(const char *dir, const view *v, json_t *common)
         json_t *o = json_object();
         bad |= !o || put(o, "name", jstr(name, strlen(name))) ||
                put(o, "rank", json_integer(shs_checkpoint_file_rank(ck, i))) ||
-               put(o, "size", v->file_size[i] < 0 ? json_null()
-                                                  : json_integer(v->file_size[i])) ||
+               put(o, "bytes", v->file_size[i] < 0 ? json_null()
+                                                   : json_integer(v->file_size[i])) ||
                push(files, o);
     }
     for (size_t k = 0; !bad && k < nt; k++) {
@@ -165,8 +165,8 @@ static int print_json(const char *dir, const view *v, json_t *common)
                put(o, "kind", json_string(k_kind[kind_index(t->kind)])) ||
                put(o, "dtype", json_string(shs_dtype_name(t->dtype))) ||
                put(o, "shape", shape_json(t->shape, t->ndim)) ||
-               put(o, "chunks", json_integer((json_int_t)t->n_chunks)) ||
-               put(o, "bytes", json_integer((json_int_t)(tb > INT64_MAX ? INT64_MAX : tb))) ||
+               put(o, "chunk_count", json_integer((json_int_t)t->n_chunks)) ||
+               put(o, "bytes", cli_ju64(tb)) ||
                push(ts, o);
     }
     for (size_t i = 0; !bad && i < nb; i++) {
@@ -185,28 +185,22 @@ static int print_json(const char *dir, const view *v, json_t *common)
                put(doc, "files", json_incref(files)) || put(doc, "tensors", json_incref(ts)) ||
                put(doc, "blobs", json_incref(bl)) ||
                put(doc, "common", common ? json_incref(common) : json_null()) ||
-               put(doc, "totals", json_pack("{s:I,s:I,s:I,s:I,s:I}", "tensors", (json_int_t)nt,
-                                            "model_tensors", (json_int_t)v->n_kind[0],
-                                            "opt_tensors", (json_int_t)v->n_kind[1], "bytes",
-                                            (json_int_t)(v->total_bytes > INT64_MAX
-                                                             ? INT64_MAX
-                                                             : v->total_bytes),
-                                            "blobs", (json_int_t)nb));
+               put(doc, "totals",
+                   json_pack("{s:I,s:I,s:I,s:I,s:I}", "tensor_count", (json_int_t)nt,
+                             "model_tensor_count", (json_int_t)v->n_kind[0],
+                             "opt_tensor_count", (json_int_t)v->n_kind[1], "bytes",
+                             (json_int_t)(v->total_bytes > INT64_MAX ? INT64_MAX
+                                                                     : v->total_bytes),
+                             "blob_count", (json_int_t)nb));
     }
-    if (!bad && json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII |
-                                            JSON_REAL_PRECISION(17)) == 0)
-        putchar('\n');
-    else
-        bad = 1;
-    json_decref(doc);
     json_decref(files);
     json_decref(ts);
     json_decref(bl);
     if (bad) {
-        cli_err("inspect: out of memory building the output");
-        return CLI_FAIL;
+        json_decref(doc);
+        doc = NULL;
     }
-    return CLI_OK;
+    return cli_json_print(doc, CLI_OK, CLI_FAIL);
 }
 
 static void put_esc(const char *s)
@@ -348,7 +342,8 @@ int cli_inspect_checkpoint(const char *dir, int json)
     } else {
         cli_warn("%s", shs_last_error());
     }
-    int rc = json ? print_json(dir, &v, common) : print_text(dir, &v, common);
+    int rc = json ? print_json(dir, &v, common)
+                  : cli_g.quiet ? CLI_OK : print_text(dir, &v, common);
     json_decref(common);
     view_release(&v);
     shs_checkpoint_close(ck);

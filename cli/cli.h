@@ -24,6 +24,8 @@
 #include <jansson.h>
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+/* diff follows cmp: 0 same, 1 different, 2 trouble (usage, bad input, I/O). */
+enum { CLI_DIFF_SAME = 0, CLI_DIFF_DIFFERENT = 1, CLI_DIFF_TROUBLE = 2 };
 
 /* Bytes per read/convert chunk: memory stays O(chunk), never O(tensor). */
 #define CLI_CHUNK_BYTES ((size_t)8 << 20)
@@ -45,8 +47,14 @@ int cli_cmd_diff(int argc, char **argv);
 void cli_put_escaped(FILE *f, const char *s, size_t len);
 /* The same into a new NUL-terminated string (NULL on out of memory). */
 char *cli_escape(const char *s, size_t len);
-/* Display width of an escaped string: its number of code points. */
+/* Terminal columns of one code point: 0 for combining marks, 2 for East
+   Asian Wide and Fullwidth characters, else 1.  A fixed table, so that the
+   result does not depend on the locale (the CLI never calls setlocale). */
+int cli_wcwidth(uint32_t cp);
+/* Display width of an escaped (hence valid UTF-8) string. */
 size_t cli_width(const char *escaped);
+/* Print `escaped` and pad it with spaces to `width` columns. */
+void cli_put_padded(FILE *f, const char *escaped, size_t width);
 
 /* "shardsafe: <message>\n" on stderr, the message escaped. */
 void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -63,6 +71,8 @@ char *cli_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *cli_human_bytes(char *buf, size_t cap, uint64_t n);
 /* Flush stdout; on a write error report it and return CLI_FAIL. */
 int cli_finish_stdout(int status);
+/* The same, with the status to give on a write error. */
+int cli_finish_stdout_or(int status, int write_error_status);
 
 /* Saturating add (totals of hostile inputs must not wrap). */
 static inline uint64_t cli_add_sat(uint64_t a, uint64_t b)
@@ -72,33 +82,98 @@ static inline uint64_t cli_add_sat(uint64_t a, uint64_t b)
 }
 
 /* ---- command-line parsing (util.c) ---- */
+
+/* Options every command takes, set by the parser (one process runs one
+   command, so a global is the honest representation). */
+typedef struct cli_globals {
+    const char *cmd;      /* the command being run, for messages and JSON */
+    int quiet;            /* -q: nothing on stdout, no warnings, no progress */
+    int verbose;          /* -v: progress notes on stderr (cli_info) */
+    int json;             /* --json: one document on stdout */
+    int json_printed;     /* the command printed its document */
+    int usage_error;      /* cli_usage_err was called */
+    json_t *errors;       /* --json: every cli_err message, in order */
+    json_t *warnings;     /* --json: every cli_warn message */
+} cli_globals;
+extern cli_globals cli_g;
+
 typedef struct cli_optdef {
-    const char *name;     /* "--json"; "-h" and "--help" are built in */
+    const char *name;     /* "--limit"; the global options are built in */
+    char short_name;      /* 'n' for -n, 0 for none */
     int takes_value;
 } cli_optdef;
 
 enum {
     CLI_ARG_POSITIONAL = -1,
     CLI_ARG_END = -2,
-    CLI_ARG_HELP = -3,
-    CLI_ARG_ERROR = -4     /* already reported as a usage error */
+    CLI_ARG_EXIT = -3      /* --help/--version printed, or a usage error
+                              reported: return p->status */
 };
 
 typedef struct cli_parser {
     const char *cmd;
+    const char *help;     /* printed by -h/--help */
     int argc;
     char **argv;
     int i;
+    const char *cluster;  /* rest of a "-abc" group of short flags */
     int only_positional;  /* after "--" */
+    int status;           /* with CLI_ARG_EXIT */
 } cli_parser;
 
-void cli_parser_init(cli_parser *p, const char *cmd, int argc, char **argv);
-/* Next argument: index into `defs` (value in *val when it takes one, in
-   the form "--opt VALUE" or "--opt=VALUE"), or a CLI_ARG_* code
-   (positional: *val is the argument). */
+void cli_parser_init(cli_parser *p, const char *cmd, const char *help, int argc,
+                     char **argv);
+/* Next argument: an index into `defs` (its value in *val when it takes
+   one: "--opt VALUE", "--opt=VALUE", "-o VALUE", "-oVALUE"), or a CLI_ARG_*
+   code (positional: *val is the argument).  The global options -h/--help,
+   --version, -q/--quiet, -v/--verbose and --json are handled here. */
 int cli_parser_next(cli_parser *p, const cli_optdef *defs, const char **val);
 /* Parse a decimal unsigned integer with no sign, spaces or junk. */
 int cli_parse_u64(const char *s, uint64_t *out);
+/* Edit distance, capped (for "did you mean"). */
+size_t cli_edit_distance(const char *a, const char *b);
+
+/* ---- --json (util.c) ---- */
+
+/* A new document {"schema": CLI_JSON_SCHEMA, "command": cli_g.cmd}. */
+#define CLI_JSON_SCHEMA 1
+json_t *cli_json_new(void);
+/* A JSON string of `len` bytes; text that is not UTF-8 (only paths can be)
+   is given in the escaped form of cli_escape.  NULL on out of memory. */
+json_t *cli_jstr(const char *s, size_t len);
+json_t *cli_jstr0(const char *s);
+/* Unsigned integer: above INT64_MAX as a decimal string. */
+json_t *cli_ju64(uint64_t v);
+/* Add "ok" (status == 0), "errors" and "warnings" to `doc`, print it on
+   stdout (UTF-8, see cli_json_dump) and release it.  Returns `status`, or
+   `oom_status` when the document could not be built or written. */
+int cli_json_print(json_t *doc, int status, int oom_status);
+/* Dump `doc` with indent 2 as UTF-8 text; C1 controls and the invisible or
+   bidirectional format characters that cli_put_escaped shows as \u{..}
+   are written as \uXXXX escapes (the same JSON value) so that a document
+   printed raw cannot reorder or hide what a terminal shows. */
+int cli_json_dump(const json_t *doc, FILE *f);
+
+/* "shardsafe: <message>" on stderr when -v was given. */
+void cli_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- progress (util.c) ---- */
+
+/* One \r-updated line on stderr, only when stderr is a terminal and -q was
+   not given; cleared by cli_progress_end. */
+typedef struct cli_progress {
+    int on;
+    const char *label;
+    uint64_t total, done;
+    double start, last;   /* monotonic seconds */
+    size_t drawn;         /* width of the line on screen */
+} cli_progress;
+void cli_progress_start(cli_progress *p, const char *label, uint64_t total);
+void cli_progress_add(cli_progress *p, uint64_t n);
+void cli_progress_end(cli_progress *p);
+
+/* "3 min ago" style age of `mtime` relative to `now` into buf. */
+const char *cli_human_age(char *buf, size_t cap, int64_t mtime, int64_t now);
 
 /* ---- paths, directories and HF indexes (scan.c) ---- */
 typedef enum cli_kind { CLI_KIND_FILE, CLI_KIND_DIR, CLI_KIND_INDEX } cli_kind;
@@ -208,6 +283,7 @@ typedef struct cli_entry {
     uint64_t bytes;       /* sum of the sizes of its files (recursive) */
     uint64_t files;       /* number of files */
     uint64_t shared;      /* files with a link count > 1 */
+    int64_t mtime;        /* of the entry itself (seconds since the epoch) */
 } cli_entry;
 
 enum { CLI_TRACKER_OK, CLI_TRACKER_MISSING, CLI_TRACKER_MALFORMED };

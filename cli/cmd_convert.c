@@ -17,23 +17,31 @@
 #include "cli.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static const char k_help[] =
     "Usage: shardsafe convert IN OUT --dtype DTYPE [--only-float] [--align N] [--fsync]\n"
+    "       shardsafe convert IN - --dtype DTYPE ...   (the file on stdout)\n"
     "\n"
     "Write a copy of the safetensors file IN to OUT with every floating-point\n"
     "tensor (F64, F32, F16, BF16, F8_*) converted to DTYPE, rounding to nearest,\n"
     "ties to even.  Other tensors (integers, BOOL, C64, F4, F6_*) are copied\n"
     "unchanged; __metadata__ is copied.  Memory use is bounded (8 MiB chunks),\n"
     "whatever the tensor sizes.  OUT is replaced atomically: on failure an\n"
-    "existing OUT is left untouched and no temporary file remains.\n"
+    "existing OUT is left untouched and no temporary file remains.  With OUT '-'\n"
+    "the file is built in a private directory under $TMPDIR, then copied to\n"
+    "stdout (never to a terminal) and removed.  A progress line is shown on a\n"
+    "terminal.  Ctrl-C (SIGINT), SIGTERM or SIGHUP leave no OUT and no\n"
+    "temporary file.\n"
     "\n"
     "Options:\n"
-    "  --dtype DTYPE  target type: bf16, f16, f32, f64, f8_e4m3, f8_e5m2\n"
+    "  -d, --dtype DTYPE  target type: bf16, f16, f32, f64, f8_e4m3, f8_e5m2\n"
     "                 (any case; also bfloat16, float16/fp16/half,\n"
     "                 float32/fp32/float, float64/fp64/double,\n"
     "                 float8_e4m3fn, float8_e5m2)\n"
@@ -41,10 +49,12 @@ static const char k_help[] =
     "  --align N      start the data at a multiple of N bytes (a power of two\n"
     "                 from 8 to 16777216; default 8, as the reference writer)\n"
     "  --fsync        fsync OUT and its directory before returning\n"
-    "  -h, --help     show this help\n"
+    "  -h, --help, --version, -q, --quiet, -v, --verbose, --json\n"
+    "                 as for every command (see 'shardsafe --help')\n"
     "\n"
     "Exit status: 0 converted, 1 invalid IN or the conversion failed, 2 usage\n"
-    "error (including IN and OUT being the same file).\n";
+    "error (including IN and OUT being the same file); killed by a signal\n"
+    "(130 after Ctrl-C) once the temporary file is removed.\n";
 
 static volatile sig_atomic_t g_signal;
 
@@ -106,6 +116,8 @@ typedef struct conv {
     shs_writer *w;
     unsigned char *sbuf, *dbuf;
     size_t n_converted, n_copied, n_dropped;
+    cli_progress prog;
+    uint64_t out_size;
 } conv;
 
 /* Report the library's message (it names the file and the problem),
@@ -183,7 +195,9 @@ static int copy_tensor(conv *c, const char *name)
                 return lib_fail(NULL);
             if (shs_writer_write_part(c->w, name, off, c->sbuf, len) < 0)
                 return lib_fail(NULL);
+            cli_progress_add(&c->prog, len);
         }
+        cli_info("convert: copied '%s' (%s)", name, shs_dtype_name(t->dtype));
         c->n_copied++;
         return CLI_OK;
     }
@@ -201,7 +215,10 @@ static int copy_tensor(conv *c, const char *name)
         if (shs_writer_write_part(c->w, name, dst_off, c->dbuf, n * dsz) < 0)
             return lib_fail(NULL);
         dst_off += n * dsz;
+        cli_progress_add(&c->prog, n * ssz);
     }
+    cli_info("convert: converted '%s' (%s -> %s)", name, shs_dtype_name(t->dtype),
+             shs_dtype_name(c->target));
     c->n_converted++;
     return CLI_OK;
 }
@@ -213,6 +230,19 @@ static int same_file(const char *a, const char *b)
         return 1;
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
            sa.st_ino == sb.st_ino;
+}
+
+/* Bytes of IN that will be read: the progress line's total. */
+static uint64_t input_bytes(const conv *c)
+{
+    uint64_t total = 0;
+    size_t nt = shs_file_tensor_count(c->f);
+    for (size_t i = 0; i < nt; i++) {
+        const shs_tensor_info *t = shs_file_tensor(c->f, i);
+        if (is_float(t->dtype) || !c->only_float)
+            total = cli_add_sat(total, t->nbytes);
+    }
+    return total;
 }
 
 static int run(conv *c)
@@ -242,22 +272,101 @@ static int run(conv *c)
     int rc = declare(c);
     if (rc != CLI_OK)
         return rc;
+    cli_progress_start(&c->prog, "convert", input_bytes(c));
     size_t n = shs_writer_tensor_count(c->w);
     for (size_t k = 0; k < n; k++)
         if ((rc = copy_tensor(c, shs_writer_tensor_name(c->w, k))) != CLI_OK)
-            return rc;
+            break;
+    cli_progress_end(&c->prog);
+    if (rc != CLI_OK)
+        return rc;
     if (interrupted())
         return CLI_FAIL;
     if (shs_writer_commit(c->w) < 0)
         return lib_fail(NULL);
+    c->out_size = stat(c->out, &st) == 0 ? (uint64_t)st.st_size : 0;
     return CLI_OK;
+}
+
+/* OUT "-": copy the committed file to stdout, chunk by chunk, stopping on
+   a signal like the conversion. */
+static int copy_to_stdout(conv *c)
+{
+    int fd = open(c->out, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        cli_err("convert: cannot open '%s': %s", c->out, strerror(errno));
+        return CLI_FAIL;
+    }
+    int rc = CLI_OK;
+    for (;;) {
+        if (interrupted()) {
+            rc = CLI_FAIL;
+            break;
+        }
+        ssize_t n = read(fd, c->sbuf, CLI_CHUNK_BYTES);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            cli_err("convert: reading '%s': %s", c->out, strerror(errno));
+            rc = CLI_FAIL;
+            break;
+        }
+        if (n == 0)
+            break;
+        if (fwrite(c->sbuf, 1, (size_t)n, stdout) != (size_t)n) {
+            cli_err("convert: error writing to standard output: %s", strerror(errno));
+            rc = CLI_FAIL;
+            break;
+        }
+    }
+    close(fd);
+    if (rc == CLI_OK && fflush(stdout) != 0) {
+        cli_err("convert: error writing to standard output: %s", strerror(errno));
+        rc = CLI_FAIL;
+    }
+    return rc;
+}
+
+static void print_result(const conv *c, const char *shown_out, FILE *f)
+{
+    char hb[32];
+    fprintf(f, "converted ");
+    cli_put_escaped(f, c->in, strlen(c->in));
+    fprintf(f, " -> ");
+    cli_put_escaped(f, shown_out, strlen(shown_out));
+    fprintf(f, ": %zu tensors converted to %s, %zu copied", c->n_converted,
+            shs_dtype_name(c->target), c->n_copied);
+    if (c->only_float)
+        fprintf(f, ", %zu left out", c->n_dropped);
+    fprintf(f, ", %llu bytes (%s)\n", (unsigned long long)c->out_size,
+            cli_human_bytes(hb, sizeof hb, c->out_size));
+}
+
+static int print_json(const conv *c, const char *shown_out, int status)
+{
+    json_t *doc = cli_json_new();
+    if (doc) {
+        int bad = json_object_set_new(doc, "path", cli_jstr0(c->in)) < 0;
+        bad |= json_object_set_new(doc, "out", cli_jstr0(shown_out)) < 0;
+        bad |= json_object_set_new(doc, "dtype", json_string(shs_dtype_name(c->target))) < 0;
+        bad |= json_object_set_new(doc, "converted", json_integer((json_int_t)c->n_converted)) < 0;
+        bad |= json_object_set_new(doc, "copied", json_integer((json_int_t)c->n_copied)) < 0;
+        bad |= json_object_set_new(doc, "left_out", json_integer((json_int_t)c->n_dropped)) < 0;
+        bad |= json_object_set_new(doc, "bytes", status == CLI_OK ? cli_ju64(c->out_size)
+                                                                   : json_null()) < 0;
+        if (bad) {
+            json_decref(doc);
+            doc = NULL;
+        }
+    }
+    return cli_json_print(doc, status, CLI_FAIL);
 }
 
 int cli_cmd_convert(int argc, char **argv)
 {
     static const cli_optdef defs[] = {
-        { "--dtype", 1 }, { "--only-float", 0 }, { "--align", 1 }, { "--fsync", 0 },
-        { NULL, 0 }
+        { "--dtype", 'd', 1 }, { "--only-float", 0, 0 }, { "--align", 0, 1 },
+        { "--fsync", 0, 0 },   { NULL, 0, 0 }
     };
     cli_parser p;
     conv c;
@@ -266,14 +375,11 @@ int cli_cmd_convert(int argc, char **argv)
     memset(&c, 0, sizeof c);
     shs_writer_opts wo = SHS_WRITER_OPTS_INIT;
     c.wopts = wo;
-    cli_parser_init(&p, "convert", argc, argv);
+    cli_parser_init(&p, "convert", k_help, argc, argv);
     while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
         switch (k) {
-        case CLI_ARG_HELP:
-            fputs(k_help, stdout);
-            return cli_finish_stdout(CLI_OK);
-        case CLI_ARG_ERROR:
-            return CLI_USAGE;
+        case CLI_ARG_EXIT:
+            return p.status;
         case CLI_ARG_POSITIONAL:
             if (npos == 2)
                 return cli_usage_err("convert", "takes exactly IN and OUT (extra argument '%s')",
@@ -310,9 +416,36 @@ int cli_cmd_convert(int argc, char **argv)
         return cli_usage_err("convert", "missing --dtype");
     c.in = pos[0];
     c.out = pos[1];
-    if (same_file(c.in, c.out))
+    int to_stdout = strcmp(c.out, "-") == 0;
+    char *tmpdir = NULL, *tmpout = NULL;
+    if (to_stdout) {
+        if (cli_g.json)
+            return cli_usage_err("convert", "--json and OUT '-' both want stdout");
+        if (isatty(STDOUT_FILENO))
+            return cli_usage_err("convert", "refusing to write a safetensors file to a "
+                                 "terminal (redirect stdout, or give OUT)");
+        /* The writer needs a seekable file that it renames into place, so
+           the file is built in a private directory, then copied. */
+        const char *base = getenv("TMPDIR");
+        tmpdir = cli_fmt("%s/shardsafe-convert-XXXXXX", base && *base ? base : "/tmp");
+        if (!tmpdir || !mkdtemp(tmpdir)) {
+            cli_err("convert: cannot create a temporary directory under %s: %s",
+                    base && *base ? base : "/tmp", strerror(errno));
+            free(tmpdir);
+            return CLI_FAIL;
+        }
+        tmpout = cli_fmt("%s/out.safetensors", tmpdir);
+        if (!tmpout) {
+            cli_err("convert: out of memory");
+            rmdir(tmpdir);
+            free(tmpdir);
+            return CLI_FAIL;
+        }
+        c.out = tmpout;
+    } else if (same_file(c.in, c.out)) {
         return cli_usage_err("convert", "IN and OUT are the same file ('%s'); write to a new "
                              "path", c.out);
+    }
 
     /* A signal stops the conversion between chunks so that the writer can
        remove its temporary file; signals ignored by our parent (nohup, a
@@ -327,36 +460,38 @@ int cli_cmd_convert(int argc, char **argv)
         if (sigaction(sigs[i], NULL, &old[i]) == 0 && old[i].sa_handler != SIG_IGN)
             caught[i] = sigaction(sigs[i], &sa, NULL) == 0;
 
+    cli_info("convert: %s -> %s", c.in, to_stdout ? "standard output" : c.out);
     int rc = run(&c);
+    if (rc == CLI_OK && to_stdout)
+        rc = copy_to_stdout(&c);
 
     /* Uncommitted: removes the temporary file. */
     shs_writer_free(c.w);
     shs_file_close(c.f);
     free(c.sbuf);
     free(c.dbuf);
+    if (to_stdout) {
+        unlink(tmpout);
+        rmdir(tmpdir);
+        free(tmpout);
+        free(tmpdir);
+        c.out = pos[1];
+    }
     for (int i = 0; i < 3; i++)
         if (caught[i])
             sigaction(sigs[i], &old[i], NULL);
     if (g_signal) {
-        /* die of the signal, as the shell expects, now that we cleaned up */
+        /* Die of the signal, as the shell expects (130 after Ctrl-C), now
+           that we cleaned up: a plain exit(130) would hide from a calling
+           shell script that the user interrupted it. */
         fflush(stdout);
         raise(g_signal);
         return CLI_FAIL;
     }
-    if (rc == CLI_OK) {
-        char hb[32];
-        struct stat st;
-        uint64_t size = stat(c.out, &st) == 0 ? (uint64_t)st.st_size : 0;
-        printf("converted ");
-        cli_put_escaped(stdout, c.in, strlen(c.in));
-        printf(" -> ");
-        cli_put_escaped(stdout, c.out, strlen(c.out));
-        printf(": %zu tensors converted to %s, %zu copied", c.n_converted,
-               shs_dtype_name(c.target), c.n_copied);
-        if (c.only_float)
-            printf(", %zu left out", c.n_dropped);
-        printf(", %llu bytes (%s)\n", (unsigned long long)size,
-               cli_human_bytes(hb, sizeof hb, size));
-    }
+    if (cli_g.json)
+        return cli_finish_stdout(print_json(&c, c.out, rc));
+    /* with OUT "-" stdout is the file: the summary only with -v, on stderr */
+    if (rc == CLI_OK && (to_stdout ? cli_g.verbose : !cli_g.quiet))
+        print_result(&c, to_stdout ? "(standard output)" : c.out, to_stdout ? stderr : stdout);
     return cli_finish_stdout(rc);
 }

@@ -1,6 +1,7 @@
 /*
- * cmd_diff.c -- `shardsafe diff A B [--atol X] [--rtol X] [--kind K]
- * [--json] [--quiet]`: compare two sets of tensors on their global values.
+ * cmd_diff.c -- `shardsafe diff A B [--atol X] [--rtol X] [--kind K]`:
+ * compare two sets of tensors on their global values.  Exit status as
+ * cmp's: 0 same, 1 different, 2 trouble.
  *
  * A and B are each a safetensors file, a plain directory of safetensors
  * files (tensors whole), a checkpoint step directory, or a save path (the
@@ -25,7 +26,6 @@
 
 static const char k_help[] =
     "Usage: shardsafe diff A B [--atol X] [--rtol X] [--kind model|opt|all]\n"
-    "                          [--json] [--quiet]\n"
     "\n"
     "Compare two sets of tensors tensor by tensor, on their global values.\n"
     "A and B are each a .safetensors file, a directory of safetensors files\n"
@@ -51,12 +51,13 @@ static const char k_help[] =
     "  --rtol X     relative tolerance (>= 0; default 0)\n"
     "  --kind K     compare only model tensors, only optimizer tensors (opt), or\n"
     "               all (default)\n"
-    "  --json       print one JSON document on stdout instead of text\n"
-    "  --quiet      print nothing; the exit status tells\n"
-    "  -h, --help   show this help\n"
+    "  -q, --quiet  print nothing; the exit status tells\n"
+    "  -h, --help, --version, -v, --verbose, --json\n"
+    "               as for every command (see 'shardsafe --help')\n"
     "\n"
-    "Exit status: 0 identical (within tolerance), 1 they differ or an input is\n"
-    "invalid, 2 usage error.\n";
+    "Exit status, as cmp's: 0 identical (within tolerance), 1 they differ (a\n"
+    "tensor on one side only, another dtype, shape or values), 2 trouble: usage\n"
+    "error, an input that cannot be read or is invalid, I/O error.\n";
 
 /* ------------------------------------------------------------------ */
 /* Sources: a file, or a checkpoint view                              */
@@ -633,17 +634,7 @@ static void put_desc(const tref *t)
     putchar(']');
 }
 
-static json_t *jstr(const char *s, size_t len)
-{
-    json_t *j = json_stringn(s, len);
-    if (!j) {
-        /* not valid UTF-8: the escaped form */
-        char *e = cli_escape(s, len);
-        j = e ? json_string(e) : NULL;
-        free(e);
-    }
-    return j;
-}
+#define jstr cli_jstr
 
 static json_t *shape_json(const tref *t)
 {
@@ -749,7 +740,7 @@ static json_t *source_json(const source *s)
         bad |= json_object_set_new(o, "world_size",
                                    json_integer(shs_checkpoint_world_size(s->ck))) < 0;
     }
-    bad |= json_object_set_new(o, "tensors", json_integer((json_int_t)s->nt)) < 0;
+    bad |= json_object_set_new(o, "tensor_count", json_integer((json_int_t)s->nt)) < 0;
     if (bad) {
         json_decref(o);
         return NULL;
@@ -796,11 +787,18 @@ static int kind_wanted(int kind, const tref *a, const tref *b)
     return kind < 0 || (a && (int)a->kind == kind) || (b && (int)b->kind == kind);
 }
 
+static uint64_t tref_bytes(const tref *t)
+{
+    uint64_t n;
+    return shs_tensor_nbytes(&n, t->dtype, t->ndim, t->shape) < 0 ? 0 : n;
+}
+
 /* Compare common tensor a/b; CLI_FAIL (reported) on a read error. */
 static int compare_one(dctx *c, const tol *tl, source *sa, source *sb, reader *r,
                        const tref *a, const tref *b)
 {
     c->compared++;
+    cli_info("diff: comparing '%s'", a->name);
     int same_shape = a->ndim == b->ndim;
     for (size_t d = 0; d < a->ndim && same_shape; d++)
         same_shape = a->shape[d] == b->shape[d];
@@ -841,24 +839,37 @@ static int compare_one(dctx *c, const tol *tl, source *sa, source *sb, reader *r
     return rc;
 }
 
+/* The bytes both sides will read: the progress line's total. */
+static uint64_t work_bytes(const source *sa, const source *sb, int kind)
+{
+    uint64_t total = 0;
+    size_t i = 0, j = 0;
+    while (i < sa->nt && j < sb->nt) {
+        int o = cmp_tref(&sa->t[i], &sb->t[j]);
+        if (o == 0 && kind_wanted(kind, &sa->t[i], &sb->t[j]))
+            total = cli_add_sat(total, cli_add_sat(tref_bytes(&sa->t[i]),
+                                                   tref_bytes(&sb->t[j])));
+        i += o <= 0;
+        j += o >= 0;
+    }
+    return total;
+}
+
 int cli_cmd_diff(int argc, char **argv)
 {
-    static const cli_optdef defs[] = { { "--atol", 1 }, { "--rtol", 1 }, { "--kind", 1 },
-                                       { "--json", 0 },  { "--quiet", 0 }, { NULL, 0 } };
+    static const cli_optdef defs[] = { { "--atol", 0, 1 }, { "--rtol", 0, 1 },
+                                       { "--kind", 0, 1 }, { NULL, 0, 0 } };
     cli_parser p;
     const char *val, *paths[2] = { NULL, NULL };
     int k, npaths = 0, kind = -1;
     tol tl = { 0, 0, 0 };
     dctx c;
     memset(&c, 0, sizeof c);
-    cli_parser_init(&p, "diff", argc, argv);
+    cli_parser_init(&p, "diff", k_help, argc, argv);
     while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
         switch (k) {
-        case CLI_ARG_HELP:
-            fputs(k_help, stdout);
-            return cli_finish_stdout(CLI_OK);
-        case CLI_ARG_ERROR:
-            return CLI_USAGE;
+        case CLI_ARG_EXIT:
+            return p.status;   /* usage errors are 2, as cmp's trouble */
         case CLI_ARG_POSITIONAL:
             if (npaths == 2)
                 return cli_usage_err("diff", "unexpected argument '%s'", val);
@@ -881,22 +892,18 @@ int cli_cmd_diff(int argc, char **argv)
             else
                 return cli_usage_err("diff", "bad --kind '%s' (model, opt or all)", val);
             break;
-        case 3:
-            c.json = 1;
-            break;
-        case 4:
-            c.quiet = 1;
-            break;
         }
     }
     if (npaths < 2)
         return cli_usage_err("diff", npaths ? "missing B" : "missing A and B");
-    if (c.json && c.quiet)
-        return cli_usage_err("diff", "--json and --quiet exclude each other");
+    c.json = cli_g.json;
+    c.quiet = cli_g.quiet;
 
     source sa, sb;
     char *why = NULL;
-    int status = CLI_OK;
+    int status = CLI_DIFF_SAME;
+    cli_progress prog;
+    memset(&prog, 0, sizeof prog);
     memset(&sb, 0, sizeof sb);
     if (source_open(&sa, "A", paths[0], &why) != CLI_OK ||
         source_open(&sb, "B", paths[1], &why) != CLI_OK) {
@@ -911,18 +918,19 @@ int cli_cmd_diff(int argc, char **argv)
         free(why);
         source_release(&sa);
         source_release(&sb);
-        return CLI_FAIL;
+        return CLI_DIFF_TROUBLE;
     }
     reader r = { NULL, 0, XXH3_createState() };
     if (!r.hs || grow_tmp(&r, CLI_CHUNK_BYTES) < 0 || (c.json && !(c.list = json_array()))) {
         cli_err("diff: out of memory");
-        status = CLI_FAIL;
+        status = CLI_DIFF_TROUBLE;
         goto out;
     }
     if (!c.json && !c.quiet) {
         put_source(&sa);
         put_source(&sb);
     }
+    cli_progress_start(&prog, "diff", work_bytes(&sa, &sb, kind));
     size_t i = 0, j = 0;
     while (i < sa.nt || j < sb.nt) {
         const tref *a = i < sa.nt ? &sa.t[i] : NULL, *b = j < sb.nt ? &sb.t[j] : NULL;
@@ -942,22 +950,25 @@ int cli_cmd_diff(int argc, char **argv)
         } else {
             i++;
             j++;
-            if (kind_wanted(kind, a, b) &&
-                compare_one(&c, &tl, &sa, &sb, &r, a, b) != CLI_OK) {
-                status = CLI_FAIL;
-                goto out;
+            if (kind_wanted(kind, a, b)) {
+                if (compare_one(&c, &tl, &sa, &sb, &r, a, b) != CLI_OK) {
+                    status = CLI_DIFF_TROUBLE;
+                    goto out;
+                }
+                cli_progress_add(&prog, cli_add_sat(tref_bytes(a), tref_bytes(b)));
             }
         }
         if (c.oom) {
             cli_err("diff: out of memory building the output");
-            status = CLI_FAIL;
+            status = CLI_DIFF_TROUBLE;
             goto out;
         }
     }
+    cli_progress_end(&prog);
     int differ = c.differ || c.only_a || c.only_b;
-    status = differ ? CLI_FAIL : CLI_OK;
+    status = differ ? CLI_DIFF_DIFFERENT : CLI_DIFF_SAME;
     if (c.json) {
-        json_t *doc = json_object();
+        json_t *doc = cli_json_new();
         static const char *const kinds[] = { "model", "opt" };
         if (doc) {
             set(&c, doc, "a", source_json(&sa));
@@ -971,26 +982,25 @@ int cli_cmd_diff(int argc, char **argv)
                 json_pack("{s:I,s:I,s:I,s:I,s:b}", "compared", (json_int_t)c.compared,
                           "differ", (json_int_t)c.differ, "only_in_a", (json_int_t)c.only_a,
                           "only_in_b", (json_int_t)c.only_b, "equal", !differ));
+            set(&c, doc, "same", json_boolean(!differ));
+            if (c.oom) {
+                json_decref(doc);
+                doc = NULL;
+            }
         }
-        if (!doc || c.oom ||
-            json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII |
-                                        JSON_REAL_PRECISION(17)) != 0) {
-            cli_err("diff: out of memory building the output");
-            status = CLI_FAIL;
-        } else {
-            putchar('\n');
-        }
-        json_decref(doc);
+        /* "ok" is true for exit status 0 only: identical */
+        status = cli_json_print(doc, status, CLI_DIFF_TROUBLE);
     } else if (!c.quiet) {
         printf("%llu tensors compared, %llu differ, only in A: %llu, only in B: %llu\n",
                (unsigned long long)c.compared, (unsigned long long)c.differ,
                (unsigned long long)c.only_a, (unsigned long long)c.only_b);
     }
 out:
+    cli_progress_end(&prog);
     json_decref(c.list);
     XXH3_freeState(r.hs);
     free(r.tmp);
     source_release(&sa);
     source_release(&sb);
-    return cli_finish_stdout(status);
+    return cli_finish_stdout_or(status, CLI_DIFF_TROUBLE);
 }

@@ -2,9 +2,8 @@
  * cmd_inspect.c -- `shardsafe inspect PATH [--json] [--limit N]`.
  *
  * Reads headers only (O(header) per file).  Human output is a block per
- * file and a totals block; --json is one document built with jansson and
- * dumped with JSON_INDENT(2) | JSON_ENSURE_ASCII, so it is pure ASCII and
- * cannot carry terminal control sequences.
+ * file and a totals block; --json is one document of the CLI's schema
+ * (cli_json_new / cli_json_print), whatever the kind of PATH.
  */
 #include "cli.h"
 
@@ -12,7 +11,7 @@
 #include <string.h>
 
 static const char k_help[] =
-    "Usage: shardsafe inspect PATH [--json] [--limit N]\n"
+    "Usage: shardsafe inspect PATH [--limit N]\n"
     "\n"
     "Show the header of safetensors files without reading tensor data.\n"
     "\n"
@@ -26,9 +25,9 @@ static const char k_help[] =
     "chunks, bytes), the blobs and the values of common.json (--limit ignored).\n"
     "\n"
     "Options:\n"
-    "  --json       print one JSON document on stdout instead of text\n"
-    "  --limit N    show at most N tensors per file (default: all)\n"
-    "  -h, --help   show this help\n"
+    "  -n, --limit N  show at most N tensors per file (default: all)\n"
+    "  -h, --help, --version, -q, --quiet, -v, --verbose, --json\n"
+    "                 as for every command (see 'shardsafe --help')\n"
     "\n"
     "Exit status: 0 all files valid, 1 an invalid file or index, 2 usage error.\n";
 
@@ -40,11 +39,9 @@ typedef struct ictx {
     int json;
     int has_limit;
     uint64_t limit;
-    int single;              /* PATH is one file: JSON root is the file */
     uint64_t files, tensors, params, bytes;
     dt_stat dt[SHS_DTYPE_COUNT];
-    json_t *root;            /* single-file JSON document */
-    json_t *jfiles, *jindexes, *jerrors, *jwarnings;
+    json_t *jfiles, *jindexes;
     int status;
     int oom;
 } ictx;
@@ -53,29 +50,8 @@ typedef struct ictx {
 /* JSON helpers                                                       */
 /* ------------------------------------------------------------------ */
 
-/* jansson integers are signed 64-bit; a larger value (only possible for a
-   dimension of a zero-element tensor) is written as a decimal string. */
-static json_t *ju64(uint64_t v)
-{
-    if (v <= (uint64_t)INT64_MAX)
-        return json_integer((json_int_t)v);
-    char buf[32];
-    snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
-    return json_string(buf);
-}
-
-/* Text from a file: valid UTF-8 after the reader's checks, but fall back
-   to the escaped form rather than fail. */
-static json_t *jstr(const char *s, size_t len)
-{
-    json_t *j = json_stringn(s, len);
-    if (!j) {
-        char *e = cli_escape(s, len);
-        j = e ? json_string(e) : NULL;
-        free(e);
-    }
-    return j;
-}
+#define ju64 cli_ju64
+#define jstr cli_jstr
 
 static void jset(ictx *c, json_t *obj, const char *key, json_t *val)
 {
@@ -97,8 +73,8 @@ static json_t *file_json(ictx *c, const char *path, const shs_file *f)
         return NULL;
     }
     jset(c, o, "path", jstr(path, strlen(path)));
-    jset(c, o, "file_size", ju64(shs_file_size(f)));
-    jset(c, o, "header_len", ju64(shs_file_header_len(f)));
+    jset(c, o, "bytes", ju64(shs_file_size(f)));
+    jset(c, o, "header_bytes", ju64(shs_file_header_len(f)));
     jset(c, o, "data_start", ju64(shs_file_data_start(f)));
     if (shs_file_has_metadata(f)) {
         json_t *m = json_object();
@@ -138,7 +114,7 @@ static json_t *file_json(ictx *c, const char *path, const shs_file *f)
         jset(c, jt, "shape", shape);
         jset(c, jt, "numel", ju64(t->numel));
         jset(c, jt, "offset", ju64(t->offset));
-        jset(c, jt, "nbytes", ju64(t->nbytes));
+        jset(c, jt, "bytes", ju64(t->nbytes));
         jpush(c, ts, jt);
     }
     jset(c, o, "tensors", ts);
@@ -152,8 +128,8 @@ static json_t *totals_json(ictx *c)
         c->oom = 1;
         return NULL;
     }
-    jset(c, o, "files", ju64(c->files));
-    jset(c, o, "tensors", ju64(c->tensors));
+    jset(c, o, "file_count", ju64(c->files));
+    jset(c, o, "tensor_count", ju64(c->tensors));
     jset(c, o, "parameters", ju64(c->params));
     jset(c, o, "bytes", ju64(c->bytes));
     json_t *d = json_object();
@@ -165,7 +141,7 @@ static json_t *totals_json(ictx *c)
             c->oom = 1;
             break;
         }
-        jset(c, e, "tensors", ju64(c->dt[k].tensors));
+        jset(c, e, "tensor_count", ju64(c->dt[k].tensors));
         jset(c, e, "parameters", ju64(c->dt[k].params));
         jset(c, e, "bytes", ju64(c->dt[k].bytes));
         jset(c, d, shs_dtype_name((shs_dtype)k), e);
@@ -340,12 +316,11 @@ static void print_totals(ictx *c)
 /* Walk callbacks                                                     */
 /* ------------------------------------------------------------------ */
 
+/* On stderr, and in the JSON document's "errors". */
 static void add_error(ictx *c, const char *msg)
 {
     c->status = CLI_FAIL;
     cli_err("%s", msg);
-    if (c->jerrors)
-        jpush(c, c->jerrors, jstr(msg, strlen(msg)));
 }
 
 static void on_file(void *ctx, const char *path, shs_file *f, const char *why)
@@ -367,19 +342,17 @@ static void on_file(void *ctx, const char *path, shs_file *f, const char *why)
         d->params = cli_add_sat(d->params, t->numel);
         d->bytes = cli_add_sat(d->bytes, t->nbytes);
     }
-    if (!c->json) {
-        print_file(c, path, f);
-    } else if (c->single) {
-        c->root = file_json(c, path, f);
-    } else {
+    cli_info("inspect: %s: %zu tensors", path, nt);
+    if (c->json)
         jpush(c, c->jfiles, file_json(c, path, f));
-    }
+    else if (!cli_g.quiet)
+        print_file(c, path, f);
 }
 
 static void on_index_begin(void *ctx, const cli_index *ix)
 {
     ictx *c = ctx;
-    if (c->json)
+    if (c->json || cli_g.quiet)
         return;
     put_esc_line("index:", ix->path);
     put_label("shards:");
@@ -401,11 +374,10 @@ static void on_index_done(void *ctx, const cli_index *ix, const cli_strs *proble
     ictx *c = ctx;
     for (size_t i = 0; i < problems->n; i++)
         add_error(c, problems->v[i]);
-    for (size_t i = 0; i < warnings->n; i++) {
+    for (size_t i = 0; i < warnings->n; i++)
         cli_warn("%s", warnings->v[i]);
-        if (c->jwarnings)
-            jpush(c, c->jwarnings, jstr(warnings->v[i], strlen(warnings->v[i])));
-    }
+    if (cli_g.quiet)
+        return;
     if (!c->json) {
         printf("index check: ");
         cli_put_escaped(stdout, ix->path, strlen(ix->path));
@@ -427,7 +399,8 @@ static void on_index_done(void *ctx, const cli_index *ix, const cli_strs *proble
     for (size_t i = 0; sh && i < ix->shards.n; i++)
         jpush(c, sh, jstr(ix->shards.v[i], strlen(ix->shards.v[i])));
     jset(c, o, "shards", sh);
-    jset(c, o, "weight_map_tensors",
+    jset(c, o, "shard_count", ju64(ix->shards.n));
+    jset(c, o, "tensor_count",
          ju64(ix->weight_map ? json_object_size(ix->weight_map) : 0));
     jset(c, o, "ok", json_boolean(problems->n == 0));
     json_t *pr = json_array();
@@ -441,20 +414,17 @@ static void on_index_done(void *ctx, const cli_index *ix, const cli_strs *proble
 
 int cli_cmd_inspect(int argc, char **argv)
 {
-    static const cli_optdef defs[] = { { "--json", 0 }, { "--limit", 1 }, { NULL, 0 } };
+    static const cli_optdef defs[] = { { "--limit", 'n', 1 }, { NULL, 0, 0 } };
     cli_parser p;
     ictx c;
     const char *path = NULL, *val;
     int k;
     memset(&c, 0, sizeof c);
-    cli_parser_init(&p, "inspect", argc, argv);
+    cli_parser_init(&p, "inspect", k_help, argc, argv);
     while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
         switch (k) {
-        case CLI_ARG_HELP:
-            fputs(k_help, stdout);
-            return cli_finish_stdout(CLI_OK);
-        case CLI_ARG_ERROR:
-            return CLI_USAGE;
+        case CLI_ARG_EXIT:
+            return p.status;
         case CLI_ARG_POSITIONAL:
             if (path)
                 return cli_usage_err("inspect", "takes one PATH (got '%s' and '%s')", path,
@@ -462,9 +432,6 @@ int cli_cmd_inspect(int argc, char **argv)
             path = val;
             break;
         case 0:
-            c.json = 1;
-            break;
-        case 1:
             if (cli_parse_u64(val, &c.limit) < 0)
                 return cli_usage_err("inspect", "--limit needs a non-negative integer, not '%s'",
                                      val);
@@ -474,16 +441,15 @@ int cli_cmd_inspect(int argc, char **argv)
     }
     if (!path)
         return cli_usage_err("inspect", "missing PATH");
+    c.json = cli_g.json;
     if (cli_is_step_dir(path))
         return cli_inspect_checkpoint(path, c.json);
 
-    c.single = cli_classify(path) == CLI_KIND_FILE;
-    if (c.json && !c.single) {
+    cli_kind kind = cli_classify(path);
+    if (c.json) {
         c.jfiles = json_array();
         c.jindexes = json_array();
-        c.jerrors = json_array();
-        c.jwarnings = json_array();
-        if (!c.jfiles || !c.jindexes || !c.jerrors || !c.jwarnings)
+        if (!c.jfiles || !c.jindexes)
             c.oom = 1;
     }
     cli_walk_ops ops = { on_file, on_index_begin, on_index_done };
@@ -491,38 +457,29 @@ int cli_cmd_inspect(int argc, char **argv)
     if (rc != CLI_OK)
         c.status = CLI_FAIL;
 
-    if (!c.json) {
-        if (rc == CLI_OK && c.files > 0)
-            print_totals(&c);
-    } else if (c.single) {
-        if (c.root && !c.oom && json_dumpf(c.root, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII) == 0)
-            putchar('\n');
-    } else if (rc == CLI_OK && !c.oom) {
-        json_t *doc = json_object();
+    if (c.json) {
+        static const char *const kinds[] = { "file", "directory", "index" };
+        json_t *doc = c.oom ? NULL : cli_json_new();
         if (doc) {
             jset(&c, doc, "path", jstr(path, strlen(path)));
-            jset(&c, doc, "kind",
-                 json_string(cli_classify(path) == CLI_KIND_DIR ? "directory" : "index"));
+            jset(&c, doc, "kind", json_string(kinds[kind]));
             jset(&c, doc, "files", json_incref(c.jfiles));
             jset(&c, doc, "indexes", json_incref(c.jindexes));
-            jset(&c, doc, "errors", json_incref(c.jerrors));
-            jset(&c, doc, "warnings", json_incref(c.jwarnings));
             jset(&c, doc, "totals", totals_json(&c));
+            if (c.oom) {
+                json_decref(doc);
+                doc = NULL;
+            }
         }
-        if (!doc || c.oom || json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII) != 0)
-            c.oom = 1;
-        else
-            putchar('\n');
-        json_decref(doc);
+        c.status = cli_json_print(doc, c.status, CLI_FAIL);
+    } else if (!cli_g.quiet && rc == CLI_OK && c.files > 0) {
+        print_totals(&c);
     }
-    if (c.oom) {
+    if (c.oom && !c.json) {
         cli_err("inspect: out of memory building the output");
         c.status = CLI_FAIL;
     }
-    json_decref(c.root);
     json_decref(c.jfiles);
     json_decref(c.jindexes);
-    json_decref(c.jerrors);
-    json_decref(c.jwarnings);
     return cli_finish_stdout(c.status);
 }

@@ -7,51 +7,44 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char k_help[] =
-    "Usage: shardsafe ls SAVE_PATH [--json]\n"
+    "Usage: shardsafe ls SAVE_PATH\n"
     "\n"
     "List the step directories of a save path (iteration_* and step-*, sorted by\n"
     "step): step, status (committed: metadata.json and common.json present;\n"
-    "incomplete otherwise), total bytes of its files, number of files, and\n"
-    "'latest' for the one the tracker (latest_checkpointed_iteration.txt) names.\n"
-    "Leftovers of failed saves (.tmp-*, .trash-*) are listed after them.\n"
-    "A missing or malformed tracker, or one naming a step without a complete\n"
-    "directory, is reported as a warning on stderr.\n"
+    "incomplete otherwise), size of its files (KiB, MiB, GiB), number of files,\n"
+    "age (from the directory's modification time) and 'latest' for the one the\n"
+    "tracker (latest_checkpointed_iteration.txt) names.  Leftovers of failed\n"
+    "saves (.tmp-*, .trash-*) are listed after them.  A missing or malformed\n"
+    "tracker, or one naming a step without a complete directory, is reported as\n"
+    "a warning on stderr.  --json gives the exact numbers.\n"
     "\n"
     "Options:\n"
-    "  --json       print one JSON document on stdout instead of text\n"
-    "  -h, --help   show this help\n"
+    "  -h, --help, --version, -q, --quiet, -v, --verbose, --json\n"
+    "               as for every command (see 'shardsafe --help')\n"
     "\n"
     "Exit status: 0 listed (even with warnings), 1 SAVE_PATH cannot be read,\n"
     "2 usage error.\n";
-
-static size_t ndigits(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 10) {
-        v /= 10;
-        n++;
-    }
-    return n;
-}
 
 static json_t *entry_json(const cli_entry *e, int step)
 {
     json_t *o = json_object();
     if (!o)
         return NULL;
-    int bad = 0;
+    int bad = json_object_set_new(o, "name", cli_jstr0(e->name)) < 0;
     if (step) {
-        bad |= json_object_set_new(o, "step", json_integer(e->step));
+        bad |= json_object_set_new(o, "step", json_integer(e->step)) < 0;
         bad |= json_object_set_new(o, "status",
-                                   json_string(e->committed ? "committed" : "incomplete"));
+                                   json_string(e->committed ? "committed" : "incomplete")) < 0;
     }
-    bad |= json_object_set_new(o, "bytes", json_integer((json_int_t)(e->bytes > INT64_MAX ? INT64_MAX : e->bytes)));
-    bad |= json_object_set_new(o, "files", json_integer((json_int_t)e->files));
-    bad |= json_object_set_new(o, "shared_files", json_integer((json_int_t)e->shared));
+    bad |= json_object_set_new(o, "bytes", cli_ju64(e->bytes)) < 0;
+    bad |= json_object_set_new(o, "file_count", cli_ju64(e->files)) < 0;
+    bad |= json_object_set_new(o, "shared_file_count", cli_ju64(e->shared)) < 0;
+    bad |= json_object_set_new(o, "mtime", json_integer(e->mtime)) < 0;
     if (step)
-        bad |= json_object_set_new(o, "latest", json_boolean(e->latest));
+        bad |= json_object_set_new(o, "latest", json_boolean(e->latest)) < 0;
     if (bad) {
         json_decref(o);
         return NULL;
@@ -59,95 +52,81 @@ static json_t *entry_json(const cli_entry *e, int step)
     return o;
 }
 
-/* Names are file names: a name that is not UTF-8 is given escaped. */
-static json_t *jname(const char *s)
+static int print_json(const cli_save *s, int status)
 {
-    json_t *j = json_string(s);
-    if (!j) {
-        char *e = cli_escape(s, strlen(s));
-        j = e ? json_string(e) : NULL;
-        free(e);
-    }
-    return j;
-}
-
-static int print_json(const cli_save *s, const char *problem)
-{
-    json_t *doc = json_object(), *steps = json_array(), *left = json_array();
-    json_t *tr = json_object(), *warn = json_array();
-    int bad = !doc || !steps || !left || !tr || !warn;
+    json_t *doc = cli_json_new(), *steps = json_array(), *left = json_array();
+    json_t *tr = json_object();
+    int bad = !doc || !steps || !left || !tr;
     for (size_t i = 0; !bad && i < s->n_steps; i++) {
         json_t *o = entry_json(&s->steps[i], 1);
-        bad |= !o || json_object_set_new(o, "name", jname(s->steps[i].name)) ||
-               json_array_append_new(steps, o);
+        bad |= !o || json_array_append_new(steps, o) < 0;
     }
     for (size_t i = 0; !bad && i < s->n_leftovers; i++) {
         json_t *o = entry_json(&s->leftovers[i], 0);
-        bad |= !o || json_object_set_new(o, "name", jname(s->leftovers[i].name)) ||
-               json_array_append_new(left, o);
+        bad |= !o || json_array_append_new(left, o) < 0;
     }
     if (!bad) {
         const char *st = s->tracker == CLI_TRACKER_OK        ? "ok"
                          : s->tracker == CLI_TRACKER_MISSING ? "missing"
                                                              : "malformed";
-        bad |= json_object_set_new(tr, "state", json_string(st));
+        bad |= json_object_set_new(tr, "state", json_string(st)) < 0;
         bad |= json_object_set_new(tr, "step", s->tracker == CLI_TRACKER_OK
                                                    ? json_integer(s->tracker_step)
-                                                   : json_null());
-        bad |= json_object_set_new(tr, "complete", json_boolean(s->latest != NULL));
-        if (problem)
-            bad |= json_array_append_new(warn, jname(problem));
-        bad |= json_object_set_new(doc, "save_path", jname(s->path));
-        bad |= json_object_set_new(doc, "tracker", json_incref(tr));
-        bad |= json_object_set_new(doc, "steps", json_incref(steps));
-        bad |= json_object_set_new(doc, "leftovers", json_incref(left));
-        bad |= json_object_set_new(doc, "warnings", json_incref(warn));
+                                                   : json_null()) < 0;
+        bad |= json_object_set_new(tr, "complete", json_boolean(s->latest != NULL)) < 0;
+        bad |= json_object_set_new(doc, "path", cli_jstr0(s->path)) < 0;
+        bad |= json_object_set_new(doc, "now", json_integer((json_int_t)time(NULL))) < 0;
+        bad |= json_object_set_new(doc, "tracker", json_incref(tr)) < 0;
+        bad |= json_object_set_new(doc, "steps", json_incref(steps)) < 0;
+        bad |= json_object_set_new(doc, "leftovers", json_incref(left)) < 0;
     }
-    if (!bad && json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_ENSURE_ASCII) == 0)
-        putchar('\n');
-    else
-        bad = 1;
-    json_decref(doc);
     json_decref(steps);
     json_decref(left);
     json_decref(tr);
-    json_decref(warn);
     if (bad) {
-        cli_err("ls: out of memory building the output");
-        return CLI_FAIL;
+        json_decref(doc);
+        doc = NULL;
     }
-    return CLI_OK;
+    return cli_json_print(doc, status, CLI_FAIL);
+}
+
+/* Size column: "276.3 KiB", plus " (2 shared)" for hard-linked files. */
+static void size_cell(char *buf, size_t cap, const cli_entry *e)
+{
+    char hb[32];
+    cli_human_bytes(hb, sizeof hb, e->bytes);
+    if (e->shared)
+        snprintf(buf, cap, "%s (%llu shared)", hb, (unsigned long long)e->shared);
+    else
+        snprintf(buf, cap, "%s", hb);
 }
 
 static void print_text(const cli_save *s)
 {
-    size_t ws = 4, wb = 5, wf = 5;
-    char bytes[64];
+    char num[32], size[64], age[32];
+    size_t ws = 4, wsize = 4, wf = 5, wa = 3;
+    int64_t now = (int64_t)time(NULL);
     for (size_t i = 0; i < s->n_steps; i++) {
         const cli_entry *e = &s->steps[i];
-        if (ndigits((uint64_t)e->step) > ws)
-            ws = ndigits((uint64_t)e->step);
-        size_t b = (size_t)snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)e->bytes);
-        if (e->shared)
-            b += (size_t)snprintf(bytes, sizeof bytes, " (%llu shared)",
-                                  (unsigned long long)e->shared);
-        if (b > wb)
-            wb = b;
-        if (ndigits(e->files) > wf)
-            wf = ndigits(e->files);
+        size_t n = (size_t)snprintf(num, sizeof num, "%lld", (long long)e->step);
+        ws = n > ws ? n : ws;
+        size_cell(size, sizeof size, e);
+        wsize = strlen(size) > wsize ? strlen(size) : wsize;
+        n = (size_t)snprintf(num, sizeof num, "%llu", (unsigned long long)e->files);
+        wf = n > wf ? n : wf;
+        cli_human_age(age, sizeof age, e->mtime, now);
+        wa = strlen(age) > wa ? strlen(age) : wa;
     }
     if (s->n_steps) {
-        printf("%*s  %-10s  %*s  %*s  %s\n", (int)ws, "STEP", "STATUS", (int)wb, "BYTES",
-               (int)wf, "FILES", "DIRECTORY");
+        printf("%*s  %-10s  %*s  %*s  %-*s  %s\n", (int)ws, "STEP", "STATUS", (int)wsize,
+               "SIZE", (int)wf, "FILES", (int)wa, "AGE", "DIRECTORY");
         for (size_t i = 0; i < s->n_steps; i++) {
             const cli_entry *e = &s->steps[i];
-            int n = snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)e->bytes);
-            if (e->shared && n > 0 && (size_t)n < sizeof bytes)
-                snprintf(bytes + n, sizeof bytes - (size_t)n, " (%llu shared)",
-                         (unsigned long long)e->shared);
-            printf("%*lld  %-10s  %*s  %*llu  ", (int)ws, (long long)e->step,
-                   e->committed ? "committed" : "incomplete", (int)wb, bytes, (int)wf,
-                   (unsigned long long)e->files);
+            size_cell(size, sizeof size, e);
+            printf("%*lld  %-10s  %*s  %*llu  %-*s  ", (int)ws, (long long)e->step,
+                   e->committed ? "committed" : "incomplete", (int)wsize, size, (int)wf,
+                   (unsigned long long)e->files, (int)wa,
+                   cli_human_age(age, sizeof age, e->mtime, now));
             cli_put_escaped(stdout, e->name, strlen(e->name));
             fputs(e->latest ? "  latest\n" : "\n", stdout);
         }
@@ -158,32 +137,25 @@ static void print_text(const cli_save *s)
         const cli_entry *e = &s->leftovers[i];
         printf("leftover (failed save): ");
         cli_put_escaped(stdout, e->name, strlen(e->name));
-        printf(" (%llu bytes, %llu files)\n", (unsigned long long)e->bytes,
-               (unsigned long long)e->files);
+        printf(" (%s, %llu files, %s)\n", cli_human_bytes(size, sizeof size, e->bytes),
+               (unsigned long long)e->files, cli_human_age(age, sizeof age, e->mtime, now));
     }
 }
 
 int cli_cmd_ls(int argc, char **argv)
 {
-    static const cli_optdef defs[] = { { "--json", 0 }, { NULL, 0 } };
     cli_parser p;
     const char *path = NULL, *val;
-    int json = 0, k;
-    cli_parser_init(&p, "ls", argc, argv);
-    while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
+    int k;
+    cli_parser_init(&p, "ls", k_help, argc, argv);
+    while ((k = cli_parser_next(&p, NULL, &val)) != CLI_ARG_END) {
         switch (k) {
-        case CLI_ARG_HELP:
-            fputs(k_help, stdout);
-            return cli_finish_stdout(CLI_OK);
-        case CLI_ARG_ERROR:
-            return CLI_USAGE;
+        case CLI_ARG_EXIT:
+            return p.status;
         case CLI_ARG_POSITIONAL:
             if (path)
                 return cli_usage_err("ls", "takes one SAVE_PATH (got '%s' and '%s')", path, val);
             path = val;
-            break;
-        case 0:
-            json = 1;
             break;
         }
     }
@@ -194,11 +166,16 @@ int cli_cmd_ls(int argc, char **argv)
     cli_save s;
     if (cli_save_scan(&s, path) != CLI_OK)
         return CLI_FAIL;
+    cli_info("ls: %zu step directories, %zu leftovers in %s", s.n_steps, s.n_leftovers, path);
     char *problem = s.n_steps || s.tracker != CLI_TRACKER_MISSING ? cli_save_tracker_problem(&s)
                                                                    : NULL;
     if (problem)
         cli_warn("%s", problem);
-    int status = json ? print_json(&s, problem) : (print_text(&s), CLI_OK);
+    int status = CLI_OK;
+    if (cli_g.json)
+        status = print_json(&s, CLI_OK);
+    else if (!cli_g.quiet)
+        print_text(&s);
     free(problem);
     cli_save_release(&s);
     return cli_finish_stdout(status);

@@ -33,16 +33,38 @@ static const char k_help[] =
     "removed.\n"
     "\n"
     "Options:\n"
-    "  --keep N     number of newest committed steps to keep (N >= 1, required)\n"
-    "  --dry-run    print what would be removed, remove nothing\n"
-    "  -h, --help   show this help\n"
+    "  -k, --keep N   number of newest committed steps to keep (N >= 1, required)\n"
+    "  -n, --dry-run  print what would be removed, remove nothing\n"
+    "  -h, --help, --version, -q, --quiet, -v, --verbose, --json\n"
+    "                 as for every command (see 'shardsafe --help')\n"
     "\n"
     "Exit status: 0 done, 1 SAVE_PATH is not a save path or a removal failed,\n"
     "2 usage error.\n";
 
+/* Text lines on stdout, unless -q or --json. */
+static int g_text;
+
 static void put_name(const char *s)
 {
     cli_put_escaped(stdout, s, strlen(s));
+}
+
+/* --json: {"name", "step" (steps only), "bytes"} appended to `list`. */
+static void record(json_t *list, const cli_entry *e, int with_step, int *oom)
+{
+    if (!list)
+        return;
+    json_t *o = json_object();
+    int bad = !o || json_object_set_new(o, "name", cli_jstr0(e->name)) < 0;
+    if (!bad && with_step)
+        bad = json_object_set_new(o, "step", json_integer(e->step)) < 0;
+    if (!bad)
+        bad = json_object_set_new(o, "bytes", cli_ju64(e->bytes)) < 0;
+    if (bad || json_array_append_new(list, o) < 0) {
+        if (bad)
+            json_decref(o);
+        *oom = 1;
+    }
 }
 
 /* Remove one committed step directory through the library.
@@ -95,19 +117,17 @@ static void sync_dir(const char *path)
 
 int cli_cmd_prune(int argc, char **argv)
 {
-    static const cli_optdef defs[] = { { "--keep", 1 }, { "--dry-run", 0 }, { NULL, 0 } };
+    static const cli_optdef defs[] = { { "--keep", 'k', 1 }, { "--dry-run", 'n', 0 },
+                                       { NULL, 0, 0 } };
     cli_parser p;
     const char *path = NULL, *val;
     uint64_t keep = 0;
     int have_keep = 0, dry = 0, k;
-    cli_parser_init(&p, "prune", argc, argv);
+    cli_parser_init(&p, "prune", k_help, argc, argv);
     while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
         switch (k) {
-        case CLI_ARG_HELP:
-            fputs(k_help, stdout);
-            return cli_finish_stdout(CLI_OK);
-        case CLI_ARG_ERROR:
-            return CLI_USAGE;
+        case CLI_ARG_EXIT:
+            return p.status;
         case CLI_ARG_POSITIONAL:
             if (path)
                 return cli_usage_err("prune", "takes one SAVE_PATH (got '%s' and '%s')", path,
@@ -163,8 +183,14 @@ int cli_cmd_prune(int argc, char **argv)
         threshold = e->step;
         seen++;
     }
-    int status = CLI_OK;
+    int status = CLI_OK, oom = 0;
     const char *verb = dry ? "would remove" : "removed";
+    /* dry-run or not, the lists say what was (or would be) removed */
+    json_t *jremoved = cli_g.json ? json_array() : NULL;
+    json_t *jkept = cli_g.json ? json_array() : NULL;
+    json_t *jleft = cli_g.json ? json_array() : NULL;
+    oom = cli_g.json && (!jremoved || !jkept || !jleft);
+    g_text = !cli_g.json && !cli_g.quiet;
     size_t n_kept = 0, n_removed = 0;
     int64_t protect = s.tracker == CLI_TRACKER_OK ? s.tracker_step : -1;
     for (size_t i = 0; i < s.n_steps; i++) {
@@ -181,6 +207,9 @@ int cli_cmd_prune(int argc, char **argv)
         }
         if (e->step == protect) {
             n_kept++;
+            record(jkept, e, 1, &oom);
+            if (!g_text)
+                continue;
             printf("kept ");
             put_name(e->name);
             printf(" (step %lld): named by the tracker, although not among the newest %llu\n",
@@ -193,6 +222,10 @@ int cli_cmd_prune(int argc, char **argv)
             continue;
         }
         n_removed++;
+        cli_info("prune: %s %s (step %lld)", verb, e->path, (long long)e->step);
+        record(jremoved, e, 1, &oom);
+        if (!g_text)
+            continue;
         printf("%s ", verb);
         put_name(e->name);
         printf(" (step %lld, %llu bytes)\n", (long long)e->step, (unsigned long long)e->bytes);
@@ -215,6 +248,9 @@ int cli_cmd_prune(int argc, char **argv)
             status = CLI_FAIL;
             continue;
         }
+        record(jleft, e, 0, &oom);
+        if (!g_text)
+            continue;
         printf("%s leftover ", verb);
         put_name(e->name);
         printf(" (%llu bytes)\n", (unsigned long long)e->bytes);
@@ -227,8 +263,28 @@ int cli_cmd_prune(int argc, char **argv)
     free(clean_why);
     if (!dry)
         sync_dir(path);
-    printf("%s %zu step %s, kept %zu committed\n", dry ? "would remove" : "removed", n_removed,
-           n_removed == 1 ? "directory" : "directories", n_kept);
+    if (g_text)
+        printf("%s %zu step %s, kept %zu committed\n", dry ? "would remove" : "removed",
+               n_removed, n_removed == 1 ? "directory" : "directories", n_kept);
     cli_save_release(&s);
+    if (cli_g.json) {
+        json_t *doc = cli_json_new();
+        int bad = oom || !doc;
+        bad = bad || json_object_set_new(doc, "path", cli_jstr0(path)) < 0;
+        bad = bad || json_object_set_new(doc, "keep", cli_ju64(keep)) < 0;
+        bad = bad || json_object_set_new(doc, "dry_run", json_boolean(dry)) < 0;
+        bad = bad || json_object_set_new(doc, "removed", json_incref(jremoved)) < 0;
+        bad = bad || json_object_set_new(doc, "kept_by_tracker", json_incref(jkept)) < 0;
+        bad = bad || json_object_set_new(doc, "leftovers_removed", json_incref(jleft)) < 0;
+        bad = bad || json_object_set_new(doc, "kept_count", cli_ju64(n_kept)) < 0;
+        if (bad) {
+            json_decref(doc);
+            doc = NULL;
+        }
+        status = cli_json_print(doc, status, CLI_FAIL);
+    }
+    json_decref(jremoved);
+    json_decref(jkept);
+    json_decref(jleft);
     return cli_finish_stdout(status);
 }

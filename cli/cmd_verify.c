@@ -38,28 +38,72 @@ static const char k_help[] =
     "Options:\n"
     "  --check-finite  also decode floating-point tensors and fail a file that\n"
     "                  holds NaN or infinite values (counts are reported)\n"
-    "  -h, --help      show this help\n"
+    "  -h, --help, --version, -q, --quiet, -v, --verbose, --json\n"
+    "                  as for every command (see 'shardsafe --help'); with -q\n"
+    "                  only the FAIL reasons are printed, on stderr\n"
     "\n"
     "Exit status: 0 all OK, 1 any file or index failed, 2 usage error.\n";
 
 typedef struct vctx {
     int check_finite;
     int status;
+    json_t *results;        /* --json */
+    int oom;
     unsigned char *buf;     /* CLI_CHUNK_BYTES */
     float *fbuf;            /* CLI_CHUNK_BYTES / 4 floats */
 } vctx;
 
-static void put_result(const char *word, const char *path)
+/* --json: a result object {"path", "kind", "ok", "reason"} appended to the
+   results, for the caller to complete; NULL otherwise. */
+static json_t *result_json(vctx *c, const char *kind, const char *path, const char *reason)
 {
-    fputs(word, stdout);
-    putchar(' ');
-    cli_put_escaped(stdout, path, strlen(path));
+    if (!cli_g.json)
+        return NULL;
+    json_t *o = json_object();
+    int bad = !o || json_object_set_new(o, "path", cli_jstr0(path)) < 0 ||
+              json_object_set_new(o, "kind", json_string(kind)) < 0 ||
+              json_object_set_new(o, "ok", json_boolean(reason == NULL)) < 0 ||
+              json_object_set_new(o, "reason", reason ? cli_jstr0(reason) : json_null()) < 0;
+    if (bad || json_array_append_new(c->results, o) < 0) {
+        if (bad)
+            json_decref(o);
+        c->oom = 1;
+        return NULL;
+    }
+    return o;
 }
 
-static void fail_line(vctx *c, const char *path, const char *reason)
+static void jset(vctx *c, json_t *o, const char *key, json_t *v)
+{
+    if (o && (!v || json_object_set_new(o, key, v) < 0))
+        c->oom = 1;
+    else if (!o)
+        json_decref(v);
+}
+
+/* "OK PATH" without the newline; 0 when nothing is to be printed. */
+static int put_ok(const char *path)
+{
+    if (cli_g.json || cli_g.quiet)
+        return 0;
+    fputs("OK ", stdout);
+    cli_put_escaped(stdout, path, strlen(path));
+    return 1;
+}
+
+static void fail_line(vctx *c, const char *kind, const char *path, const char *reason)
 {
     c->status = CLI_FAIL;
-    put_result("FAIL", path);
+    if (cli_g.json) {
+        result_json(c, kind, path, reason);
+        return;
+    }
+    if (cli_g.quiet) {   /* the reason is all that is printed: as an error */
+        cli_err("%s: %s", path, reason);
+        return;
+    }
+    fputs("FAIL ", stdout);
+    cli_put_escaped(stdout, path, strlen(path));
     fputs(": ", stdout);
     cli_put_escaped(stdout, reason, strlen(reason));
     putchar('\n');
@@ -111,10 +155,16 @@ static void on_file(void *ctx, const char *path, shs_file *f, const char *why)
 {
     vctx *c = ctx;
     if (!f) {
-        fail_line(c, path, cli_strip_path(why, path));
+        fail_line(c, "file", path, cli_strip_path(why, path));
         return;
     }
     size_t nt = shs_file_tensor_count(f);
+    uint64_t data = 0;
+    for (size_t i = 0; i < nt; i++)
+        data = cli_add_sat(data, shs_file_tensor(f, i)->nbytes);
+    cli_info("verify: %s: %zu tensors", path, nt);
+    cli_progress prog;
+    cli_progress_start(&prog, "verify", data);
     finite_count total = { 0, 0 };
     uint64_t bad_tensors = 0;
     const char *first_bad = NULL;
@@ -128,14 +178,13 @@ static void on_file(void *ctx, const char *path, shs_file *f, const char *why)
         finite_count fc = { 0, 0 };
         for (uint64_t off = 0; off < t->nbytes; off += step) {
             size_t len = t->nbytes - off < step ? (size_t)(t->nbytes - off) : step;
-            if (shs_file_read_bytes(f, i, off, c->buf, len) < 0) {
-                fail_line(c, path, cli_strip_path(shs_last_error(), path));
+            if (shs_file_read_bytes(f, i, off, c->buf, len) < 0 ||
+                (check && count_nonfinite(c, c->buf, t->dtype, len / esize, &fc) < 0)) {
+                cli_progress_end(&prog);
+                fail_line(c, "file", path, cli_strip_path(shs_last_error(), path));
                 return;
             }
-            if (check && count_nonfinite(c, c->buf, t->dtype, len / esize, &fc) < 0) {
-                fail_line(c, path, cli_strip_path(shs_last_error(), path));
-                return;
-            }
+            cli_progress_add(&prog, len);
         }
         if (fc.nan || fc.inf) {
             total.nan += fc.nan;
@@ -146,20 +195,26 @@ static void on_file(void *ctx, const char *path, shs_file *f, const char *why)
             }
         }
     }
+    cli_progress_end(&prog);
     if (bad_tensors) {
         char *name = cli_escape(first_bad, first_bad_len);
         char *msg = cli_fmt("%llu NaN and %llu infinite values in %llu %s (first: '%s')",
                             (unsigned long long)total.nan, (unsigned long long)total.inf,
                             (unsigned long long)bad_tensors,
                             bad_tensors == 1 ? "tensor" : "tensors", name ? name : "?");
-        fail_line(c, path, msg ? msg : "non-finite values");
+        fail_line(c, "file", path, msg ? msg : "non-finite values");
         free(name);
         free(msg);
         return;
     }
-    put_result("OK", path);
-    printf(" (%zu tensors, %llu bytes%s)\n", nt, (unsigned long long)shs_file_size(f),
-           c->check_finite ? ", all finite" : "");
+    json_t *o = result_json(c, "file", path, NULL);
+    jset(c, o, "tensor_count", cli_ju64(nt));
+    jset(c, o, "bytes", cli_ju64(shs_file_size(f)));
+    if (c->check_finite)
+        jset(c, o, "finite", json_true());
+    if (put_ok(path))
+        printf(" (%zu tensors, %llu bytes%s)\n", nt, (unsigned long long)shs_file_size(f),
+               c->check_finite ? ", all finite" : "");
 }
 
 static void on_index_done(void *ctx, const cli_index *ix, const cli_strs *problems,
@@ -174,15 +229,18 @@ static void on_index_done(void *ctx, const cli_index *ix, const cli_strs *proble
                         ? cli_fmt("%s", first)
                         : cli_fmt("%s (and %zu more problems, listed on stderr)", first,
                                   problems->n - 1);
-        fail_line(c, ix->path, msg ? msg : first);
+        fail_line(c, "index", ix->path, msg ? msg : first);
         free(msg);
         for (size_t i = 1; i < problems->n; i++)
             cli_err("%s", problems->v[i]);
         return;
     }
-    put_result("OK", ix->path);
-    printf(" (index: %zu shards, %zu tensors)\n", ix->shards.n,
-           json_object_size(ix->weight_map));
+    json_t *o = result_json(c, "index", ix->path, NULL);
+    jset(c, o, "shard_count", cli_ju64(ix->shards.n));
+    jset(c, o, "tensor_count", cli_ju64(json_object_size(ix->weight_map)));
+    if (put_ok(ix->path))
+        printf(" (index: %zu shards, %zu tensors)\n", ix->shards.n,
+               json_object_size(ix->weight_map));
 }
 
 /* ------------------------------------------------------------------ */
@@ -199,7 +257,7 @@ static void verify_step(vctx *c, const char *dir)
         /* "DIR/metadata.json: ..." -> "metadata.json: ..." */
         if (reason == msg && strncmp(msg, dir, n) == 0 && msg[n] == '/')
             reason = msg + n + 1;
-        fail_line(c, dir, reason);
+        fail_line(c, "checkpoint", dir, reason);
         free(msg);
         return;
     }
@@ -211,9 +269,13 @@ static void verify_step(vctx *c, const char *dir)
     }
     uint64_t bytes, files, shared;
     cli_du(dir, &bytes, &files, &shared);
-    put_result("OK", dir);
-    printf(" (checkpoint step %lld, %llu files, %llu bytes)\n", step,
-           (unsigned long long)files, (unsigned long long)bytes);
+    json_t *o = result_json(c, "checkpoint", dir, NULL);
+    jset(c, o, "step", json_integer(step));
+    jset(c, o, "file_count", cli_ju64(files));
+    jset(c, o, "bytes", cli_ju64(bytes));
+    if (put_ok(dir))
+        printf(" (checkpoint step %lld, %llu files, %llu bytes)\n", step,
+               (unsigned long long)files, (unsigned long long)bytes);
 }
 
 static void verify_save_path(vctx *c, const char *path)
@@ -248,34 +310,30 @@ static void verify_save_path(vctx *c, const char *path)
                         : cli_fmt("names step %lld, but there is no complete directory of "
                                   "that step",
                                   (long long)s.tracker_step);
-        fail_line(c, tp ? tp : path, msg ? msg : "bad tracker");
+        fail_line(c, "tracker", tp ? tp : path, msg ? msg : "bad tracker");
         free(tp);
         free(msg);
     }
     if (n_committed == 0)
-        fail_line(c, path, "no committed step directory");
+        fail_line(c, "save_path", path, "no committed step directory");
     cli_save_release(&s);
 }
 
 int cli_cmd_verify(int argc, char **argv)
 {
-    static const cli_optdef defs[] = { { "--check-finite", 0 }, { NULL, 0 } };
+    static const cli_optdef defs[] = { { "--check-finite", 0, 0 }, { NULL, 0, 0 } };
     cli_parser p;
     vctx c;
     const char *val;
     int k;
     memset(&c, 0, sizeof c);
     cli_strs paths = { 0 };
-    cli_parser_init(&p, "verify", argc, argv);
+    cli_parser_init(&p, "verify", k_help, argc, argv);
     while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
         switch (k) {
-        case CLI_ARG_HELP:
+        case CLI_ARG_EXIT:
             cli_strs_release(&paths);
-            fputs(k_help, stdout);
-            return cli_finish_stdout(CLI_OK);
-        case CLI_ARG_ERROR:
-            cli_strs_release(&paths);
-            return CLI_USAGE;
+            return p.status;
         case CLI_ARG_POSITIONAL:
             if (cli_strs_add(&paths, cli_fmt("%s", val)) < 0) {
                 cli_err("out of memory");
@@ -292,7 +350,9 @@ int cli_cmd_verify(int argc, char **argv)
         return cli_usage_err("verify", "missing PATH");
     c.buf = malloc(CLI_CHUNK_BYTES);
     c.fbuf = malloc(CLI_CHUNK_BYTES / 8 * sizeof(float));
-    if (!c.buf || !c.fbuf) {
+    if (cli_g.json && !(c.results = json_array()))
+        c.oom = 1;
+    if (!c.buf || !c.fbuf || c.oom) {
         cli_err("out of memory");
         c.status = CLI_FAIL;
     } else {
@@ -306,6 +366,25 @@ int cli_cmd_verify(int argc, char **argv)
                 c.status = CLI_FAIL;
         }
     }
+    if (cli_g.json) {
+        json_t *doc = c.oom ? NULL : cli_json_new();
+        json_t *jp = doc ? json_array() : NULL;
+        for (size_t i = 0; jp && i < paths.n; i++)
+            if (json_array_append_new(jp, cli_jstr0(paths.v[i])) < 0)
+                c.oom = 1;
+        if (c.oom) {
+            json_decref(jp);
+            jp = NULL;
+        }
+        if (!doc || !jp || c.oom || json_object_set_new(doc, "paths", jp) < 0 ||
+            json_object_set_new(doc, "check_finite", json_boolean(c.check_finite)) < 0 ||
+            json_object_set_new(doc, "results", json_incref(c.results)) < 0) {
+            json_decref(doc);
+            doc = NULL;
+        }
+        c.status = cli_json_print(doc, c.status, CLI_FAIL);
+    }
+    json_decref(c.results);
     free(c.buf);
     free(c.fbuf);
     cli_strs_release(&paths);

@@ -19,10 +19,23 @@ static int add(shs_writer *w, const char *name, size_t rows, size_t cols)
     return shs_writer_add_tensor(w, name, SHS_F32, cols ? 2 : 1, shape);
 }
 
+static const char k_usage[] =
+    "usage: demo_write OUT.safetensors\n"
+    "\n"
+    "Write a small transformer-shaped model (F32 embeddings, attention and MLP\n"
+    "weights of %d layers) to OUT.safetensors with the streaming writer.\n"
+    "\n"
+    "  -h, --help   show this help\n";
+
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: demo_write OUT.safetensors\n");
+    /* "--help" is an option, not a file to create */
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        printf(k_usage, LAYERS);
+        return 0;
+    }
+    if (argc != 2 || (argv[1][0] == '-' && argv[1][1] != '\0')) {
+        fprintf(stderr, k_usage, LAYERS);
         return 2;
     }
     static const char *const per_layer[][3] = {

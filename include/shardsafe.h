@@ -15,7 +15,18 @@
  *     library from the same thread.
  *   - Handles are opaque; every destroy function accepts NULL.
  *   - Option structs carry a `version` field; initialise them with their
- *     `*_INIT` macro so that fields added later get their defaults.
+ *     `*_INIT` macro (or their init function) so that it holds the version
+ *     of the header the caller was compiled with.  Versioning follows the
+ *     libgit2 model: new fields are only ever appended, and each append
+ *     bumps the struct's *_VERSION.  The library reads `version` first,
+ *     accepts any version from 1 up to its own, and then uses only the
+ *     fields that version has (later fields take their defaults), so a
+ *     program built against an older header keeps working with a newer
+ *     library.  A version newer than the library's (a program built
+ *     against a newer header, run with an older library) and version 0 (a
+ *     struct that was never initialised) are SHS_EINVAL with a message
+ *     such as "shs_file_open: option struct version 3 is newer than this
+ *     library (2)".
  *   - Thread safety: distinct handles may be used from distinct threads at
  *     once.  A reader handle (shs_file) is immutable after open and may be
  *     read from many threads at once.  A writer handle is single-threaded.
@@ -41,9 +52,16 @@ extern "C" {
 #define SHS_VERSION_MINOR 1
 #define SHS_VERSION_PATCH 0
 #define SHS_VERSION_STRING "0.1.0"
+/* The version as one number, major * 10000 + minor * 100 + patch. */
+#define SHS_VERSION_NUMBER \
+    (SHS_VERSION_MAJOR * 10000 + SHS_VERSION_MINOR * 100 + SHS_VERSION_PATCH)
 
-/* Library version as a string, e.g. "0.1.0". */
+/* Version of the library loaded at run time, which may differ from the
+   header's SHS_VERSION_* that a program was compiled with: as a string,
+   e.g. "0.1.0", and as a number (SHS_VERSION_NUMBER's formula, e.g. 100),
+   to compare, e.g. shs_version_number() >= 200 for 0.2.0 or later. */
 SHS_API const char *shs_version(void);
+SHS_API unsigned shs_version_number(void);
 
 /* ------------------------------------------------------------------------
  * Status codes.  Values are stable; new codes are only ever appended.

@@ -4,9 +4,11 @@
 # sudo available).  `--bench` also installs what the benchmarks compare to.
 set -euo pipefail
 
+# libssl-dev: nothing links libcrypto yet; the planned checkpoint
+# encryption will.  clang-format: the house style (.clang-format).
 pkgs=(build-essential cmake pkg-config git
       libxxhash-dev libjansson-dev libyaml-dev libssl-dev libcmocka-dev
-      clang libclang-rt-14-dev python3 python3-numpy time
+      clang clang-format libclang-rt-14-dev python3 python3-numpy time
       libopenmpi-dev openmpi-bin)
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(python3-torch linux-perf hyperfine)

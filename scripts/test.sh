@@ -1,15 +1,51 @@
 #!/usr/bin/env bash
-# Install dependencies, build, and run the whole test suite twice: a normal
-# build and an AddressSanitizer + UndefinedBehaviorSanitizer build.
+# Install dependencies, build, and run the test suite: a normal build and an
+# AddressSanitizer + UndefinedBehaviorSanitizer build run everything (warnings
+# are errors in both); a ThreadSanitizer build runs the tests of the
+# library's own threads (ctest label `threads`); GCC's -fanalyzer checks the
+# library's sources.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 cd "$src"
+jobs=$(nproc)
 scripts/setup.sh
 
-scripts/build.sh build -DSHS_WITH_MPI=ON
-ctest --test-dir build --output-on-failure -j"$(nproc)"
+echo "== normal build"
+scripts/build.sh build -DSHS_WITH_MPI=ON -DSHS_WERROR=ON
+ctest --test-dir build --output-on-failure -j"$jobs"
 
-scripts/build.sh build-asan -DSHS_SANITIZE=ON -DSHS_WITH_MPI=ON
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
+scripts/build.sh build-asan -DSHS_SANITIZE=ON -DSHS_WITH_MPI=ON -DSHS_WERROR=ON
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j"$(nproc)"
+  ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+echo "== ThreadSanitizer: async save and threaded load (ctest -L threads)"
+scripts/build.sh build-tsan -DSHS_TSAN=ON -DSHS_WITH_MPI=OFF -DSHS_WERROR=ON
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L threads --no-tests=error
+
+echo "== GCC -fanalyzer over the library"
+# TODO(lead): the analyzer reports 20 findings in src/ files owned elsewhere
+# (nearly all "dereference of NULL" after a shs__err() return it cannot
+# follow across files).  Once they are fixed, set analyzer_fatal=1 so that
+# any new finding fails the suite.
+analyzer_fatal=0
+cmake -S "$src" -B "$src/build-analyzer" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSHS_ANALYZER=ON -DSHS_WITH_MPI=OFF -DSHS_BUILD_TESTS=OFF >/dev/null
+# --clean-first: every source is analysed on every run, not only changed ones
+cmake --build "$src/build-analyzer" --target shardsafe_obj --clean-first -j"$jobs" \
+  >"$src/build-analyzer/analyzer.log" 2>&1 || { cat "$src/build-analyzer/analyzer.log"; exit 1; }
+findings=$(grep -E 'warning: .*\[-Wanalyzer-' "$src/build-analyzer/analyzer.log" | sort -u || true)
+if [[ -n $findings ]]; then
+  echo "$findings"
+  n=$(wc -l <<<"$findings")
+  echo "analyzer: $n finding(s); full report: build-analyzer/analyzer.log"
+  if ((analyzer_fatal)); then
+    exit 1
+  fi
+  echo "analyzer: NOT fatal yet (see the TODO in scripts/test.sh)"
+else
+  echo "analyzer: no findings"
+fi
+echo "test.sh: all steps passed"

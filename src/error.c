@@ -14,6 +14,11 @@ const char *shs_version(void)
     return SHS_VERSION_STRING;
 }
 
+unsigned shs_version_number(void)
+{
+    return SHS_VERSION_NUMBER;
+}
+
 const char *shs_strerror(int status)
 {
     switch (status) {
@@ -71,15 +76,6 @@ int shs__verr(int status, const char *fmt, va_list ap)
     for (char *p = t_msg; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f)
             *p = '?';
-    return status;
-}
-
-int shs__err(int status, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    shs__verr(status, fmt, ap);
-    va_end(ap);
     return status;
 }
 

@@ -23,9 +23,21 @@ char *shs__strndup(const char *s, size_t n);
 
 /* ---- errors (error.c) ---- */
 /* Record a message for this thread and return `status` (for `return`). */
-int shs__err(int status, const char *fmt, ...)
+/* Defined here, not in error.c, so that a static analyzer sees that an
+   error path returns `status` (it does not follow a call's return value
+   across files). */
+static inline int shs__err(int status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-int shs__verr(int status, const char *fmt, va_list ap);
+int shs__verr(int status, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+static inline int shs__err(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    shs__verr(status, fmt, ap);
+    va_end(ap);
+    return status;
+}
 /* Prefix the current message with "<prefix>: " and return `status`. */
 int shs__err_prefix(int status, const char *prefix);
 /* Map an errno value to a status and record "<what> '<path>': strerror". */

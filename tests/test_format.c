@@ -42,21 +42,6 @@ static void assert_file_bytes(const char *path, const uint8_t *want, size_t n)
     free(got);
 }
 
-/* Number of entries in g_dir (to prove no temporary file is left). */
-static int dir_entries(void)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", g_dir);
-    FILE *p = popen(cmd, "r");
-    int n = -1;
-    if (p) {
-        if (fscanf(p, "%d", &n) != 1)
-            n = -1;
-        pclose(p);
-    }
-    return n;
-}
-
 /* The reference's test_serialization vector: "attn.0" F32 [1,2,3]. */
 static void test_golden_single(void **state)
 {

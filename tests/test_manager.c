@@ -3,8 +3,9 @@
  * retention, same-step re-save, no_save_optim / no_load_optim with master
  * weights, exclude_from_loading, batch-size rescaling, load resolution
  * (auto-resume, load_path, initial_load_path, load_step), async save
- * (staging copies, fence, last tracker update, background failures) and
- * incremental save with hard links.
+ * (staging copies, fence, last tracker update, background failures),
+ * loading with several reader threads and incremental save with hard
+ * links.
  */
 #include "testutil.h"
 
@@ -734,6 +735,32 @@ static void test_async(void **state)
     free(sp);
 }
 
+/* load_worker_number > 1: the tensors are filled by several threads that
+   share the opened files (also run under ThreadSanitizer, label threads). */
+static void test_load_workers(void **state)
+{
+    (void)state;
+    char *sp = tu_subpath("load_workers");
+    save3(sp, 7, 7);
+    for (int workers = 2; workers <= 8; workers *= 2) {
+        st3 l;
+        tu_small_make(&l, 0, 1);
+        shs_config c;
+        cfg_loading(&c, sp);
+        c.load_worker_number = workers;
+        shs_progress q;
+        memset(&q, 0, sizeof q);
+        shs_load_result res;
+        TU_OK(load_with(&c, &l, &q, &res));
+        assert_int_equal(res.loaded, 1);
+        assert3(&l, 7, 1);
+        assert_int_equal(q.global_step, 7);
+        tu_assert_blob_str(l.st, "rng", "rng-saved");
+        shs_state_free(l.st);
+    }
+    free(sp);
+}
+
 static long g_calls, g_fail_at;
 static int g_errno;
 static int count_fail(void)
@@ -934,6 +961,7 @@ int main(void)
         cmocka_unit_test(test_auto_resume),
         cmocka_unit_test(test_async),
         cmocka_unit_test(test_async_failure),
+        cmocka_unit_test(test_load_workers),
         cmocka_unit_test(test_incremental),
     };
     return cmocka_run_group_tests(tests, tu_setup_root, tu_teardown_root);

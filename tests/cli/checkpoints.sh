@@ -27,15 +27,21 @@ cp "$WORK/out" "$WORK/ls.txt"
 py "ls lists every step sorted, committed, sizes > 0, latest on the tracker's step" <<EOF
 import re
 lines = open("$WORK/ls.txt").read().splitlines()
-assert lines[0].split() == ["STEP", "STATUS", "BYTES", "FILES", "DIRECTORY"], lines[0]
+assert lines[0].split() == ["STEP", "STATUS", "SIZE", "FILES", "AGE", "DIRECTORY"], lines[0]
+# columns: STEP STATUS SIZE(number unit) FILES AGE(n unit "ago") DIRECTORY [latest]
 rows = [l.split() for l in lines[1:]]
 steps = [int(r[0]) for r in rows]
 assert steps == [int(s) for s in "$STEPS".split()], steps
 assert steps == sorted(steps)
 for r in rows:
     assert r[1] == "committed", r
-    assert int(r[2]) > 0 and int(r[3]) >= 5, r
-    assert r[4] == "iteration_%08d" % int(r[0]), r
+    assert float(r[2]) > 0 and r[3] in ("B", "KiB", "MiB", "GiB"), r
+    assert int(r[4]) >= 5, r
+    assert r[7] == "ago" and r[6] in ("s", "min", "h", "days"), r
+    assert r[8] == "iteration_%08d" % int(r[0]), r
+# every column starts at the same offset in every line
+starts = [l.index("iteration_") for l in lines[1:]]
+assert len(set(starts)) == 1 and lines[0].index("DIRECTORY") == starts[0], lines
 latest = [r for r in rows if r[-1] == "latest"]
 assert len(latest) == 1 and int(latest[0][0]) == $LATEST, latest
 EOF
@@ -46,12 +52,15 @@ cp "$WORK/out" "$WORK/ls.json"
 py "ls --json: steps, sizes equal to the files' sizes, latest, tracker" <<EOF
 import json, os
 d = json.load(open("$WORK/ls.json"))
+assert d["schema"] == 1 and d["command"] == "ls" and d["path"] == "$SP" and d["ok"] is True
+assert d["errors"] == [] and isinstance(d["now"], int)
 assert d["tracker"] == {"state": "ok", "step": $LATEST, "complete": True}, d["tracker"]
 assert [s["step"] for s in d["steps"]] == [int(s) for s in "$STEPS".split()]
 for s in d["steps"]:
     p = os.path.join("$SP", s["name"])
     assert s["bytes"] == sum(os.path.getsize(os.path.join(p, f)) for f in os.listdir(p)), s
-    assert s["files"] == len(os.listdir(p)) and s["status"] == "committed"
+    assert s["file_count"] == len(os.listdir(p)) and s["status"] == "committed"
+    assert s["mtime"] == int(os.stat(p).st_mtime), s
     assert s["latest"] == (s["step"] == $LATEST)
 assert d["leftovers"] == [] and d["warnings"] == []
 EOF
@@ -168,13 +177,14 @@ d = json.load(open("$WORK/insp.json"))
 m = json.load(open("$S300/metadata.json"))
 assert d["kind"] == "checkpoint" and d["step"] == 300 and d["world_size"] == m["world_size"]
 assert [f["name"] for f in d["files"]] == [f["name"] for f in m["files"]]
-assert all(f["size"] > 0 for f in d["files"])
+assert d["schema"] == 1 and d["command"] == "inspect" and d["ok"] is True
+assert all(f["bytes"] > 0 for f in d["files"])
 got = {t["name"]: t for t in d["tensors"]}
 assert set(got) == set(m["tensors"]), set(got) ^ set(m["tensors"])
 for n, t in m["tensors"].items():
     g = got[n]
     assert g["kind"] == t["kind"] and g["dtype"] == t["dtype"] and g["shape"] == t["shape"], n
-    assert g["chunks"] == len(t["chunks"])
+    assert g["chunk_count"] == len(t["chunks"])
     assert g["bytes"] == sum(c["byte_range"][1] - c["byte_range"][0] for c in t["chunks"])
 assert [b["name"] for b in d["blobs"]] == [b["name"] for b in m.get("blobs", [])]
 assert d["common"]["global_step"] == 300

@@ -92,7 +92,9 @@ cp "$WORK/out" "$WORK/diff.json"
 py "--json document" <<EOF
 import json
 d = json.load(open("$WORK/diff.json"))
-assert d["a"]["type"] == "file" and d["a"]["tensors"] == 4, d["a"]
+assert d["schema"] == 1 and d["command"] == "diff" and d["ok"] is False and d["same"] is False
+assert d["errors"] == [] and d["warnings"] == []
+assert d["a"]["type"] == "file" and d["a"]["tensor_count"] == 4, d["a"]
 assert d["mode"] == "tolerance" and d["atol"] == 0.5 and d["rtol"] == 0 and d["kind"] == "all"
 by = {x["name"]: x for x in d["differences"]}
 assert set(by) == {"w", "x"}, by
@@ -109,11 +111,33 @@ import json
 d = json.load(open("$WORK/diff.json"))
 assert d["mode"] == "bitwise" and d["differences"] == [], d
 assert d["summary"]["equal"] is True and d["summary"]["compared"] == 3
+assert d["ok"] is True and d["same"] is True
 EOF
 expect 1 "--quiet, different" "$SHS_BIN" diff --quiet "$F/base.safetensors" "$F/flip.safetensors"
 CHECKS=$((CHECKS + 1))
 if [ -s "$WORK/out" ]; then fail "--quiet printed something"; show_output; else pass "--quiet prints nothing"; fi
 expect 0 "--quiet, equal" "$SHS_BIN" diff --quiet "$F/base.safetensors" "$F/same.safetensors"
+expect 1 "-q, different" "$SHS_BIN" diff -q "$F/base.safetensors" "$F/flip.safetensors"
+expect 2 "--json with -q is a usage error" "$SHS_BIN" diff --json -q "$F/base.safetensors" "$F/same.safetensors"
+# trouble with --json: still one document, ok false, the error in it, status 2
+expect 2 "--json, missing file (trouble)" "$SHS_BIN" diff --json "$F/base.safetensors" "$F/nope.safetensors"
+cp "$WORK/out" "$WORK/diff.json"
+py "--json of trouble: ok false, the error listed" <<EOF
+import json
+d = json.load(open("$WORK/diff.json"))
+assert d["schema"] == 1 and d["command"] == "diff" and d["ok"] is False, d
+assert len(d["errors"]) == 1 and "nope.safetensors" in d["errors"][0], d["errors"]
+EOF
+# an I/O error on stdout is trouble too, also when the files differ
+if [ -w /dev/full ]; then
+    CHECKS=$((CHECKS + 1))
+    set +e; "$SHS_BIN" diff "$F/base.safetensors" "$F/flip.safetensors" >/dev/full 2>"$WORK/err"; RC=$?; set -e
+    if [ "$RC" -eq 2 ] && grep -q "error writing to standard output" "$WORK/err"; then
+        pass "stdout write error: status 2"
+    else
+        fail "stdout write error: status $RC"; cat "$WORK/err" >&2
+    fi
+fi
 
 # ---- usage and invalid input ----
 expect 2 "no arguments" "$SHS_BIN" diff
@@ -127,14 +151,15 @@ expect 2 "unknown option" "$SHS_BIN" diff --frobnicate "$F/base.safetensors" "$F
 expect 0 "--help" "$SHS_BIN" diff --help
 has "$WORK/out" "Usage: shardsafe diff A B" "--help text"
 expect 0 "help diff" "$SHS_BIN" help diff
-expect 1 "missing B file" "$SHS_BIN" diff "$F/base.safetensors" "$F/nope.safetensors"
+has "$WORK/out" "2 trouble" "--help documents the cmp-like exit status"
+expect 2 "missing B file (trouble)" "$SHS_BIN" diff "$F/base.safetensors" "$F/nope.safetensors"
 has "$WORK/err" "shardsafe: diff: B:" "missing file: names the side"
 has "$WORK/err" "nope.safetensors" "missing file: names the file"
 printf 'not a safetensors file at all' >"$WORK/junk.safetensors"
-expect 1 "invalid A file" "$SHS_BIN" diff "$WORK/junk.safetensors" "$F/base.safetensors"
+expect 2 "invalid A file (trouble)" "$SHS_BIN" diff "$WORK/junk.safetensors" "$F/base.safetensors"
 has "$WORK/err" "shardsafe: diff: A:" "invalid file: names the side"
 mkdir -p "$WORK/empty"
-expect 1 "empty directory" "$SHS_BIN" diff "$WORK/empty" "$F/base.safetensors"
+expect 2 "empty directory (trouble)" "$SHS_BIN" diff "$WORK/empty" "$F/base.safetensors"
 
 # ---- a hand-made step directory: chunks along any dimension, sub-byte ----
 # Global tensors are cut into chunks over two "rank" files, described by a
@@ -217,9 +242,9 @@ has "$WORK/out" "values differ: c: 1 of 60 elements differ (max abs diff 1)" "3-
 has "$WORK/out" "values differ: q: 1 of 32 elements differ" "F4 column chunks: the changed element"
 has "$WORK/out" "values differ: p: 1 of 16 elements differ" "1-D F4 chunks: the changed element"
 has "$WORK/out" "6 tensors compared, 3 differ" "hand-made vs changed: summary"
-expect 1 "chunks not covering a tensor" "$SHS_BIN" diff "$WORK/gap" "$WORK/gap.whole.safetensors"
+expect 2 "chunks not covering a tensor (trouble)" "$SHS_BIN" diff "$WORK/gap" "$WORK/gap.whole.safetensors"
 has "$WORK/err" "tensor 'v': the saved chunks cover 4 of its 10 elements" "coverage error message"
-expect 1 "F4 chunks not on byte boundaries" "$SHS_BIN" diff "$WORK/subbyte" "$WORK/subbyte.whole.safetensors"
+expect 2 "F4 chunks not on byte boundaries (trouble)" "$SHS_BIN" diff "$WORK/subbyte" "$WORK/subbyte.whole.safetensors"
 has "$WORK/err" "does not start and end on byte boundaries" "sub-byte chunk error message"
 
 # ---- trainer checkpoints ----
@@ -288,7 +313,7 @@ b = bytearray(open(p, "rb").read())
 b[-5] ^= 0x10
 open(p, "wb").write(b)
 EOF
-expect 1 "corrupted checkpoint" "$SHS_BIN" diff "$S100" "$WORK/bad100"
+expect 2 "corrupted checkpoint (trouble)" "$SHS_BIN" diff "$S100" "$WORK/bad100"
 has "$WORK/err" "checksum" "corrupted checkpoint: checksum named"
 
 # ---- bounded memory: two tensors at a time, not the whole checkpoint ----

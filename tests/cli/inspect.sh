@@ -97,12 +97,15 @@ import json, os, struct, mkst
 W = os.environ["WORK"]
 p = f"{W}/a.safetensors"
 raw = open(f"{W}/a.json", "rb").read()
-raw.decode("ascii")                      # JSON_ENSURE_ASCII
-d = json.loads(raw)
+top = json.loads(raw)
+assert top["schema"] == 1 and top["command"] == "inspect" and top["kind"] == "file", top
+assert top["path"] == p and top["ok"] is True and top["errors"] == [] and top["warnings"] == []
+assert len(top["files"]) == 1 and top["totals"]["tensor_count"] == 4
+d = top["files"][0]
 n, hdr, data, meta = mkst.read(p)
 assert d["path"] == p, d["path"]
-assert d["file_size"] == os.path.getsize(p)
-assert d["header_len"] == n and d["data_start"] == 8 + n
+assert d["bytes"] == os.path.getsize(p)
+assert d["header_bytes"] == n and d["data_start"] == 8 + n
 assert d["metadata"] == {"format": "pt", "note": "hello"}, d["metadata"]
 assert d["tensor_count"] == 4
 want = []
@@ -114,16 +117,16 @@ for k, v in hdr.items():
     for s in v["shape"]:
         numel *= s
     want.append({"name": k, "dtype": v["dtype"], "shape": v["shape"], "numel": numel,
-                 "offset": a, "nbytes": b - a})
+                 "offset": a, "bytes": b - a})
 want.sort(key=lambda t: t["offset"])
 assert d["tensors"] == want, (d["tensors"], want)
-assert set(d) == {"path", "file_size", "header_len", "data_start", "metadata",
+assert set(d) == {"path", "bytes", "header_bytes", "data_start", "metadata",
                   "tensor_count", "tensors"}, d.keys()
 EOF
 expect 0 "inspect --json --limit 1" "$SHS_BIN" inspect --json --limit 1 "$A"
 py "--limit caps JSON tensors" <<'EOF'
 import json, os
-d = json.load(open(os.environ["WORK"] + "/out"))
+d = json.load(open(os.environ["WORK"] + "/out"))["files"][0]
 assert len(d["tensors"]) == 1 and d["tensor_count"] == 4
 EOF
 
@@ -149,8 +152,11 @@ expect 0 "inspect --json hostile names" "$SHS_BIN" inspect --json "$E"
 py "JSON keeps the exact names" <<'EOF'
 import json, os
 raw = open(os.environ["WORK"] + "/out", "rb").read()
-raw.decode("ascii")
-d = json.loads(raw)
+text = raw.decode("utf-8")               # UTF-8, not ASCII escapes
+assert "\u6743\u91cd" in text, "CJK written as UTF-8"
+assert "\u202e" not in text and "\u009b" not in text, "bidi/C1 written raw"
+assert "\\u202E" in text and "\\u009B" in text, "bidi/C1 written as \\u escapes"
+d = json.loads(raw)["files"][0]
 names = {t["name"] for t in d["tensors"]}
 assert names == {"x\x1b[2Jy", "line\nbreak", "rtl\u202egnp.exe", "c1\u009bcsi",
                  "nul\x00byte", "\u6743\u91cd"}, names
@@ -178,10 +184,10 @@ assert d["kind"] == "directory"
 assert [f["path"] for f in d["files"]] == [f"{W}/hf/model-00001-of-00002.safetensors",
                                           f"{W}/hf/model-00002-of-00002.safetensors"]
 t = d["totals"]
-assert (t["files"], t["tensors"], t["parameters"], t["bytes"]) == (2, 5, 27, 104), t
-assert t["dtypes"] == {"I64": {"tensors": 1, "parameters": 3, "bytes": 24},
-                       "F32": {"tensors": 2, "parameters": 16, "bytes": 64},
-                       "F16": {"tensors": 2, "parameters": 8, "bytes": 16}}, t["dtypes"]
+assert (t["file_count"], t["tensor_count"], t["parameters"], t["bytes"]) == (2, 5, 27, 104), t
+assert t["dtypes"] == {"I64": {"tensor_count": 1, "parameters": 3, "bytes": 24},
+                       "F32": {"tensor_count": 2, "parameters": 16, "bytes": 64},
+                       "F16": {"tensor_count": 2, "parameters": 8, "bytes": 16}}, t["dtypes"]
 assert d["errors"] == [] and len(d["indexes"]) == 1 and d["indexes"][0]["ok"] is True
 assert d["indexes"][0]["shards"] == ["model-00001-of-00002.safetensors",
                                      "model-00002-of-00002.safetensors"]
@@ -204,7 +210,7 @@ import json, os
 d = json.load(open(os.environ["WORK"] + "/out"))
 assert d["kind"] == "index" and len(d["files"]) == 2 and d["errors"] == []
 assert d["indexes"][0]["metadata"] == {"total_size": 104}
-assert d["indexes"][0]["weight_map_tensors"] == 5
+assert d["indexes"][0]["tensor_count"] == 5 and d["indexes"][0]["shard_count"] == 2
 EOF
 
 B="$WORK/bad"
@@ -252,7 +258,12 @@ expect 1 "inspect a truncated file" "$SHS_BIN" inspect "$WORK/trunc.safetensors"
 has "$WORK/err" "shardsafe: " "error prefix"
 has "$WORK/err" "header length" "library message for a truncated header"
 expect 1 "inspect --json a truncated file" "$SHS_BIN" inspect --json "$WORK/trunc.safetensors"
-[ -s "$WORK/out" ] && { fail "invalid single file printed JSON"; show_output; } || true
+py "invalid single file: a document with ok false and the error" <<'EOF'
+import json, os
+d = json.load(open(os.environ["WORK"] + "/out"))
+assert d["ok"] is False and d["files"] == [] and len(d["errors"]) == 1, d
+assert "header length" in d["errors"][0], d["errors"]
+EOF
 expect 1 "inspect a missing file" "$SHS_BIN" inspect "$WORK/none.safetensors"
 has "$WORK/err" "No such file or directory" "missing file message"
 mkdir "$WORK/mixed"
@@ -284,7 +295,8 @@ py "inspect --json keeps NUL in metadata keys and values" <<'EOF'
 import json, os
 d = json.load(open(os.environ["WORK"] + "/out"))
 want = {"a\x00b": "x\x00y", "a\x00c": "z", "a": "w\x00"}
-assert d["metadata"] == want, d["metadata"]
+m = d["files"][0]["metadata"]
+assert m == want, m
 EOF
 expect 0 "inspect, NUL in metadata" "$SHS_BIN" inspect "$WORK/nulmeta.safetensors"
 has "$WORK/out" "3 entries" "text output lists the three NUL-distinct keys"

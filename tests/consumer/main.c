@@ -18,6 +18,11 @@ int main(int argc, char **argv)
     shs_file_close(f);
     if (memcmp(x, y, sizeof x) != 0)
         return 1;
+    if (shs_version_number() != SHS_VERSION_NUMBER) {
+        fprintf(stderr, "consumer: header %u, library %u\n", (unsigned)SHS_VERSION_NUMBER,
+                shs_version_number());
+        return 1;
+    }
     printf("consumer ok (shardsafe %s)\n", shs_version());
     return 0;
 }
