@@ -2,7 +2,7 @@
  * ckpt_inspect.c -- `shardsafe inspect STEP_DIR`: the checkpoint view of
  * a step directory, from the library's view of its metadata.json
  * (shs_checkpoint_open, which validates it as hostile input) and its
- * common.json (shs_checkpoint_read_progress).  No tensor data is read.
+ * common.json (shs_checkpoint_progress).  No tensor data is read.
  */
 #include "cli.h"
 
@@ -336,7 +336,7 @@ int cli_inspect_checkpoint(const char *dir, int json)
     }
     shs_progress prog;
     json_t *common = NULL;
-    if (shs_checkpoint_read_progress(&prog, dir) == SHS_OK) {
+    if (shs_checkpoint_progress(&prog, ck) == SHS_OK) {
         if (!(common = progress_json(&prog)))
             cli_warn("common.json: out of memory");
     } else {
