@@ -2,7 +2,7 @@
  * ckpt_inspect.c -- `shardsafe inspect STEP_DIR`: the checkpoint view of
  * a step directory, from the library's view of its metadata.json
  * (shs_checkpoint_open, which validates it as hostile input) and its
- * common.json (shs_checkpoint_read_progress).  No tensor data is read.
+ * common.json (shs_checkpoint_progress).  No tensor data is read.
  */
 #include "cli.h"
 
@@ -60,7 +60,7 @@ static int view_init(view *v, const shs_checkpoint *ck, const char *dir)
     for (size_t i = 0; i < nt; i++) {
         const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, i);
         for (size_t c = 0; c < t->n_chunks; c++) {
-            shs_chunk_info ci;
+            shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
             if (shs_checkpoint_chunk(&ci, ck, i, c) == SHS_OK)
                 v->tensor_bytes[i] = cli_add_sat(v->tensor_bytes[i], ci.byte_end - ci.byte_begin);
         }
@@ -170,7 +170,7 @@ static int print_json(const char *dir, const view *v, json_t *common)
                push(ts, o);
     }
     for (size_t i = 0; !bad && i < nb; i++) {
-        shs_blob_info b;
+        shs_blob_info b = SHS_BLOB_INFO_INIT;
         json_t *o = shs_checkpoint_blob(&b, ck, i) == SHS_OK ? json_object() : NULL;
         bad |= !o || put(o, "name", jstr(b.name, strlen(b.name))) ||
                put(o, "rank", json_integer(b.rank)) ||
@@ -286,7 +286,7 @@ static int print_text(const char *dir, const view *v, json_t *common)
         return CLI_FAIL;
     printf("\n%-12s%zu\n", "blobs:", nb);
     for (size_t i = 0; i < nb; i++) {
-        shs_blob_info b;
+        shs_blob_info b = SHS_BLOB_INFO_INIT;
         if (shs_checkpoint_blob(&b, ck, i) != SHS_OK)
             continue;
         printf("  ");
@@ -336,7 +336,7 @@ int cli_inspect_checkpoint(const char *dir, int json)
     }
     shs_progress prog;
     json_t *common = NULL;
-    if (shs_checkpoint_read_progress(&prog, dir) == SHS_OK) {
+    if (shs_checkpoint_progress(&prog, ck) == SHS_OK) {
         if (!(common = progress_json(&prog)))
             cli_warn("common.json: out of memory");
     } else {

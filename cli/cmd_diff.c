@@ -3,17 +3,17 @@
  * compare two sets of tensors on their global values.  Exit status as
  * cmp's: 0 same, 1 different, 2 trouble.
  *
- * A and B are each a safetensors file, a plain directory of safetensors
- * files (tensors whole), a checkpoint step directory, or a save path (the
- * step shs_checkpoint_resolve picks).  Directories and step directories go
- * through the library's read-only view (shs_checkpoint_open): each tensor
- * has a global dtype and shape and a list of chunks (one per saved shard,
- * one whole-tensor chunk in a plain directory).  A tensor is assembled
- * from its chunks into one buffer of its global size, reading each chunk
- * in blocks of whole outer slices (pread, no mmap) and checking the chunk's
- * xxh3 checksum on the way, so checkpoints saved with different chunkings
- * or world sizes compare equal when their global values are.  Only one
- * tensor of each side is in memory at a time (plus O(block) buffers).
+ * A and B are each anything shs_checkpoint_open accepts: a safetensors
+ * file, a plain directory of safetensors files, a Hugging Face index, a
+ * checkpoint step directory, or a save path.  Every tensor is read through
+ * shs_checkpoint_read -- the library's engine, which assembles any saved
+ * chunking and checks the chunk checksums -- in slabs of at most
+ * SLAB_BYTES per side along the outermost dimensions, so memory stays
+ * bounded whatever the tensor size (files are read with pread, never
+ * mapped).  When both sides hold a tensor in the same chunk boxes with
+ * equal stored xxh3 checksums it is equal without reading (unless --full).
+ * Blobs (by checksum, then bytes with --full) and common.json are compared
+ * too.
  */
 #include "cli.h"
 
@@ -22,35 +22,42 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <xxhash.h>
-
 static const char k_help[] =
-    "Usage: shardsafe diff A B [--atol X] [--rtol X] [--kind model|opt|all]\n"
+    "Usage: shardsafe diff A B [--atol X] [--rtol X] [--kind model|opt|all] [--full]\n"
     "\n"
     "Compare two sets of tensors tensor by tensor, on their global values.\n"
     "A and B are each a .safetensors file, a directory of safetensors files\n"
-    "(tensors whole), a checkpoint step directory (holding metadata.json) or a\n"
-    "save path (its tracker's step, else the newest committed step).  Checkpoints\n"
-    "saved with different chunkings or world sizes are compared on the\n"
-    "reassembled tensors; chunk checksums are checked while reading.\n"
+    "(tensors whole), a model.safetensors.index.json (or its folder), a checkpoint\n"
+    "step directory (holding metadata.json) or a save path (its tracker's step,\n"
+    "else the newest committed step).  Checkpoints saved with different chunkings\n"
+    "or world sizes are compared on the reassembled tensors, read in bounded slabs;\n"
+    "chunk checksums are checked while reading.  A tensor whose chunks have the\n"
+    "same boxes and the same stored checksums on both sides is equal without\n"
+    "reading it (--full reads it anyway).  Rank blobs and common.json fields of\n"
+    "two checkpoints are compared too.\n"
     "\n"
     "Prints one line per difference (sorted by tensor name):\n"
     "  only in A: NAME (DTYPE [SHAPE])          only in B: NAME (...)\n"
     "  dtype differs: NAME: DTYPE [SHAPE] vs DTYPE [SHAPE]\n"
     "  shape differs: NAME: DTYPE [SHAPE] vs DTYPE [SHAPE]\n"
-    "  values differ: NAME: D of N elements differ (max abs diff X)\n"
+    "  values differ: NAME: D of N elements differ (max abs diff X) at [I, J]\n"
+    "  blob differs: NAME (rank R)    only in A: blob NAME (rank R)    ...\n"
+    "  progress differs: FIELD: X vs Y\n"
     "then 'N tensors compared, D differ, only in A: x, only in B: y'.\n"
     "\n"
     "Values are compared bitwise by default.  With --atol or --rtol, elements of\n"
     "floating-point tensors are equal when |a - b| <= atol + rtol * |b| (both\n"
     "converted to F64; NaN equals NaN; infinities only equal themselves);\n"
-    "integer and bool tensors are always compared exactly.\n"
+    "integer and bool tensors are always compared exactly.  Tensors of two\n"
+    "different float dtypes are compared as F64 under a tolerance; without one\n"
+    "a dtype difference is a difference.\n"
     "\n"
     "Options:\n"
     "  --atol X     absolute tolerance (>= 0; default 0)\n"
     "  --rtol X     relative tolerance (>= 0; default 0)\n"
     "  --kind K     compare only model tensors, only optimizer tensors (opt), or\n"
     "               all (default)\n"
+    "  --full       read every tensor and blob even when the checksums agree\n"
     "  -q, --quiet  print nothing; the exit status tells\n"
     "  -h, --help, --version, -v, --verbose, --json\n"
     "               as for every command (see 'shardsafe --help')\n"
@@ -76,22 +83,12 @@ typedef struct tref {
 typedef struct source {
     const char *label;     /* "A" / "B" */
     const char *arg;       /* the command-line path */
-    char *dir;             /* the directory read (resolved step dir), or NULL */
+    const char *dir;       /* what was opened, resolved (shs_checkpoint_path) */
     const char *type;      /* "file", "directory", "checkpoint" */
-    shs_file *file;        /* type file */
-    shs_checkpoint *ck;    /* directory / checkpoint */
+    shs_checkpoint *ck;
     tref *t;               /* sorted by name */
     size_t nt;
-    /* the chunk file open last (checkpoint reads) */
-    shs_file *cached;
-    size_t cached_index;
 } source;
-
-static int kind_of_file_name(const char *path)
-{
-    const char *base = strrchr(path, '/');
-    return strstr(base ? base + 1 : path, "-opt-") ? SHS_KIND_OPTIMIZER : SHS_KIND_MODEL;
-}
 
 static int cmp_name(const char *a, size_t al, const char *b, size_t bl)
 {
@@ -107,10 +104,7 @@ static int cmp_tref(const void *x, const void *y)
 
 static void source_release(source *s)
 {
-    shs_file_close(s->file);
-    shs_file_close(s->cached);
     shs_checkpoint_close(s->ck);
-    free(s->dir);
     free(s->t);
     memset(s, 0, sizeof *s);
 }
@@ -129,70 +123,30 @@ static int source_open(source *s, const char *label, const char *arg, char **why
     s->label = label;
     s->arg = arg;
     struct stat st;
-    if (stat(arg, &st) == 0 && S_ISDIR(st.st_mode)) {
-        const char *dir = arg;
-        char resolved[4096];
-        if (cli_is_step_dir(arg)) {
-            s->type = "checkpoint";
-        } else if (cli_is_save_path(arg)) {
-            if (shs_checkpoint_resolve(resolved, sizeof resolved, arg, -1) < 0) {
-                *why = last_error_or("cannot resolve the save path");
-                return CLI_FAIL;
-            }
-            dir = resolved;
-            s->type = "checkpoint";
-        } else {
-            s->type = "directory";
-        }
-        if (!(s->dir = cli_fmt("%s", dir))) {
-            *why = cli_fmt("out of memory");
-            return CLI_FAIL;
-        }
-        if (shs_checkpoint_open(&s->ck, s->dir) < 0) {
-            *why = last_error_or("cannot open the checkpoint");
-            return CLI_FAIL;
-        }
-        if (strcmp(s->type, "checkpoint") == 0 && shs_checkpoint_is_plain(s->ck))
-            s->type = "directory";
-        s->nt = shs_checkpoint_tensor_count(s->ck);
-        s->t = calloc(s->nt + 1, sizeof *s->t);
-        if (!s->t) {
-            *why = cli_fmt("out of memory");
-            return CLI_FAIL;
-        }
-        for (size_t i = 0; i < s->nt; i++) {
-            const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(s->ck, i);
-            s->t[i] = (tref){ ti->name, strlen(ti->name), ti->kind, ti->dtype,
-                              ti->ndim, ti->shape, i };
-        }
-    } else {
-        s->type = "file";
-        if (cli_open_file(&s->file, arg, why) < 0) {
-            if (!*why)
-                *why = last_error_or("cannot open the file");
-            return CLI_FAIL;
-        }
-        s->nt = shs_file_tensor_count(s->file);
-        s->t = calloc(s->nt + 1, sizeof *s->t);
-        if (!s->t) {
-            *why = cli_fmt("out of memory");
-            return CLI_FAIL;
-        }
-        shs_kind k = (shs_kind)kind_of_file_name(arg);
-        for (size_t i = 0; i < s->nt; i++) {
-            const shs_tensor_info *ti = shs_file_tensor(s->file, i);
-            s->t[i] = (tref){ ti->name, ti->name_len, k, ti->dtype, ti->ndim, ti->shape, i };
-        }
+    /* pread, not mmap: the pages of a mapping count in the RSS */
+    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+    o.flags = SHS_CKPT_OPEN_NO_MMAP;
+    if (shs_checkpoint_open_ex(&s->ck, arg, &o) < 0) {
+        *why = last_error_or("cannot open");
+        return CLI_FAIL;
+    }
+    s->dir = shs_checkpoint_path(s->ck);
+    s->type = stat(arg, &st) == 0 && !S_ISDIR(st.st_mode) && !strstr(arg, ".json") ? "file"
+              : shs_checkpoint_is_plain(s->ck) ? "directory" : "checkpoint";
+    s->nt = shs_checkpoint_tensor_count(s->ck);
+    s->t = calloc(s->nt + 1, sizeof *s->t);
+    if (!s->t) {
+        *why = cli_fmt("out of memory");
+        return CLI_FAIL;
+    }
+    /* the library keeps tensors sorted by name, unique */
+    for (size_t i = 0; i < s->nt; i++) {
+        const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(s->ck, i);
+        s->t[i] = (tref){ ti->name, strlen(ti->name), ti->kind, ti->dtype, ti->ndim,
+                          ti->shape, i };
     }
     if (s->nt > 1)
         qsort(s->t, s->nt, sizeof *s->t, cmp_tref);
-    for (size_t i = 1; i < s->nt; i++)
-        if (cmp_tref(&s->t[i - 1], &s->t[i]) == 0) {
-            char *n = cli_escape(s->t[i].name, s->t[i].name_len);
-            *why = cli_fmt("tensor '%s' appears twice", n ? n : "?");
-            free(n);
-            return CLI_FAIL;
-        }
     return CLI_OK;
 }
 
@@ -204,248 +158,43 @@ static uint64_t numel_of(const tref *t)
     return n;
 }
 
-/* ------------------------------------------------------------------ */
-/* Reading one tensor whole                                           */
-/* ------------------------------------------------------------------ */
-
-typedef struct reader {
-    unsigned char *tmp;    /* CLI_CHUNK_BYTES, grown to one outer slice */
-    size_t tmp_cap;
-    XXH3_state_t *hs;
-} reader;
-
-static int grow_tmp(reader *r, size_t n)
+/* Whether both sides hold tensor a/b in the same chunk boxes, each with
+   the same stored xxh3: then the values are equal without reading them.
+   Replicas (the same box saved by several ranks) count once. */
+static int same_stored_chunks(const source *sa, const tref *a, const source *sb, const tref *b)
 {
-    if (n <= r->tmp_cap)
+    const shs_ckpt_tensor_info *ia = shs_checkpoint_tensor(sa->ck, a->index);
+    const shs_ckpt_tensor_info *ib = shs_checkpoint_tensor(sb->ck, b->index);
+    /* quadratic matching: give up on very many chunks */
+    if (ia->n_chunks > 4096 || ib->n_chunks > 4096)
         return 0;
-    unsigned char *p = realloc(r->tmp, n);
-    if (!p)
-        return -1;
-    r->tmp = p;
-    r->tmp_cap = n;
-    return 0;
-}
-
-static int chunk_file(source *s, size_t file, shs_file **out, char **why)
-{
-    if (s->cached && s->cached_index == file) {
-        *out = s->cached;
-        return CLI_OK;
-    }
-    shs_file_close(s->cached);
-    s->cached = NULL;
-    const char *fname = shs_checkpoint_file_name(s->ck, file);
-    char *p = fname ? cli_fmt("%s/%s", s->dir, fname) : NULL;
-    if (!p) {
-        *why = cli_fmt("bad file index %zu", file);
-        return CLI_FAIL;
-    }
-    int rc = cli_open_file(&s->cached, p, why);
-    free(p);
-    if (rc < 0) {
-        if (!*why)
-            *why = last_error_or("cannot open a checkpoint file");
-        return CLI_FAIL;
-    }
-    s->cached_index = file;
-    *out = s->cached;
-    return CLI_OK;
-}
-
-/* Whether boxes (o1, s1) and (o2, s2) share an element. */
-static int boxes_overlap(size_t nd, const uint64_t *o1, const uint64_t *s1, const uint64_t *o2,
-                         const uint64_t *s2)
-{
-    for (size_t d = 0; d < nd; d++)
-        if (o1[d] >= o2[d] + s2[d] || o2[d] >= o1[d] + s1[d])
-            return 0;
-    return 1;
-}
-
-/* Copy rows [r0, r0 + nr) along dimension 0 of a chunk (dense in `src`)
-   into the global tensor `dst`.  Byte-aligned rows are checked by the
-   caller. */
-static void scatter(unsigned char *dst, const tref *t, const shs_chunk_info *c, uint64_t r0,
-                    uint64_t nr, const unsigned char *src, unsigned bits)
-{
-    size_t nd = t->ndim;
-    if (nd == 1) {
-        memcpy(dst + (c->offset[0] + r0) * bits / 8, src, (size_t)(nr * bits / 8));
-        return;
-    }
-    uint64_t row_bytes = c->shape[nd - 1] * bits / 8;
-    uint64_t idx[SHS_MAX_DIMS] = { 0 };   /* over dims 0..nd-2 of the block */
-    idx[0] = r0;
-    for (;;) {
-        uint64_t lin = 0;
-        for (size_t d = 0; d + 1 < nd; d++)
-            lin = lin * t->shape[d] + c->offset[d] + idx[d];
-        lin = lin * t->shape[nd - 1] + c->offset[nd - 1];
-        memcpy(dst + lin * bits / 8, src, (size_t)row_bytes);
-        src += row_bytes;
-        size_t d = nd - 1;
-        while (d-- > 0) {
-            uint64_t lo = d == 0 ? r0 : 0, hi = d == 0 ? r0 + nr : c->shape[d];
-            if (++idx[d] < hi)
-                break;
-            idx[d] = lo;
-            if (d == 0)
-                return;
-        }
-    }
-}
-
-/* Read tensor `t` of a checkpoint view into dst (its global size). */
-static int read_ckpt(source *s, reader *r, const tref *t, unsigned char *dst, uint64_t nbytes,
-                     char **why)
-{
-    const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(s->ck, t->index);
-    uint64_t numel = numel_of(t), covered = 0;
-    unsigned bits = shs_dtype_bits(t->dtype);
-    size_t nd = t->ndim;
-    char *tn = cli_fmt("%s", t->name);
-    if (!tn) {
-        *why = cli_fmt("out of memory");
-        return CLI_FAIL;
-    }
-#define BAD(...)                      \
-    do {                              \
-        *why = cli_fmt(__VA_ARGS__);  \
-        free(tn);                     \
-        return CLI_FAIL;              \
-    } while (0)
-    for (size_t k = 0; k < ti->n_chunks; k++) {
-        shs_chunk_info c;
-        if (shs_checkpoint_chunk(&c, s->ck, t->index, k) < 0)
-            BAD("%s", shs_last_error());
-        /* replicas saved by several ranks: the first one is used */
-        int dup = 0;
-        for (size_t j = 0; j < k && !dup; j++) {
-            shs_chunk_info o;
-            if (shs_checkpoint_chunk(&o, s->ck, t->index, j) < 0)
-                BAD("%s", shs_last_error());
-            int same = 1;
-            for (size_t d = 0; d < nd && same; d++)
-                same = o.offset[d] == c.offset[d] && o.shape[d] == c.shape[d];
-            if (same)
-                dup = 1;
-            else if (nd && boxes_overlap(nd, o.offset, o.shape, c.offset, c.shape))
-                BAD("%s: tensor '%s': chunks %zu and %zu overlap", s->dir, tn, j, k);
-        }
-        if (dup)
-            continue;
-        uint64_t vol = 1;
-        for (size_t d = 0; d < nd; d++)
-            vol *= c.shape[d];
-        shs_file *f;
-        if (chunk_file(s, c.file, &f, why) != CLI_OK) {
-            free(tn);
-            return CLI_FAIL;
-        }
-        size_t idx;
-        const char *fname = shs_checkpoint_file_name(s->ck, c.file);
-        if (shs_file_find(&idx, f, c.key) < 0)
-            BAD("%s/%s: no tensor '%s' (chunk of '%s' named in metadata.json)", s->dir, fname,
-                c.key, tn);
-        const shs_tensor_info *fi = shs_file_tensor(f, idx);
-        int match = fi->dtype == t->dtype && fi->ndim == nd &&
-                    shs_file_data_start(f) + fi->offset == c.byte_begin &&
-                    fi->nbytes == c.byte_end - c.byte_begin;
-        for (size_t d = 0; d < nd && match; d++)
-            match = fi->shape[d] == c.shape[d];
-        if (!match)
-            BAD("%s/%s: tensor '%s' has another dtype, shape or position than the "
-                "checkpoint's metadata says",
-                s->dir, fname, c.key);
-        if (c.has_xxh3)
-            XXH3_64bits_reset(r->hs);
-        int whole = vol == numel;
-        if (whole) {
-            for (uint64_t off = 0; off < fi->nbytes; off += CLI_CHUNK_BYTES) {
-                size_t len = (size_t)(fi->nbytes - off < CLI_CHUNK_BYTES ? fi->nbytes - off
-                                                                         : CLI_CHUNK_BYTES);
-                if (shs_file_read_bytes(f, idx, off, dst + off, len) < 0)
-                    BAD("%s", shs_last_error());
-                if (c.has_xxh3)
-                    XXH3_64bits_update(r->hs, dst + off, len);
+    size_t nd = a->ndim, ua = 0, ub = 0;
+    for (int side = 0; side < 2; side++) {
+        const source *s = side ? sb : sa;
+        const source *o = side ? sa : sb;
+        const shs_ckpt_tensor_info *is = side ? ib : ia, *io = side ? ia : ib;
+        for (size_t k = 0; k < is->n_chunks; k++) {
+            shs_chunk_info c = SHS_CHUNK_INFO_INIT;
+            if (shs_checkpoint_chunk(&c, s->ck, (side ? b : a)->index, k) < 0 || !c.has_xxh3)
+                return 0;
+            int found = 0;
+            for (size_t q = 0; q < io->n_chunks && !found; q++) {
+                shs_chunk_info x = SHS_CHUNK_INFO_INIT;
+                if (shs_checkpoint_chunk(&x, o->ck, (side ? a : b)->index, q) < 0)
+                    return 0;
+                int box = 1;
+                for (size_t d = 0; d < nd && box; d++)
+                    box = x.offset[d] == c.offset[d] && x.shape[d] == c.shape[d];
+                if (box && (!x.has_xxh3 || x.xxh3 != c.xxh3))
+                    return 0;
+                found = box;
             }
-        } else if (vol > 0) {
-            /* sub-byte elements: every row must start and end on a byte */
-            if (bits % 8 && ((c.shape[nd - 1] * bits) % 8 || (c.offset[nd - 1] * bits) % 8 ||
-                             (t->shape[nd - 1] * bits) % 8))
-                BAD("%s: tensor '%s': chunk %zu of a %s tensor does not start and end on "
-                    "byte boundaries (not supported)",
-                    s->dir, tn, k, shs_dtype_name(t->dtype));
-            /* blocks of whole outer rows (dimension 0), about CLI_CHUNK_BYTES each;
-               with sub-byte elements a 1-D block is a multiple of 8 elements */
-            uint64_t row_bits = fi->nbytes * 8 / c.shape[0];
-            uint64_t per = (uint64_t)CLI_CHUNK_BYTES * 8 / row_bits;
-            if (per == 0)
-                per = 1;
-            if (row_bits % 8)
-                per -= per % 8;
-            if (per > c.shape[0])
-                per = c.shape[0];
-            if (grow_tmp(r, (size_t)((per * row_bits + 7) / 8)) < 0)
-                BAD("out of memory reading tensor '%s'", tn);
-            for (uint64_t r0 = 0; r0 < c.shape[0]; r0 += per) {
-                uint64_t nr = c.shape[0] - r0 < per ? c.shape[0] - r0 : per;
-                size_t len = (size_t)(nr * row_bits / 8);
-                if (shs_file_read_bytes(f, idx, r0 * row_bits / 8, r->tmp, len) < 0)
-                    BAD("%s", shs_last_error());
-                if (c.has_xxh3)
-                    XXH3_64bits_update(r->hs, r->tmp, len);
-                scatter(dst, t, &c, r0, nr, r->tmp, bits);
-            }
+            if (!found)
+                return 0;
+            *(side ? &ub : &ua) += 1;
         }
-        if (c.has_xxh3 && XXH3_64bits_digest(r->hs) != c.xxh3)
-            BAD("%s/%s: tensor '%s' (chunk of '%s'): data does not match its xxh3 checksum",
-                s->dir, fname, c.key, tn);
-        covered += vol;
     }
-    if (covered != numel)
-        BAD("%s: tensor '%s': the saved chunks cover %llu of its %llu elements", s->dir, tn,
-            (unsigned long long)covered, (unsigned long long)numel);
-    (void)nbytes;
-#undef BAD
-    free(tn);
-    return CLI_OK;
-}
-
-/* Read tensor `t` of `s` into a new buffer (*out, *nbytes). */
-static int read_tensor(source *s, reader *r, const tref *t, unsigned char **out,
-                       uint64_t *nbytes, char **why)
-{
-    *out = NULL;
-    if (shs_tensor_nbytes(nbytes, t->dtype, t->ndim, t->shape) < 0 || *nbytes > SIZE_MAX / 2) {
-        *why = cli_fmt("tensor too large");
-        return CLI_FAIL;
-    }
-    unsigned char *buf = malloc(*nbytes ? (size_t)*nbytes : 1);
-    if (!buf) {
-        char h[32];
-        *why = cli_fmt("out of memory: tensor needs %s", cli_human_bytes(h, sizeof h, *nbytes));
-        return CLI_FAIL;
-    }
-    int rc = CLI_OK;
-    if (s->file) {
-        for (uint64_t off = 0; off < *nbytes && rc == CLI_OK; off += CLI_CHUNK_BYTES) {
-            size_t len = (size_t)(*nbytes - off < CLI_CHUNK_BYTES ? *nbytes - off
-                                                                  : CLI_CHUNK_BYTES);
-            if (shs_file_read_bytes(s->file, t->index, off, buf + off, len) < 0) {
-                *why = last_error_or("read failed");
-                rc = CLI_FAIL;
-            }
-        }
-    } else {
-        rc = read_ckpt(s, r, t, buf, *nbytes, why);
-    }
-    if (rc != CLI_OK) {
-        free(buf);
-        return rc;
-    }
-    *out = buf;
-    return CLI_OK;
+    return ua && ub;
 }
 
 /* ------------------------------------------------------------------ */
@@ -462,7 +211,21 @@ typedef struct vdiff {
     double max;            /* max |a - b| over the elements (non-NaN pairs) */
     int nan;               /* a NaN facing a number: max is NaN */
     int unknown;           /* no numeric difference (sub-byte dtypes) */
+    uint64_t base;         /* linear index of the slab's first element */
+    uint64_t worst;        /* linear index of the max |a - b| (or the first
+                              difference when there is no magnitude) */
+    int has_worst;
 } vdiff;
+
+/* The worst element so far: element i of the slab, difference d. */
+static void note(vdiff *v, uint64_t i, double d)
+{
+    if (!isnan(d) && (d > v->max || !v->has_worst) && d > 0) {
+        v->max = d > v->max ? d : v->max;
+        v->worst = v->base + i;
+        v->has_worst = 1;
+    }
+}
 
 static int is_float(shs_dtype t)
 {
@@ -478,7 +241,7 @@ static int is_float(shs_dtype t)
 
 /* One pair of float values; `bits_equal` tells whether their encodings
    are identical. */
-static int float_pair(vdiff *v, const tol *tl, double x, double y, int bits_equal)
+static int float_pair(vdiff *v, const tol *tl, double x, double y, int bits_equal, uint64_t i)
 {
     double d;
     if (isnan(x) || isnan(y)) {
@@ -493,6 +256,7 @@ static int float_pair(vdiff *v, const tol *tl, double x, double y, int bits_equa
     } else {
         d = fabs(x - y);
     }
+    note(v, i, d);
     if (!isnan(d) && d > v->max)
         v->max = d;
     if (!tl->on)
@@ -519,7 +283,8 @@ static int cmp_floats(vdiff *v, const tol *tl, shs_dtype dt, const unsigned char
         if (shs_convert(xa, SHS_F64, pa, dt, m) < 0 || shs_convert(xb, SHS_F64, pb, dt, m) < 0)
             return -1;
         for (size_t i = 0; i < m; i++)
-            if (!float_pair(v, tl, xa[i], xb[i], memcmp(pa + i * es, pb + i * es, es) == 0))
+            if (!float_pair(v, tl, xa[i], xb[i], memcmp(pa + i * es, pb + i * es, es) == 0,
+                            at + i))
                 v->ndiff++;
     }
     return 0;
@@ -535,7 +300,7 @@ static void cmp_c64(vdiff *v, const tol *tl, const unsigned char *a, const unsig
             float x, y;
             memcpy(&x, a + 8 * i + 4 * part, 4);
             memcpy(&y, b + 8 * i + 4 * part, 4);
-            eq &= float_pair(v, tl, x, y, memcmp(&x, &y, 4) == 0);
+            eq &= float_pair(v, tl, x, y, memcmp(&x, &y, 4) == 0, i);
         }
         v->ndiff += !eq;
     }
@@ -574,8 +339,7 @@ static void cmp_ints(vdiff *v, shs_dtype dt, const unsigned char *a, const unsig
         } else {
             d = x > y ? (double)(x - y) : (double)(y - x);
         }
-        if (d > v->max)
-            v->max = d;
+        note(v, i, d);
     }
 }
 
@@ -590,6 +354,10 @@ static void cmp_subbyte(vdiff *v, unsigned bits, const unsigned char *a, const u
             x |= (uint64_t)((a[bit / 8] >> (bit % 8)) & 1) << k;
             y |= (uint64_t)((b[bit / 8] >> (bit % 8)) & 1) << k;
         }
+        if (x != y && !v->has_worst) {
+            v->worst = v->base + i;
+            v->has_worst = 1;
+        }
         v->ndiff += x != y;
     }
 }
@@ -597,8 +365,10 @@ static void cmp_subbyte(vdiff *v, unsigned bits, const unsigned char *a, const u
 static int compare_values(vdiff *v, const tol *tl, shs_dtype dt, const unsigned char *a,
                           const unsigned char *b, uint64_t numel)
 {
-    memset(v, 0, sizeof *v);
     unsigned bits = shs_dtype_bits(dt);
+    /* the usual case: equal bytes, equal under any tolerance */
+    if (memcmp(a, b, (size_t)(numel * bits / 8)) == 0)
+        return 0;
     if (is_float(dt))
         return cmp_floats(v, tl, dt, a, b, numel);
     if (dt == SHS_C64)
@@ -619,7 +389,17 @@ typedef struct dctx {
     json_t *list;          /* --json: the differences */
     int oom;
     uint64_t compared, differ, only_a, only_b;
+    uint64_t other;        /* blob and common.json differences */
 } dctx;
+
+/* The multi-dimensional index of linear element `lin` of shape t. */
+static void index_of(uint64_t *idx, const tref *t, uint64_t lin)
+{
+    for (size_t d = t->ndim; d-- > 0;) {
+        idx[d] = t->shape[d] ? lin % t->shape[d] : 0;
+        lin = t->shape[d] ? lin / t->shape[d] : 0;
+    }
+}
 
 static void put_name(const tref *t)
 {
@@ -690,6 +470,15 @@ static void report(dctx *c, const char *status, const tref *a, const tref *b, co
             set(c, o, "differing", json_integer((json_int_t)v->ndiff));
             set(c, o, "max_abs_diff",
                 v->unknown ? json_null() : num_json(v->nan ? NAN : v->max));
+            if (v->has_worst) {
+                uint64_t idx[SHS_MAX_DIMS];
+                json_t *w = json_array();
+                index_of(idx, t, v->worst);
+                for (size_t d = 0; w && d < t->ndim; d++)
+                    if (json_array_append_new(w, json_integer((json_int_t)idx[d])) < 0)
+                        c->oom = 1;
+                set(c, o, "worst_index", w);
+            }
         }
         if (json_array_append_new(c->list, o) < 0)
             c->oom = 1;
@@ -723,7 +512,49 @@ static void report(dctx *c, const char *status, const tref *a, const tref *b, co
         else
             printf(" (max abs diff %.9g)", v->max);
     }
+    if (v->has_worst) {
+        uint64_t idx[SHS_MAX_DIMS];
+        index_of(idx, t, v->worst);
+        fputs(" at [", stdout);
+        for (size_t d = 0; d < t->ndim; d++)
+            printf(d ? ", %llu" : "%llu", (unsigned long long)idx[d]);
+        putchar(']');
+    }
     putchar('\n');
+}
+
+/* A difference that is not a tensor's: a blob or a common.json field. */
+static void report_other(dctx *c, const char *status, const char *name, int rank,
+                         const char *text)
+{
+    c->other++;
+    if (c->quiet)
+        return;
+    if (c->json) {
+        json_t *o = json_object();
+        if (!o) {
+            c->oom = 1;
+            return;
+        }
+        set(c, o, "name", jstr(name, strlen(name)));
+        set(c, o, "status", json_string(status));
+        if (rank >= 0)
+            set(c, o, "rank", json_integer(rank));
+        if (text)
+            set(c, o, "detail", json_string(text));
+        if (json_array_append_new(c->list, o) < 0)
+            c->oom = 1;
+        return;
+    }
+    if (strcmp(status, "progress") == 0) {
+        printf("progress differs: %s: %s\n", name, text);
+        return;
+    }
+    printf("%s", strcmp(status, "blob") == 0 ? "blob differs: "
+                 : strcmp(status, "blob_only_in_a") == 0 ? "only in A: blob "
+                                                         : "only in B: blob ");
+    cli_put_escaped(stdout, name, strlen(name));
+    printf(" (rank %d)\n", rank);
 }
 
 static json_t *source_json(const source *s)
@@ -793,8 +624,36 @@ static uint64_t tref_bytes(const tref *t)
     return shs_tensor_nbytes(&n, t->dtype, t->ndim, t->shape) < 0 ? 0 : n;
 }
 
-/* Compare common tensor a/b; CLI_FAIL (reported) on a read error. */
-static int compare_one(dctx *c, const tol *tl, source *sa, source *sb, reader *r,
+#define SLAB_BYTES ((uint64_t)8 << 20)
+
+typedef struct slabs {
+    unsigned char *a, *b;
+    size_t cap;
+} slabs;
+
+static int slabs_grow(slabs *sl, uint64_t n)
+{
+    if (n <= sl->cap)
+        return 0;
+    if (n > SIZE_MAX / 2)
+        return -1;
+    unsigned char *x = realloc(sl->a, (size_t)n), *y;
+    if (!x)
+        return -1;
+    sl->a = x;
+    if (!(y = realloc(sl->b, (size_t)n)))
+        return -1;
+    sl->b = y;
+    sl->cap = (size_t)n;
+    return 0;
+}
+
+/* Compare common tensor a/b; CLI_FAIL (reported) on a read error.  Both
+   sides are read through the library, slab by slab: a slab fixes the
+   leading dimensions and spans a range of dimension k, whole in the
+   dimensions after k, so it is contiguous in the tensor and at most
+   SLAB_BYTES (one row of a sub-byte tensor may be more). */
+static int compare_one(dctx *c, const tol *tl, int full, source *sa, source *sb, slabs *sl,
                        const tref *a, const tref *b)
 {
     c->compared++;
@@ -802,40 +661,215 @@ static int compare_one(dctx *c, const tol *tl, source *sa, source *sb, reader *r
     int same_shape = a->ndim == b->ndim;
     for (size_t d = 0; d < a->ndim && same_shape; d++)
         same_shape = a->shape[d] == b->shape[d];
-    if (a->dtype != b->dtype || !same_shape) {
+    int cross = a->dtype != b->dtype && tl->on && is_float(a->dtype) && is_float(b->dtype);
+    if ((a->dtype != b->dtype && !cross) || !same_shape) {
         c->differ++;
-        report(c, a->dtype != b->dtype ? "dtype" : "shape", a, b, NULL, 0);
+        report(c, !same_shape ? "shape" : "dtype", a, b, NULL, 0);
         return CLI_OK;
     }
-    unsigned char *da = NULL, *db = NULL;
-    uint64_t na, nb;
-    char *why = NULL;
-    source *bad = sa;
-    int rc = read_tensor(sa, r, a, &da, &na, &why);
-    if (rc == CLI_OK) {
-        bad = sb;
-        rc = read_tensor(sb, r, b, &db, &nb, &why);
-    }
-    if (rc == CLI_OK) {
-        vdiff v;
-        uint64_t numel = numel_of(a);
-        if (compare_values(&v, tl, a->dtype, da, db, numel) < 0) {
-            why = last_error_or("conversion failed");
-            rc = CLI_FAIL;
-        } else if (v.ndiff) {
-            c->differ++;
-            report(c, "values", a, b, &v, numel);
+    if (!cross && !full && same_stored_chunks(sa, a, sb, b))
+        return CLI_OK;
+    shs_dtype rd = cross ? SHS_F64 : a->dtype;
+    size_t nd = a->ndim, k = 0;
+    unsigned bits = shs_dtype_bits(rd);
+    uint64_t numel = numel_of(a), inner = 1;
+    vdiff v;
+    memset(&v, 0, sizeof v);
+    /* k: the first dimension whose inner part fits a slab (sub-byte
+       elements: the last dimension stays whole) */
+    if (nd) {
+        k = nd - 1;
+        inner = 1;
+        uint64_t in = 1;
+        for (size_t d = nd; d-- > 0;) {
+            if ((bits % 8 && d == nd - 1) || in * bits / 8 <= SLAB_BYTES) {
+                k = d;
+                inner = in;
+            }
+            if (in && a->shape[d] > UINT64_MAX / 64 / in)
+                break;
+            in *= a->shape[d];
+            if (in * bits / 8 > SLAB_BYTES && !(bits % 8 && d == nd - 1))
+                break;
         }
     }
-    free(da);
-    free(db);
+    uint64_t per = nd && inner ? SLAB_BYTES * 8 / (inner * bits) : 1;
+    if (per == 0)
+        per = 1;
+    uint64_t start[SHS_MAX_DIMS] = { 0 }, count[SHS_MAX_DIMS];
+    char *why = NULL;
+    source *bad = sa;
+    int rc = CLI_OK;
+    for (size_t d = 0; d < nd; d++)
+        count[d] = d < k ? 1 : a->shape[d];
+    while (numel && rc == CLI_OK) {
+        if (nd)
+            count[k] = a->shape[k] - start[k] < per ? a->shape[k] - start[k] : per;
+        uint64_t n = nd ? count[k] * inner : 1, lin = 0;
+        uint64_t bytes = n * bits / 8;
+        for (size_t d = 0; d < nd; d++)
+            lin = lin * a->shape[d] + start[d];
+        if (slabs_grow(sl, bytes ? bytes : 1) < 0) {
+            why = cli_fmt("out of memory for a %llu-byte slab", (unsigned long long)bytes);
+            rc = CLI_FAIL;
+            break;
+        }
+        const uint64_t *s0 = nd ? start : NULL, *n0 = nd ? count : NULL;
+        if (shs_checkpoint_read(sa->ck, a->index, s0, n0, rd, sl->a, (size_t)bytes) < 0 ||
+            (bad = sb, shs_checkpoint_read(sb->ck, b->index, s0, n0, rd, sl->b,
+                                           (size_t)bytes) < 0)) {
+            why = last_error_or("read failed");
+            rc = CLI_FAIL;
+            break;
+        }
+        bad = sa;
+        v.base = lin;
+        if (compare_values(&v, tl, rd, sl->a, sl->b, n) < 0) {
+            why = last_error_or("conversion failed");
+            rc = CLI_FAIL;
+            break;
+        }
+        /* next slab: along k, then the leading dimensions */
+        if (!nd)
+            break;
+        start[k] += count[k];
+        if (start[k] < a->shape[k])
+            continue;
+        start[k] = 0;
+        size_t d = k;
+        for (;;) {
+            if (d == 0) {
+                numel = 0; /* done */
+                break;
+            }
+            d--;
+            if (++start[d] < a->shape[d])
+                break;
+            start[d] = 0;
+        }
+    }
+    if (rc == CLI_OK && v.ndiff) {
+        c->differ++;
+        report(c, "values", a, b, &v, numel_of(a));
+    }
     if (rc != CLI_OK) {
-        char *n = cli_escape(a->name, a->name_len);
-        cli_err("diff: %s: tensor '%s': %s", bad->label, n ? n : "?",
+        char *nm = cli_escape(a->name, a->name_len);
+        cli_err("diff: %s: tensor '%s': %s", bad->label, nm ? nm : "?",
                 why ? why : "read failed");
-        free(n);
+        free(nm);
         free(why);
     }
+    return rc;
+}
+
+/* One blob of a side, for matching by (name, rank). */
+typedef struct bref {
+    shs_blob_info b;
+    size_t index;
+} bref;
+
+static int cmp_bref(const void *x, const void *y)
+{
+    const bref *p = x, *q = y;
+    int c = strcmp(p->b.name, q->b.name);
+    return c ? c : (p->b.rank > q->b.rank) - (p->b.rank < q->b.rank);
+}
+
+static int load_brefs(const source *s, bref **out, size_t *n)
+{
+    *n = shs_checkpoint_blob_count(s->ck);
+    *out = calloc(*n + 1, sizeof **out);
+    if (!*out)
+        return -1;
+    for (size_t i = 0; i < *n; i++) {
+        (*out)[i].b = (shs_blob_info)SHS_BLOB_INFO_INIT;
+        (*out)[i].index = i;
+        if (shs_checkpoint_blob(&(*out)[i].b, s->ck, i) < 0)
+            return -1;
+    }
+    qsort(*out, *n, sizeof **out, cmp_bref);
+    return 0;
+}
+
+/* Rank blobs (same world size only: rank state belongs to its rank) and
+   common.json of two checkpoints.  CLI_FAIL (reported) on trouble. */
+static int compare_state(dctx *c, int full, source *sa, source *sb)
+{
+    if (shs_checkpoint_is_plain(sa->ck) || shs_checkpoint_is_plain(sb->ck))
+        return CLI_OK;
+    shs_progress pa, pb;
+    if (shs_checkpoint_progress(&pa, sa->ck) < 0 || shs_checkpoint_progress(&pb, sb->ck) < 0) {
+        cli_err("diff: %s", shs_last_error());
+        return CLI_FAIL;
+    }
+    char t[160];
+#define FIELD(f)                                                                            \
+    if (pa.f != pb.f) {                                                                     \
+        snprintf(t, sizeof t, "%lld vs %lld", (long long)pa.f, (long long)pb.f);            \
+        report_other(c, "progress", #f, -1, t);                                             \
+    }
+    FIELD(epoch_num)
+    FIELD(step_num)
+    FIELD(global_step)
+    FIELD(global_batch_size)
+    FIELD(consumed_samples)
+#undef FIELD
+    if (memcmp(&pa.loss_scale, &pb.loss_scale, sizeof pa.loss_scale) != 0) {
+        snprintf(t, sizeof t, "%.17g vs %.17g", pa.loss_scale, pb.loss_scale);
+        report_other(c, "progress", "loss_scale", -1, t);
+    }
+    if (strcmp(pa.ckpt_status, pb.ckpt_status) != 0) {
+        snprintf(t, sizeof t, "\"%s\" vs \"%s\"", pa.ckpt_status, pb.ckpt_status);
+        report_other(c, "progress", "ckpt_status", -1, t);
+    }
+    if (shs_checkpoint_world_size(sa->ck) != shs_checkpoint_world_size(sb->ck)) {
+        cli_info("diff: rank blobs not compared: world sizes %d and %d",
+                 shs_checkpoint_world_size(sa->ck), shs_checkpoint_world_size(sb->ck));
+        return CLI_OK;
+    }
+    bref *ba = NULL, *bb = NULL;
+    size_t na = 0, nb = 0, i = 0, j = 0;
+    unsigned char *xa = NULL, *xb = NULL;
+    int rc = CLI_OK;
+    if (load_brefs(sa, &ba, &na) < 0 || load_brefs(sb, &bb, &nb) < 0) {
+        cli_err("diff: %s", shs_last_error());
+        rc = CLI_FAIL;
+        goto done;
+    }
+    while (rc == CLI_OK && (i < na || j < nb)) {
+        int o = i == na ? 1 : j == nb ? -1 : cmp_bref(&ba[i], &bb[j]);
+        if (o) {
+            const bref *x = o < 0 ? &ba[i++] : &bb[j++];
+            report_other(c, o < 0 ? "blob_only_in_a" : "blob_only_in_b", x->b.name, x->b.rank,
+                         NULL);
+            continue;
+        }
+        const bref *x = &ba[i++], *y = &bb[j++];
+        int same = x->b.size == y->b.size && x->b.xxh3 == y->b.xxh3;
+        if (same && full) {
+            /* checksums agree: --full still reads (and checks) both */
+            free(xa);
+            free(xb);
+            xa = malloc((size_t)x->b.size + 1);
+            xb = malloc((size_t)y->b.size + 1);
+            if (!xa || !xb ||
+                shs_checkpoint_read_blob(sa->ck, x->index, xa, (size_t)x->b.size) < 0 ||
+                shs_checkpoint_read_blob(sb->ck, y->index, xb, (size_t)y->b.size) < 0) {
+                cli_err("diff: blob '%s': %s", x->b.name,
+                        xa && xb ? shs_last_error() : "out of memory");
+                rc = CLI_FAIL;
+                break;
+            }
+            same = memcmp(xa, xb, (size_t)x->b.size) == 0;
+        }
+        if (!same)
+            report_other(c, "blob", x->b.name, x->b.rank, NULL);
+    }
+done:
+    free(xa);
+    free(xb);
+    free(ba);
+    free(bb);
     return rc;
 }
 
@@ -858,10 +892,11 @@ static uint64_t work_bytes(const source *sa, const source *sb, int kind)
 int cli_cmd_diff(int argc, char **argv)
 {
     static const cli_optdef defs[] = { { "--atol", 0, 1 }, { "--rtol", 0, 1 },
-                                       { "--kind", 0, 1 }, { NULL, 0, 0 } };
+                                       { "--kind", 0, 1 }, { "--full", 0, 0 },
+                                       { NULL, 0, 0 } };
     cli_parser p;
     const char *val, *paths[2] = { NULL, NULL };
-    int k, npaths = 0, kind = -1;
+    int k, npaths = 0, kind = -1, full = 0;
     tol tl = { 0, 0, 0 };
     dctx c;
     memset(&c, 0, sizeof c);
@@ -892,6 +927,9 @@ int cli_cmd_diff(int argc, char **argv)
             else
                 return cli_usage_err("diff", "bad --kind '%s' (model, opt or all)", val);
             break;
+        case 3:
+            full = 1;
+            break;
         }
     }
     if (npaths < 2)
@@ -920,8 +958,8 @@ int cli_cmd_diff(int argc, char **argv)
         source_release(&sb);
         return CLI_DIFF_TROUBLE;
     }
-    reader r = { NULL, 0, XXH3_createState() };
-    if (!r.hs || grow_tmp(&r, CLI_CHUNK_BYTES) < 0 || (c.json && !(c.list = json_array()))) {
+    slabs sl = { NULL, NULL, 0 };
+    if (slabs_grow(&sl, SLAB_BYTES) < 0 || (c.json && !(c.list = json_array()))) {
         cli_err("diff: out of memory");
         status = CLI_DIFF_TROUBLE;
         goto out;
@@ -951,7 +989,7 @@ int cli_cmd_diff(int argc, char **argv)
             i++;
             j++;
             if (kind_wanted(kind, a, b)) {
-                if (compare_one(&c, &tl, &sa, &sb, &r, a, b) != CLI_OK) {
+                if (compare_one(&c, &tl, full, &sa, &sb, &sl, a, b) != CLI_OK) {
                     status = CLI_DIFF_TROUBLE;
                     goto out;
                 }
@@ -965,7 +1003,11 @@ int cli_cmd_diff(int argc, char **argv)
         }
     }
     cli_progress_end(&prog);
-    int differ = c.differ || c.only_a || c.only_b;
+    if (compare_state(&c, full, &sa, &sb) != CLI_OK) {
+        status = CLI_DIFF_TROUBLE;
+        goto out;
+    }
+    int differ = c.differ || c.only_a || c.only_b || c.other;
     status = differ ? CLI_DIFF_DIFFERENT : CLI_DIFF_SAME;
     if (c.json) {
         json_t *doc = cli_json_new();
@@ -979,9 +1021,10 @@ int cli_cmd_diff(int argc, char **argv)
             set(&c, doc, "kind", json_string(kind < 0 ? "all" : kinds[kind]));
             set(&c, doc, "differences", json_incref(c.list));
             set(&c, doc, "summary",
-                json_pack("{s:I,s:I,s:I,s:I,s:b}", "compared", (json_int_t)c.compared,
+                json_pack("{s:I,s:I,s:I,s:I,s:I,s:b}", "compared", (json_int_t)c.compared,
                           "differ", (json_int_t)c.differ, "only_in_a", (json_int_t)c.only_a,
-                          "only_in_b", (json_int_t)c.only_b, "equal", !differ));
+                          "only_in_b", (json_int_t)c.only_b, "other", (json_int_t)c.other,
+                          "equal", !differ));
             set(&c, doc, "same", json_boolean(!differ));
             if (c.oom) {
                 json_decref(doc);
@@ -991,15 +1034,18 @@ int cli_cmd_diff(int argc, char **argv)
         /* "ok" is true for exit status 0 only: identical */
         status = cli_json_print(doc, status, CLI_DIFF_TROUBLE);
     } else if (!c.quiet) {
-        printf("%llu tensors compared, %llu differ, only in A: %llu, only in B: %llu\n",
+        printf("%llu tensors compared, %llu differ, only in A: %llu, only in B: %llu",
                (unsigned long long)c.compared, (unsigned long long)c.differ,
                (unsigned long long)c.only_a, (unsigned long long)c.only_b);
+        if (c.other)
+            printf("; %llu blob or progress difference(s)", (unsigned long long)c.other);
+        putchar('\n');
     }
 out:
     cli_progress_end(&prog);
     json_decref(c.list);
-    XXH3_freeState(r.hs);
-    free(r.tmp);
+    free(sl.a);
+    free(sl.b);
     source_release(&sa);
     source_release(&sb);
     return cli_finish_stdout_or(status, CLI_DIFF_TROUBLE);

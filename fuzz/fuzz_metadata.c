@@ -91,7 +91,7 @@ static void check_view(const shs_checkpoint *c)
         for (size_t d = 0; d < t->ndim; d++)
             total *= t->shape[d];
         for (size_t k = 0; k < t->n_chunks; k++) {
-            shs_chunk_info ci, cj;
+            shs_chunk_info ci = SHS_CHUNK_INFO_INIT, cj = SHS_CHUNK_INFO_INIT;
             if (shs_checkpoint_chunk(&ci, c, i, k) != SHS_OK)
                 abort();
             if (ci.file >= shs_checkpoint_file_count(c) || !ci.has_xxh3 ||
@@ -119,7 +119,7 @@ static void check_view(const shs_checkpoint *c)
             abort(); /* a gap */
     }
     for (size_t i = 0; i < shs_checkpoint_blob_count(c); i++) {
-        shs_blob_info b;
+        shs_blob_info b = SHS_BLOB_INFO_INIT;
         if (shs_checkpoint_blob(&b, c, i) != SHS_OK || strcmp(b.name, b.key) != 0 ||
             b.rank < 0 || b.rank >= shs_checkpoint_world_size(c))
             abort();
@@ -146,7 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t i = 0; i < shs_checkpoint_tensor_count(c); i++) {
             const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(c, i);
             for (size_t k = 0; k < t->n_chunks; k++) {
-                shs_chunk_info ci;
+                shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
                 if (shs_checkpoint_chunk(&ci, c, i, k) != SHS_OK)
                     abort();
                 if (ci.file >= shs_checkpoint_file_count(c))
@@ -157,7 +157,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
         }
         for (size_t i = 0; i < shs_checkpoint_blob_count(c); i++) {
-            shs_blob_info b;
+            shs_blob_info b = SHS_BLOB_INFO_INIT;
             if (shs_checkpoint_blob(&b, c, i) != SHS_OK)
                 abort();
         }

@@ -778,11 +778,67 @@ SHS_API int shs_checkpoint_resolve(char *out, size_t cap, const char *path,
    inside the directory and valid, every chunk's checksum. */
 SHS_API int shs_checkpoint_verify(const char *step_dir);
 
-/* Read-only view of a step directory's metadata (for tools): its files,
-   tensors (global dtype and shape), their chunks and the blobs.  Opening
-   validates metadata.json completely (docs/checkpoint.md); a directory of
-   plain safetensors files opens as whole-tensor chunks. */
+/*
+ * Reading checkpoints: one handle for every checkpoint source, the same
+ * engine (and the same checksum checks) as the manager's load.  Tools,
+ * exporters and bindings read tensors through it.
+ *
+ * shs_checkpoint_open() accepts
+ *   - a save path: its tracker's step, else the newest complete step
+ *     (as shs_checkpoint_resolve);
+ *   - a step directory (holding metadata.json), ours or torchtitan's
+ *     step-N; metadata.json is validated completely (docs/checkpoint.md);
+ *   - a Hugging Face model.safetensors.index.json, or a folder holding
+ *     one: the files and which tensor each holds come from its weight_map,
+ *     never from a directory listing; a file name outside the index's
+ *     folder, a missing file, or a tensor its file does not hold is
+ *     SHS_ECORRUPT naming it;
+ *   - a plain folder of .safetensors files (each tensor whole, names
+ *     unique across files), or one .safetensors file.
+ * A directory named iteration_* / step-*, or holding common.json, but
+ * without metadata.json is a damaged checkpoint: SHS_ECORRUPT naming it,
+ * never read as a plain folder.  Files without metadata.json ("plain")
+ * have no checksums: their data is read unchecked.
+ *
+ * Ownership: every pointer the accessors return (names, shapes, chunk
+ * boxes, paths) belongs to the handle and stays valid until
+ * shs_checkpoint_close().
+ *
+ * Thread safety: after open the handle may be used from several threads
+ * at once (reads included): data files are opened on first use, under a
+ * mutex inside the handle, and a data file is never opened twice.
+ * shs_checkpoint_close() must not race with other calls on the handle.
+ */
 typedef struct shs_checkpoint shs_checkpoint;
+
+enum {
+    SHS_CKPT_OPEN_NO_MMAP = 1u << 0   /* read data files with pread, never
+                                         mmap (files that may change) */
+};
+
+typedef struct shs_ckpt_open_opts {
+    unsigned version;   /* SHS_CKPT_OPEN_OPTS_VERSION */
+    int64_t step;       /* save path: this step (SHS_ENOCHECKPOINT when it
+                           has no complete directory); -1: the tracker's
+                           step, else the newest.  A step directory must
+                           be of this step when it is >= 0. */
+    unsigned flags;     /* SHS_CKPT_OPEN_* */
+} shs_ckpt_open_opts;
+#define SHS_CKPT_OPEN_OPTS_VERSION 1
+#define SHS_CKPT_OPEN_OPTS_INIT { SHS_CKPT_OPEN_OPTS_VERSION, -1, 0 }
+
+/* Open a checkpoint (see above).  `opts` may be NULL (the defaults).  On
+   failure *out is NULL.  Release with shs_checkpoint_close(). */
+SHS_API int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path,
+                                   const shs_ckpt_open_opts *opts);
+/* shs_checkpoint_open_ex with the default options. */
+SHS_API int shs_checkpoint_open(shs_checkpoint **out, const char *path);
+/* Close the handle and its files.  NULL is a no-op. */
+SHS_API void shs_checkpoint_close(shs_checkpoint *ckpt);
+
+/* What was opened, resolved: the step directory (for a save path), the
+   folder, the index file or the .safetensors file. */
+SHS_API const char *shs_checkpoint_path(const shs_checkpoint *ckpt);
 
 typedef struct shs_ckpt_tensor_info {
     const char *name;
@@ -793,32 +849,44 @@ typedef struct shs_ckpt_tensor_info {
     size_t n_chunks;
 } shs_ckpt_tensor_info;
 
+/* Result structs that can grow: the caller sets `version` (use the
+   *_INIT macro); the library fills only the fields of that version and
+   refuses (SHS_EINVAL) a version it does not know. */
 typedef struct shs_chunk_info {
+    unsigned version;          /* SHS_CHUNK_INFO_VERSION */
     const uint64_t *offset;    /* position of the chunk in the global tensor */
     const uint64_t *shape;     /* its shape */
     size_t file;               /* index of the file holding it */
     const char *key;           /* its name inside that file */
     uint64_t byte_begin, byte_end; /* absolute byte range in the file */
     uint64_t xxh3;
-    int has_xxh3;
+    int has_xxh3;              /* 0 for plain files */
 } shs_chunk_info;
+#define SHS_CHUNK_INFO_VERSION 1
+#define SHS_CHUNK_INFO_INIT \
+    { SHS_CHUNK_INFO_VERSION, NULL, NULL, 0, NULL, 0, 0, 0, 0 }
 
 typedef struct shs_blob_info {
+    unsigned version;          /* SHS_BLOB_INFO_VERSION */
     const char *name;
     int rank;
     size_t file;
     const char *key;
     uint64_t byte_begin, byte_end;
     uint64_t xxh3;
+    uint64_t size;             /* bytes (byte_end - byte_begin) */
 } shs_blob_info;
+#define SHS_BLOB_INFO_VERSION 1
+#define SHS_BLOB_INFO_INIT \
+    { SHS_BLOB_INFO_VERSION, NULL, 0, 0, NULL, 0, 0, 0, 0 }
 
-SHS_API int shs_checkpoint_open(shs_checkpoint **out, const char *step_dir);
-SHS_API void shs_checkpoint_close(shs_checkpoint *ckpt);
-/* Step and world size (-1 / 1 for a plain directory). */
+/* Step and world size (-1 / 1 when there is no metadata.json). */
 SHS_API int64_t shs_checkpoint_step(const shs_checkpoint *ckpt);
 SHS_API int shs_checkpoint_world_size(const shs_checkpoint *ckpt);
+/* 1 when the checkpoint has no metadata.json (plain folder, index, file). */
 SHS_API int shs_checkpoint_is_plain(const shs_checkpoint *ckpt);
 SHS_API size_t shs_checkpoint_file_count(const shs_checkpoint *ckpt);
+/* File names, relative to the folder of shs_checkpoint_path. */
 SHS_API const char *shs_checkpoint_file_name(const shs_checkpoint *ckpt, size_t index);
 SHS_API int shs_checkpoint_file_rank(const shs_checkpoint *ckpt, size_t index);
 /* Tensors, sorted by name. */
@@ -832,6 +900,39 @@ SHS_API int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *ckpt
 SHS_API size_t shs_checkpoint_blob_count(const shs_checkpoint *ckpt);
 SHS_API int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *ckpt,
                                 size_t index);
+
+/*
+ * Read the box [start[d], start[d] + count[d]) of global tensor `tensor`
+ * (NULL start and count: the whole tensor) into `dst`, dense and
+ * row-major, as `dtype`: the stored dtype is copied; float to float goes
+ * through shs_convert (round to nearest even); any other conversion is
+ * SHS_ECONVERT naming both dtypes.  The box is assembled from every saved
+ * chunk it intersects -- any saved chunking, any box -- and each chunk is
+ * checked against its checksum before its bytes are used (the whole
+ * chunk, or only the 4 MiB blocks the box touches when the chunk has
+ * block checksums): SHS_ECHECKSUM naming the file.  Chunks that do not
+ * cover the box: SHS_ECORRUPT naming the tensor.
+ * Argument errors, with nothing written to dst: the box outside the
+ * tensor, or dst_len not exactly the box's elements x the dtype's size
+ * (SHS_ERANGE); a box of sub-byte elements (F4, F6_*) whose rows do not
+ * cover whole bytes (SHS_EINVAL).  On a data error dst may be partly
+ * written.  Memory: bounded by dst; mapped files are read in place, with
+ * SHS_CKPT_OPEN_NO_MMAP at most one 4 MiB block (or one smaller chunk)
+ * is buffered at a time.  Thread-safe on one handle.
+ */
+SHS_API int shs_checkpoint_read(const shs_checkpoint *ckpt, size_t tensor,
+                                const uint64_t *start, const uint64_t *count,
+                                shs_dtype dtype, void *dst, size_t dst_len);
+
+/* Read blob `blob` (its size: shs_blob_info.size, which dst_len must
+   equal, else SHS_ERANGE), checked against its checksum. */
+SHS_API int shs_checkpoint_read_blob(const shs_checkpoint *ckpt, size_t blob,
+                                     void *dst, size_t dst_len);
+
+/* common.json of the opened step, validated (exactly the seven keys);
+   SHS_ENOTFOUND for a checkpoint without metadata.json. */
+SHS_API int shs_checkpoint_progress(shs_progress *out, const shs_checkpoint *ckpt);
+
 /* common.json of a step directory, validated (the seven keys; a missing
    consumed_samples is global_step x global_batch_size). */
 SHS_API int shs_checkpoint_read_progress(shs_progress *out, const char *step_dir);

@@ -13,6 +13,9 @@
 #include "layout.h"
 #include "plan.h"
 
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,26 +24,29 @@
 
 int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out)
 {
+    int rc = SHS_OK;
+    if (L->mu)
+        pthread_mutex_lock(L->mu);
     if (!L->fh[fi]) {
         char *p = shs__path_join(L->dir, L->m->f[fi].name);
-        if (!p)
-            return shs__err(SHS_ENOMEM, "out of memory");
-        int rc = shs_file_open(&L->fh[fi], p, NULL);
+        shs_open_opts oo = SHS_OPEN_OPTS_INIT;
+        oo.flags = L->open_flags;
+        rc = p ? shs_file_open(&L->fh[fi], p, &oo) : shs__err(SHS_ENOMEM, "out of memory");
         shs__free(p);
-        if (rc < 0)
-            return rc == SHS_ENOENT ? shs__err(SHS_ECORRUPT, "%s: missing file '%s' named in metadata.json",
-                                               L->dir, L->m->f[fi].name)
-                                    : rc;
+        if (rc == SHS_ENOENT)
+            rc = shs__err(SHS_ECORRUPT, "%s: missing file '%s' named in %s", L->dir,
+                          L->m->f[fi].name, L->m->plain ? "the index" : "metadata.json");
         /* the header names and places every chunk: it is checked before
            any of them is used */
-        if ((rc = shs__meta_check_file(L->m, L->dir, fi, L->fh[fi])) < 0) {
+        if (rc == SHS_OK && (rc = shs__meta_check_file(L->m, L->dir, fi, L->fh[fi])) < 0) {
             shs_file_close(L->fh[fi]);
             L->fh[fi] = NULL;
-            return rc;
         }
     }
     *out = L->fh[fi];
-    return SHS_OK;
+    if (L->mu)
+        pthread_mutex_unlock(L->mu);
+    return rc;
 }
 
 int shs__chunk_locate(shs__loader *L, uint32_t fi, const char *key, uint64_t b0, uint64_t b1,
@@ -91,7 +97,8 @@ static int mark_run(void *ctx, uint64_t src_off, uint64_t dst_off, uint64_t len)
 }
 
 /* Check the per-block checksums of the blocks of chunk c that the box
-   [src_start, +count) touches; *read_bytes counts them. */
+   [src_start, +count) touches, in the mapped chunk `src`; *read_bytes
+   counts them. */
 static int check_blocks(const shs__loader *L, const shs__mchunk *c, const char *tname,
                         const char *src, unsigned bits, size_t ndim,
                         const uint64_t *src_start, const uint64_t *count,
@@ -128,85 +135,230 @@ static int read_hashed(const shs__loader *L, const shs__mchunk *c, const char *t
     return rc < 0 ? rc : shs__check_hash(L, c, tname, dst, n);
 }
 
-/* Fill the local box of t from every saved chunk that intersects it;
-   *read_bytes counts what was read from storage. */
-static int load_tensor(shs__loader *L, shs__tensor *t, const shs__mtensor *mt, uint64_t *read_bytes)
+/*
+ * Copying the runs of one chunk into the destination.  From a mapping the
+ * runs are copied in place.  With pread the chunk is seen through a window
+ * of one checksum block (or the whole chunk when it is at most one block):
+ * runs come in increasing source order, so each window is read once, and
+ * checked as it is read.  A chunk larger than a block that has only a
+ * whole-chunk checksum (no block checksums) cannot be checked piecewise:
+ * every window is then read in order and hashed into a running XXH3, and
+ * the result is known only at the end.
+ */
+typedef struct fill_ctx {
+    const shs__loader *L;
+    const shs__mchunk *c;
+    const char *tname;
+    shs_file *f;
+    size_t idx;
+    const char *map;          /* the chunk's bytes when mapped */
+    char *dst;
+    shs_dtype sdt, ddt;
+    unsigned sbytes, dbytes;  /* element sizes (conversion only) */
+    char *win;                /* pread window */
+    uint64_t wsize, nwin, wq; /* window size, count, current (UINT64_MAX none) */
+    uint64_t next_hash;       /* streaming: next window to hash */
+    XXH3_state_t *hs;         /* streaming whole-chunk hash, or NULL */
+    uint64_t *read_bytes;
+} fill_ctx;
+
+static int load_window(fill_ctx *x, uint64_t q)
+{
+    const shs__mchunk *c = x->c;
+    uint64_t n = c->b1 - c->b0, at = q * x->wsize;
+    size_t len = (size_t)(n - at < x->wsize ? n - at : x->wsize);
+    int rc = shs_file_read_bytes(x->f, x->idx, at, x->win, len);
+    if (rc < 0)
+        return rc;
+    x->wq = q;
+    *x->read_bytes += len;
+    if (x->hs) {
+        XXH3_64bits_update(x->hs, x->win, len);
+        x->next_hash = q + 1;
+        return SHS_OK;
+    }
+    if (c->nblocks) {
+        if (shs__xxh3(x->win, len) != c->blocks[q])
+            return shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': block %llu does not match its "
+                            "xxh3 checksum", x->L->dir, x->L->m->f[c->file].name, x->tname,
+                            (unsigned long long)q);
+        return SHS_OK;
+    }
+    return x->nwin == 1 ? shs__check_hash(x->L, c, x->tname, x->win, len) : SHS_OK;
+}
+
+static int ensure_window(fill_ctx *x, uint64_t q)
 {
     int rc;
-    unsigned bits = shs_dtype_bits(t->dtype);
-    uint64_t want = 1, got = 0;
-    for (size_t d = 0; d < t->ndim; d++)
-        want *= t->shape[d];
-    uint64_t ioff[SHS_MAX_DIMS], ishape[SHS_MAX_DIMS];
+    if (q == x->wq)
+        return SHS_OK;
+    /* streaming hash: the windows the box skips are hashed too */
+    for (uint64_t k = x->next_hash; x->hs && k < q; k++)
+        if ((rc = load_window(x, k)) < 0)
+            return rc;
+    return load_window(x, q);
+}
+
+static int emit(fill_ctx *x, const char *src, uint64_t dst_off, uint64_t len)
+{
+    if (x->sdt == x->ddt) {
+        memcpy(x->dst + dst_off, src, (size_t)len);
+        return SHS_OK;
+    }
+    return shs_convert(x->dst + dst_off / x->sbytes * x->dbytes, x->ddt, src, x->sdt,
+                       (size_t)(len / x->sbytes));
+}
+
+static int fill_run(void *ctx, uint64_t src_off, uint64_t dst_off, uint64_t len)
+{
+    fill_ctx *x = ctx;
+    int rc;
+    if (x->map)
+        return emit(x, x->map + src_off, dst_off, len);
+    while (len) {
+        uint64_t q = src_off / x->wsize, in = src_off - q * x->wsize;
+        uint64_t piece = x->wsize - in < len ? x->wsize - in : len;
+        if ((rc = ensure_window(x, q)) < 0 || (rc = emit(x, x->win + in, dst_off, piece)) < 0)
+            return rc;
+        src_off += piece;
+        dst_off += piece;
+        len -= piece;
+    }
+    return SHS_OK;
+}
+
+/* The part [ioff, +ishape) of chunk c (located in f/idx) into the box
+   [boff, +bshape) held in dst. */
+static int fill_from_chunk(shs__loader *L, const shs__mtensor *mt, const shs__mchunk *c,
+                           shs_file *f, size_t idx, const uint64_t *boff, const uint64_t *bshape,
+                           const uint64_t *ioff, const uint64_t *ishape, shs_dtype dtype,
+                           void *dst, uint64_t *read_bytes)
+{
+    size_t nd = mt->ndim;
+    unsigned bits = shs_dtype_bits(mt->dtype);
+    uint64_t n = c->b1 - c->b0;
     uint64_t src_start[SHS_MAX_DIMS], dst_start[SHS_MAX_DIMS];
+    int whole = 1, rc;
+    for (size_t d = 0; d < nd; d++) {
+        src_start[d] = ioff[d] - c->off[d];
+        dst_start[d] = ioff[d] - boff[d];
+        whole &= ishape[d] == c->shape[d];
+    }
+    if (bits % 8 && nd &&
+        ((src_start[nd - 1] * bits) % 8 || (dst_start[nd - 1] * bits) % 8 ||
+         (ishape[nd - 1] * bits) % 8 || (c->shape[nd - 1] * bits) % 8))
+        return shs__err(SHS_EUNSUPPORTED, "%s: tensor '%s': a saved chunk of %s elements does "
+                        "not start and end on byte boundaries", L->dir, mt->name,
+                        shs_dtype_name(mt->dtype));
+    /* the chunk is one contiguous run of the box: read it straight into
+       place and hash it there (the usual load: saved chunk = wanted box) */
+    size_t k = 0;
+    while (k < nd && ishape[k] == 1)
+        k++;
+    int contiguous = whole && dtype == mt->dtype;
+    for (size_t d = k + 1; d < nd && contiguous; d++)
+        contiguous = ishape[d] == bshape[d];
+    if (contiguous) {
+        uint64_t at = 0;
+        for (size_t d = 0; d < nd; d++)
+            at = at * bshape[d] + dst_start[d];
+        if ((rc = read_hashed(L, c, mt->name, f, idx, (char *)dst + at * bits / 8, n)) < 0)
+            return rc;
+        *read_bytes += n;
+        return SHS_OK;
+    }
+    fill_ctx x = { 0 };
+    XXH3_state_t hs;
+    x.L = L;
+    x.c = c;
+    x.tname = mt->name;
+    x.f = f;
+    x.idx = idx;
+    x.map = shs_file_tensor_data(f, idx);
+    x.dst = dst;
+    x.sdt = mt->dtype;
+    x.ddt = dtype;
+    x.sbytes = bits / 8;
+    x.dbytes = shs_dtype_bits(dtype) / 8;
+    x.wq = UINT64_MAX;
+    x.read_bytes = read_bytes;
+    if (x.map) {
+        if (c->nblocks && !whole) {
+            /* only the blocks this box touches are read and checked */
+            rc = check_blocks(L, c, mt->name, x.map, bits, nd, src_start, ishape, read_bytes);
+        } else {
+            rc = shs__check_hash(L, c, mt->name, x.map, n);
+            *read_bytes += n;
+        }
+        if (rc < 0)
+            return rc;
+        return shs__box_runs2(bits, nd, c->shape, src_start, bshape, dst_start, ishape,
+                              fill_run, &x);
+    }
+    x.wsize = c->nblocks ? c->block : n <= SHS__HASH_BLOCK ? (n ? n : 1) : SHS__HASH_BLOCK;
+    x.nwin = (n + x.wsize - 1) / x.wsize;
+    if (!c->nblocks && c->has_hash && x.nwin > 1) {
+        x.hs = &hs;
+        XXH3_64bits_reset(&hs);
+    }
+    if (!(x.win = shs__malloc((size_t)x.wsize)))
+        return shs__err(SHS_ENOMEM, "out of memory reading '%s'", mt->name);
+    rc = shs__box_runs2(bits, nd, c->shape, src_start, bshape, dst_start, ishape, fill_run, &x);
+    for (uint64_t q = x.next_hash; rc == SHS_OK && x.hs && q < x.nwin; q++)
+        rc = load_window(&x, q);
+    if (rc == SHS_OK && x.hs && XXH3_64bits_digest(&hs) != c->hash)
+        rc = shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': data does not match its xxh3 checksum",
+                      L->dir, L->m->f[c->file].name, mt->name);
+    shs__free(x.win);
+    return rc;
+}
+
+int shs__fill_box(shs__loader *L, const shs__mtensor *mt, const uint64_t *boff,
+                  const uint64_t *bshape, shs_dtype dtype, void *dst, uint64_t *read_bytes)
+{
+    int rc;
+    size_t nd = mt->ndim;
+    uint64_t want = 1, got = 0;
+    for (size_t d = 0; d < nd; d++)
+        want *= bshape[d];
+    if (want == 0)
+        return SHS_OK;
+    uint64_t ioff[SHS_MAX_DIMS], ishape[SHS_MAX_DIMS];
     for (size_t k = 0; k < mt->nc; k++) {
         const shs__mchunk *c = &mt->c[k];
         if (c->replica)
             continue; /* the first copy is read (replicas marked by meta.c) */
-        if (t->ndim && !shs__box_intersect(t->ndim, t->goff, t->shape, c->off, c->shape, ioff,
-                                            ishape))
+        if (nd && !shs__box_intersect(nd, boff, bshape, c->off, c->shape, ioff, ishape))
             continue;
         uint64_t vol = 1;
-        for (size_t d = 0; d < t->ndim; d++)
+        for (size_t d = 0; d < nd; d++)
             vol *= ishape[d];
-        if (vol == 0)
-            continue;
         shs_file *f;
         size_t idx;
         if ((rc = shs__chunk_locate(L, c->file, c->key, c->b0, c->b1, &f, &idx)) < 0)
             return rc;
         const shs_tensor_info *ti = shs_file_tensor(f, idx);
-        if (ti->dtype != mt->dtype || ti->ndim != t->ndim ||
-            (t->ndim && memcmp(ti->shape, c->shape, t->ndim * sizeof(uint64_t)) != 0))
+        if (ti->dtype != mt->dtype || ti->ndim != nd ||
+            (nd && memcmp(ti->shape, c->shape, nd * sizeof(uint64_t)) != 0))
             return shs__err(SHS_ECORRUPT, "%s/%s: tensor '%s' has another dtype or shape than "
                             "metadata.json says", L->dir, L->m->f[c->file].name, c->key);
-        int exact = vol == want;
-        for (size_t d = 0; d < t->ndim && exact; d++)
-            exact = c->off[d] == t->goff[d] && c->shape[d] == t->shape[d];
-        if (exact) {
-            /* the common case: the saved chunk is the requested box */
-            if ((rc = read_hashed(L, c, t->name, f, idx, t->data, t->nbytes)) < 0)
-                return rc;
-            *read_bytes += t->nbytes;
-        } else {
-            const void *src = shs_file_tensor_data(f, idx);
-            void *tmpbuf = NULL;
-            if (!src) {
-                if (!(tmpbuf = shs__malloc((size_t)ti->nbytes)))
-                    return shs__err(SHS_ENOMEM, "out of memory reading '%s'", t->name);
-                if ((rc = shs_file_read(f, idx, tmpbuf, (size_t)ti->nbytes)) < 0) {
-                    shs__free(tmpbuf);
-                    return rc;
-                }
-                src = tmpbuf;
-            }
-            for (size_t d = 0; d < t->ndim; d++) {
-                src_start[d] = ioff[d] - c->off[d];
-                dst_start[d] = ioff[d] - t->goff[d];
-            }
-            if (c->nblocks && !tmpbuf) {
-                /* only the blocks this box touches are read and checked */
-                rc = check_blocks(L, c, t->name, src, bits, t->ndim, src_start, ishape,
-                                  read_bytes);
-            } else {
-                rc = shs__check_hash(L, c, t->name, src, ti->nbytes);
-                *read_bytes += ti->nbytes;
-            }
-            if (rc == SHS_OK) {
-                shs__box_copy(t->data, t->shape, dst_start, src, c->shape, src_start, ishape,
-                              t->ndim, bits);
-            }
-            shs__free(tmpbuf);
-            if (rc < 0)
-                return rc;
-        }
+        if ((rc = fill_from_chunk(L, mt, c, f, idx, boff, bshape, ioff, ishape, dtype, dst,
+                                  read_bytes)) < 0)
+            return rc;
         got += vol;
     }
     if (got != want)
         return shs__err(SHS_ECORRUPT,
                         "%s: tensor '%s': the saved chunks cover %llu of the %llu elements requested",
-                        L->dir, t->name, (unsigned long long)got, (unsigned long long)want);
+                        L->dir, mt->name, (unsigned long long)got, (unsigned long long)want);
     return SHS_OK;
+}
+
+/* Fill the local box of t from every saved chunk that intersects it;
+   *read_bytes counts what was read from storage. */
+static int load_tensor(shs__loader *L, shs__tensor *t, const shs__mtensor *mt, uint64_t *read_bytes)
+{
+    return shs__fill_box(L, mt, t->goff, t->shape, t->dtype, t->data, read_bytes);
 }
 
 typedef struct load_pool {
@@ -502,7 +654,7 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
        only a directory that is none is read as plain safetensors files */
     if ((rc = shs__step_dir_probe(dir, &has_meta)) < 0)
         return rc;
-    if ((rc = has_meta ? shs__meta_parse(&m, dir) : shs__meta_from_plain(&m, dir)) < 0)
+    if ((rc = has_meta ? shs__meta_parse(&m, dir) : shs__meta_from_folder(&m, dir, NULL)) < 0)
         return rc;
     /* common.json is checked even when its progress is not wanted: a
        changed file means the directory is not what was saved */
@@ -510,7 +662,7 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
         shs__meta_free(&m);
         return rc;
     }
-    shs__loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)) };
+    shs__loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)), 0, NULL };
     if (!L.fh) {
         shs__meta_free(&m);
         return shs__err(SHS_ENOMEM, "out of memory");

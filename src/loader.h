@@ -1,7 +1,9 @@
 /*
  * loader.h -- reading the chunks a checkpoint model describes, shared by
- * the load (load.c) and shs_checkpoint_verify (view.c): files opened
- * lazily, each chunk checked against metadata.json before it is read.
+ * the load (load.c), shs_checkpoint_verify (view.c) and the public read
+ * API (read.c): files opened lazily, each chunk checked against
+ * metadata.json before it is read, and ONE function that fills a box of a
+ * global tensor from the saved chunks (shs__fill_box).
  */
 #ifndef SHS_LOADER_H
 #define SHS_LOADER_H
@@ -9,14 +11,19 @@
 #include "checkpoint.h"
 #include "meta.h"
 
+#include <pthread.h>
+
 typedef struct shs__loader {
     const char *dir;
     const shs__meta *m;
     shs_file **fh;            /* opened lazily, one per file */
+    unsigned open_flags;      /* SHS_OPEN_* for the data files */
+    pthread_mutex_t *mu;      /* non-NULL: fh is shared by threads */
 } shs__loader;
 
 /* File fi of the model, opened on first use (a missing file is
-   SHS_ECORRUPT: metadata.json names it). */
+   SHS_ECORRUPT: metadata.json names it).  Under L->mu when there is one:
+   a shs_file is immutable after open, so threads share it. */
 int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out);
 
 /* Find `key` in file fi and check it is the chunk metadata describes
@@ -28,5 +35,32 @@ int shs__chunk_locate(shs__loader *L, uint32_t fi, const char *key, uint64_t b0,
    (when c has one). */
 int shs__check_hash(const shs__loader *L, const shs__mchunk *c, const char *tname,
                     const void *data, uint64_t n);
+
+/*
+ * Fill the box [boff, boff + bshape) of the global tensor mt into dst,
+ * dense and row-major, as `dtype` (mt->dtype: a copy; another dtype:
+ * shs_convert per contiguous run, which the caller checked is possible).
+ * Every saved chunk that intersects the box is located and checked
+ * against its checksum before its bytes are used: the whole chunk, or
+ * only the 4 MiB blocks the box touches when the chunk has block
+ * checksums.  Memory is bounded by dst: a mapped file is read in place; a
+ * file read with pread goes through one block-sized window at a time.  A
+ * chunk of exactly the box's bytes is read straight into dst and hashed
+ * there.  SHS_ECORRUPT naming the tensor when the chunks do not cover the
+ * box.  *read_bytes grows by the bytes read from storage.  On error dst
+ * may be partly written.  Safe from several threads when L->mu is set.
+ */
+int shs__fill_box(shs__loader *L, const shs__mtensor *mt, const uint64_t *boff,
+                  const uint64_t *bshape, shs_dtype dtype, void *dst, uint64_t *read_bytes);
+
+/* The public checkpoint handle (read.c opens it, view.c reads its model). */
+struct shs_checkpoint {
+    shs__meta m;
+    shs_ckpt_tensor_info *info;
+    char *path;               /* what was opened, resolved (shs_checkpoint_path) */
+    char *dir;                /* the folder the model's file names are in */
+    shs__loader L;
+    pthread_mutex_t mu;       /* guards L.fh */
+};
 
 #endif

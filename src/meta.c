@@ -1,7 +1,7 @@
 /*
  * meta.c -- metadata.json of a step directory, parsed and validated into
- * the model of meta.h, and the same model for a plain directory of
- * safetensors files.  Format: docs/checkpoint.md.
+ * the model of meta.h (files without metadata.json: meta_plain.c).
+ * Format: docs/checkpoint.md.
  */
 #include "meta.h"
 
@@ -798,124 +798,6 @@ int shs__meta_check_file(const shs__meta *m, const char *dir, uint32_t fi, const
         return shs__err(SHS_ECHECKSUM, "%s/%s: the safetensors header does not match its "
                         "checksum (header_xxh3 in metadata.json)", dir, e->name);
     return SHS_OK;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-int shs__meta_from_plain(shs__meta *m, const char *dir)
-{
-    int rc = SHS_OK;
-    const char *path = dir;
-    memset(m, 0, sizeof *m);
-    m->plain = 1;
-    m->world_size = 1;
-    m->step = shs__step_of_name(strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir);
-    DIR *d = opendir(dir);
-    if (!d)
-        return shs__err_errno(errno, "cannot open checkpoint directory", dir);
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!shs__is_safetensors_name(e->d_name) || !plain_file_name(e->d_name))
-            continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            char **nn = shs__realloc(names, cap * sizeof *nn);
-            if (!nn)
-                break;
-            names = nn;
-        }
-        if (!(names[n] = shs__strdup(e->d_name)))
-            break;
-        n++;
-    }
-    int partial = e != NULL;
-    closedir(d);
-    if (partial) {
-        for (size_t i = 0; i < n; i++)
-            shs__free(names[i]);
-        shs__free(names);
-        return shs__err(SHS_ENOMEM, "out of memory listing %s", dir);
-    }
-    if (n > 1)
-        qsort(names, n, sizeof *names, cmp_str);
-    m->f = shs__calloc(n ? n : 1, sizeof *m->f);
-    if (!m->f) {
-        for (size_t i = 0; i < n; i++)
-            shs__free(names[i]);
-        shs__free(names);
-        return shs__err(SHS_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < n; i++)
-        m->f[i].name = names[i];
-    m->nf = n;
-    shs__free(names);
-    if (n == 0) {
-        shs__meta_free(m);
-        return shs__err(SHS_ENOCHECKPOINT, "%s: no metadata.json and no .safetensors files", dir);
-    }
-    size_t cap_t = 0;
-    for (size_t i = 0; i < m->nf; i++) {
-        char *fp = shs__path_join(dir, m->f[i].name);
-        shs_file *f = NULL;
-        shs_open_opts oo = SHS_OPEN_OPTS_INIT;
-        oo.flags = SHS_OPEN_NO_MMAP;
-        rc = fp ? shs_file_open(&f, fp, &oo) : shs__err(SHS_ENOMEM, "out of memory");
-        shs__free(fp);
-        if (rc < 0)
-            goto fail;
-        int opt = strstr(m->f[i].name, "-opt-") != NULL;
-        for (size_t k = 0; k < shs_file_tensor_count(f); k++) {
-            const shs_tensor_info *ti = shs_file_tensor(f, k);
-            if (m->nt == cap_t) {
-                cap_t = cap_t ? cap_t * 2 : 64;
-                shs__mtensor *nt = shs__realloc(m->t, cap_t * sizeof *nt);
-                if (!nt) {
-                    shs_file_close(f);
-                    OOM();
-                }
-                m->t = nt;
-            }
-            shs__mtensor *t = &m->t[m->nt];
-            memset(t, 0, sizeof *t);
-            m->nt++;
-            t->kind = opt ? SHS_KIND_OPTIMIZER : SHS_KIND_MODEL;
-            t->dtype = ti->dtype;
-            t->ndim = ti->ndim;
-            t->name = shs__strndup(ti->name, ti->name_len);
-            t->gshape = shs__calloc(ti->ndim ? ti->ndim : 1, sizeof *t->gshape);
-            t->c = shs__calloc(1, sizeof *t->c);
-            if (t->c) {
-                t->nc = 1;
-                t->c->off = shs__calloc(ti->ndim ? ti->ndim : 1, sizeof(uint64_t));
-                t->c->shape = shs__calloc(ti->ndim ? ti->ndim : 1, sizeof(uint64_t));
-                t->c->key = shs__strndup(ti->name, ti->name_len);
-            }
-            if (!t->name || !t->gshape || !t->c || !t->c->off || !t->c->shape || !t->c->key) {
-                shs_file_close(f);
-                OOM();
-            }
-            for (size_t dd = 0; dd < ti->ndim; dd++)
-                t->gshape[dd] = t->c->shape[dd] = ti->shape[dd];
-            t->c->file = (uint32_t)i;
-            t->c->b0 = shs_file_data_start(f) + ti->offset;
-            t->c->b1 = t->c->b0 + ti->nbytes;
-        }
-        shs_file_close(f);
-    }
-    if (m->nt > 1)
-        qsort(m->t, m->nt, sizeof *m->t, cmp_mtensor);
-    for (size_t i = 1; i < m->nt; i++)
-        if (strcmp(m->t[i - 1].name, m->t[i].name) == 0)
-            BAD("%s: tensor '%s' appears in two files", dir, m->t[i].name);
-    return SHS_OK;
-fail:
-    shs__meta_free(m);
-    return rc;
 }
 
 #undef OOM

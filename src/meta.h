@@ -113,10 +113,30 @@ char *shs__meta_seal(const char *text, size_t len, size_t *out_len);
 /* The tensor whose name is the `len` bytes at `name`, or NULL. */
 const shs__mtensor *shs__meta_find_n(const shs__meta *m, const char *name, size_t len);
 
-/* The model of a plain directory of safetensors files: each tensor whole
-   (one chunk), names unique across files; files whose name holds "-opt-"
-   hold optimizer state.  SHS_ENOCHECKPOINT when there is no such file. */
+/* Models of safetensors files without metadata.json (meta_plain.c): each
+   tensor whole (one chunk), names unique across files (SHS_ECORRUPT
+   otherwise), files whose name holds "-opt-" hold optimizer state; plain
+   set, world size 1.  The file names are relative to a folder: `dir`, or
+   the folder of `path` / `index_path`. */
+
+/* Every *.safetensors file of `dir` (step from the directory's name, else
+   -1).  SHS_ENOCHECKPOINT when there is no such file. */
 int shs__meta_from_plain(shs__meta *m, const char *dir);
+
+/* One safetensors file. */
+int shs__meta_from_file(shs__meta *m, const char *path);
+
+/* The Hugging Face index of a sharded model: `weight_map` {tensor: file}
+   picks the files and which tensor each holds (never a directory
+   listing).  SHS_ECORRUPT naming the problem for a file name outside the
+   index's folder, a missing file, or a tensor the file does not hold. */
+#define SHS__HF_INDEX "model.safetensors.index.json"
+int shs__meta_from_hf_index(shs__meta *m, const char *index_path);
+
+/* A folder without metadata.json: through SHS__HF_INDEX when it holds
+   one (its path then goes to *index_out, caller frees, when index_out is
+   not NULL), else every *.safetensors file. */
+int shs__meta_from_folder(shs__meta *m, const char *dir, char **index_out);
 
 /* Free what *m holds and empty it (an empty model may be freed again). */
 void shs__meta_free(shs__meta *m);

@@ -1,8 +1,9 @@
 /*
  * view.c -- the public read-only side of checkpoints: resolving a path to
- * a step directory, verifying one, the shs_checkpoint view of its
- * metadata, and the save-path maintenance entry points (list, tracker,
- * remove, clean).  Format: docs/checkpoint.md.
+ * a step directory, verifying one, the accessors of the shs_checkpoint
+ * handle's model (read.c opens it and reads data), and the save-path
+ * maintenance entry points (list, tracker, remove, clean).  Format:
+ * docs/checkpoint.md.
  */
 #include "common_json.h"
 #include "hash.h"
@@ -146,7 +147,7 @@ int shs_checkpoint_verify(const char *dir)
     (void)is_step;
     if ((rc = shs__meta_parse(&m, dir)) < 0)
         return rc;
-    shs__loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)) };
+    shs__loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)), 0, NULL };
     uint8_t **used = shs__calloc(m.nf + 1, sizeof *used);
     void *buf = NULL;
     if (!L.fh || !used) {
@@ -246,48 +247,6 @@ done:
     return rc;
 }
 
-struct shs_checkpoint {
-    shs__meta m;
-    shs_ckpt_tensor_info *info;
-};
-
-int shs_checkpoint_open(shs_checkpoint **out, const char *dir)
-{
-    if (!out || !dir)
-        return shs__err(SHS_EINVAL, "shs_checkpoint_open: NULL argument");
-    *out = NULL;
-    shs_checkpoint *c = shs__calloc(1, sizeof *c);
-    if (!c)
-        return shs__err(SHS_ENOMEM, "out of memory");
-    int rc = shs__step_dir_has_metadata(dir) ? shs__meta_parse(&c->m, dir)
-                                             : shs__meta_from_plain(&c->m, dir);
-    if (rc < 0) {
-        shs__free(c);
-        return rc;
-    }
-    c->info = shs__calloc(c->m.nt + 1, sizeof *c->info);
-    if (!c->info) {
-        shs_checkpoint_close(c);
-        return shs__err(SHS_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < c->m.nt; i++) {
-        const shs__mtensor *t = &c->m.t[i];
-        c->info[i] = (shs_ckpt_tensor_info){ t->name, t->kind, t->dtype, t->ndim, t->gshape,
-                                             t->nc };
-    }
-    *out = c;
-    return SHS_OK;
-}
-
-void shs_checkpoint_close(shs_checkpoint *c)
-{
-    if (!c)
-        return;
-    shs__meta_free(&c->m);
-    shs__free(c->info);
-    shs__free(c);
-}
-
 int64_t shs_checkpoint_step(const shs_checkpoint *c) { return c->m.step; }
 int shs_checkpoint_world_size(const shs_checkpoint *c) { return c->m.world_size; }
 int shs_checkpoint_is_plain(const shs_checkpoint *c) { return c->m.plain; }
@@ -321,20 +280,28 @@ int shs_checkpoint_find(size_t *out, const shs_checkpoint *c, const char *name)
 
 int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *c, size_t ti, size_t ci)
 {
+    if (!out || out->version < 1 || out->version > SHS_CHUNK_INFO_VERSION)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_chunk: initialise the shs_chunk_info with "
+                        "SHS_CHUNK_INFO_INIT (version %u unknown)", out ? out->version : 0);
     if (ti >= c->m.nt || ci >= c->m.t[ti].nc)
         return shs__err(SHS_ERANGE, "chunk %zu of tensor %zu out of range", ci, ti);
     const shs__mchunk *k = &c->m.t[ti].c[ci];
-    *out = (shs_chunk_info){ k->off, k->shape, k->file, k->key, k->b0, k->b1, k->hash,
-                             k->has_hash };
+    /* version 1 holds every field below; a later version fills more */
+    *out = (shs_chunk_info){ out->version, k->off, k->shape, k->file, k->key, k->b0, k->b1,
+                             k->hash, k->has_hash };
     return SHS_OK;
 }
 
 int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *c, size_t i)
 {
+    if (!out || out->version < 1 || out->version > SHS_BLOB_INFO_VERSION)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_blob: initialise the shs_blob_info with "
+                        "SHS_BLOB_INFO_INIT (version %u unknown)", out ? out->version : 0);
     if (i >= c->m.nb)
         return shs__err(SHS_ERANGE, "blob %zu out of range", i);
     const shs__mblob *b = &c->m.b[i];
-    *out = (shs_blob_info){ b->name, b->rank, b->file, b->key, b->b0, b->b1, b->hash };
+    *out = (shs_blob_info){ out->version, b->name, b->rank, b->file, b->key, b->b0, b->b1,
+                            b->hash, b->b1 - b->b0 };
     return SHS_OK;
 }
 

@@ -1228,7 +1228,7 @@ static void test_block_checksums(void **state)
     assert_int_equal(shs_checkpoint_resolve(dir, sizeof dir, sp, -1), SHS_OK);
     shs_checkpoint *c;
     assert_int_equal(shs_checkpoint_open(&c, dir), SHS_OK);
-    shs_chunk_info ci;
+    shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
     assert_int_equal(shs_checkpoint_chunk(&ci, c, 0, 0), SHS_OK);
     char file[4200];
     snprintf(file, sizeof file, "%s/%s", dir, shs_checkpoint_file_name(c, ci.file));

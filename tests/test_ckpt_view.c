@@ -66,7 +66,7 @@ static void check_chunks(const shs_checkpoint *ck, const char *dir, size_t ti,
     const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, ti);
     assert_non_null(t);
     for (size_t c = 0; c < t->n_chunks; c++) {
-        shs_chunk_info ci;
+        shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
         TU_OK(shs_checkpoint_chunk(&ci, ck, ti, c));
         assert_true(ci.file < shs_checkpoint_file_count(ck));
         const char *fname = shs_checkpoint_file_name(ck, ci.file);
@@ -95,7 +95,7 @@ static void check_chunks(const shs_checkpoint *ck, const char *dir, size_t ti,
             free(bytes);
         }
     }
-    shs_chunk_info ci;
+    shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
     assert_int_equal(shs_checkpoint_chunk(&ci, ck, ti, t->n_chunks), SHS_ERANGE);
 }
 
@@ -146,7 +146,7 @@ static void test_view_of_saved_step(void **state)
         check_chunks(ck, dir, i, 1);
     }
     assert_null(shs_checkpoint_tensor(ck, 3));
-    shs_chunk_info ci;
+    shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
     assert_int_equal(shs_checkpoint_chunk(&ci, ck, 3, 0), SHS_ERANGE);
 
     /* the data of w is the saved values (one whole chunk, world size 1) */
@@ -180,7 +180,7 @@ static void test_view_of_saved_step(void **state)
     assert_int_equal(shs_checkpoint_blob_count(ck), 3);
     int seen[3] = { 0 };
     for (size_t i = 0; i < 3; i++) {
-        shs_blob_info b;
+        shs_blob_info b = SHS_BLOB_INFO_INIT;
         TU_OK(shs_checkpoint_blob(&b, ck, i));
         int which = -1;
         for (int k = 0; k < 3; k++)
@@ -201,7 +201,7 @@ static void test_view_of_saved_step(void **state)
         free(got);
     }
     assert_true(seen[0] == 1 && seen[1] == 1 && seen[2] == 1);
-    shs_blob_info b;
+    shs_blob_info b = SHS_BLOB_INFO_INIT;
     assert_int_equal(shs_checkpoint_blob(&b, ck, 3), SHS_ERANGE);
     shs_checkpoint_close(ck);
     shs_checkpoint_close(NULL);
@@ -299,7 +299,7 @@ static void test_view_of_plain_dir(void **state)
         assert_int_equal(t->kind, kinds[i]);
         assert_int_equal(t->dtype, dts[i]);
         assert_int_equal(t->n_chunks, 1);
-        shs_chunk_info ci;
+        shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
         TU_OK(shs_checkpoint_chunk(&ci, ck, i, 0));
         assert_string_equal(ci.key, t->name);
         assert_int_equal(ci.file, i == 0 ? 1 : 0);
@@ -312,7 +312,7 @@ static void test_view_of_plain_dir(void **state)
     const shs_ckpt_tensor_info *x = shs_checkpoint_tensor(ck, 1);
     assert_true(x->ndim == 2 && x->shape[0] == 2 && x->shape[1] == 3);
     assert_int_equal(shs_checkpoint_blob_count(ck), 0);
-    shs_blob_info b;
+    shs_blob_info b = SHS_BLOB_INFO_INIT;
     assert_int_equal(shs_checkpoint_blob(&b, ck, 0), SHS_ERANGE);
     size_t idx;
     TU_OK(shs_checkpoint_find(&idx, ck, "y"));
@@ -542,7 +542,7 @@ static void test_hostile_metadata(void **state)
     shs_checkpoint *ck;
     TU_OK(shs_checkpoint_open(&ck, dir));
     assert_int_equal(shs_checkpoint_step(ck), 1);
-    shs_chunk_info ci;
+    shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
     TU_OK(shs_checkpoint_chunk(&ci, ck, 0, 0));
     assert_true(ci.has_xxh3 && ci.xxh3 == 0xff && ci.byte_begin == 8 && ci.byte_end == 16);
     shs_checkpoint_close(ck);

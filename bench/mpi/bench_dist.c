@@ -511,7 +511,7 @@ static void disk_bytes(const char *save_path, uint64_t *total, uint64_t *per_ran
     for (size_t i = 0; i < shs_checkpoint_tensor_count(c); i++) {
         const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(c, i);
         for (size_t k = 0; k < ti->n_chunks; k++) {
-            shs_chunk_info ci;
+            shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
             CHECK(shs_checkpoint_chunk(&ci, c, i, k));
             uint64_t b = ci.byte_end - ci.byte_begin;
             *total += b;

@@ -251,6 +251,8 @@ d = json.load(open(p))
 d["extra"] = 1
 json.dump(d, open(p, "w"))
 EOF
+# re-sealed: the common.json rule is what fails, not the checksum of an edit
+"$PY" "$SHS_SOURCE_DIR/tests/cli/reseal.py" "$C/iteration_00000300"
 expect 0 "inspect with an invalid common.json still prints the checkpoint" "$SHS_BIN" inspect "$C/iteration_00000300"
 has "$WORK/out" "common.json: missing or invalid" "invalid common.json: section says so"
 has "$WORK/err" "unknown key" "invalid common.json: the warning gives the library's reason"

@@ -45,7 +45,7 @@ has "$WORK/out" "3 tensors compared, 0 differ, only in A: 0, only in B: 0" "summ
 lacks "$WORK/out" "differs" "no difference line for identical files"
 
 expect 1 "a flipped value" "$SHS_BIN" diff "$F/base.safetensors" "$F/flip.safetensors"
-has "$WORK/out" "values differ: w: 1 of 60 elements differ (max abs diff 1)" "flipped value: tensor, count and max diff"
+has "$WORK/out" "values differ: w: 1 of 60 elements differ (max abs diff 1) at [3, 2]" "flipped value: tensor, count, max diff and its index"
 has "$WORK/out" "3 tensors compared, 1 differ, only in A: 0, only in B: 0" "flipped value: summary"
 lacks "$WORK/out" "values differ: b" "flipped value: other tensors equal"
 
@@ -63,8 +63,9 @@ has "$WORK/out" "dtype differs: w: F32 [10, 6] vs F64 [10, 6]" "dtype mismatch l
 has "$WORK/out" "3 tensors compared, 1 differ" "dtype mismatch summary"
 expect 1 "shape mismatch" "$SHS_BIN" diff "$F/base.safetensors" "$F/shape.safetensors"
 has "$WORK/out" "shape differs: w: F32 [10, 6] vs F32 [6, 10]" "shape mismatch line"
-# a tolerance never makes a dtype or shape mismatch equal
-expect 1 "dtype mismatch with a tolerance" "$SHS_BIN" diff --atol 1 "$F/base.safetensors" "$F/dtype.safetensors"
+# under a tolerance two float dtypes compare as F64; a shape mismatch stays
+expect 0 "F32 vs F64 within a tolerance" "$SHS_BIN" diff --atol 1e-12 "$F/base.safetensors" "$F/dtype.safetensors"
+expect 1 "shape mismatch with a tolerance" "$SHS_BIN" diff --atol 1 "$F/base.safetensors" "$F/shape.safetensors"
 
 # ---- tolerances ----
 expect 1 "near values differ bitwise" "$SHS_BIN" diff "$F/base.safetensors" "$F/near.safetensors"
@@ -102,7 +103,8 @@ assert by["x"]["status"] == "only_in_a" and by["x"]["dtype_a"] == "F32" and by["
 w = by["w"]
 assert w["status"] == "values" and w["elements"] == 60 and w["differing"] == 1, w
 assert w["max_abs_diff"] == 1.0, w
-assert d["summary"] == {"compared": 3, "differ": 1, "only_in_a": 1, "only_in_b": 0, "equal": False}, d["summary"]
+assert w["worst_index"] == [3, 2], w
+assert d["summary"] == {"compared": 3, "differ": 1, "only_in_a": 1, "only_in_b": 0, "other": 0, "equal": False}, d["summary"]
 EOF
 expect 0 "--json, equal" "$SHS_BIN" diff --json "$F/base.safetensors" "$F/same.safetensors"
 cp "$WORK/out" "$WORK/diff.json"
@@ -246,7 +248,7 @@ has "$WORK/out" "values differ: q: 1 of 32 elements differ" "F4 column chunks: t
 has "$WORK/out" "values differ: p: 1 of 16 elements differ" "1-D F4 chunks: the changed element"
 has "$WORK/out" "6 tensors compared, 3 differ" "hand-made vs changed: summary"
 expect 2 "chunks not covering a tensor (trouble)" "$SHS_BIN" diff "$WORK/gap" "$WORK/gap.whole.safetensors"
-has "$WORK/err" "tensor 'v': the saved chunks cover 4 of its 10 elements" "coverage error message"
+has "$WORK/err" "tensor 'v': the saved chunks cover" "coverage error message"
 expect 2 "F4 chunks not on byte boundaries (trouble)" "$SHS_BIN" diff "$WORK/subbyte" "$WORK/subbyte.whole.safetensors"
 has "$WORK/err" "does not start and end on byte boundaries" "sub-byte chunk error message"
 
@@ -316,10 +318,62 @@ b = bytearray(open(p, "rb").read())
 b[-5] ^= 0x10
 open(p, "wb").write(b)
 EOF
-expect 2 "corrupted checkpoint (trouble)" "$SHS_BIN" diff "$S100" "$WORK/bad100"
+# same chunk boxes and stored checksums: equal without reading ...
+expect 0 "corrupted checkpoint, checksums trusted" "$SHS_BIN" diff "$S100" "$WORK/bad100"
+# ... --full reads both sides and finds the damage
+expect 2 "corrupted checkpoint with --full (trouble)" "$SHS_BIN" diff --full "$S100" "$WORK/bad100"
 has "$WORK/err" "checksum" "corrupted checkpoint: checksum named"
 
-# ---- bounded memory: two tensors at a time, not the whole checkpoint ----
+# ---- float dtypes across files: F32 vs BF16 ----
+"$PY" - <<'EOF'
+import os, numpy as np, mkst
+W = os.environ["WORK"]
+w = (1 + np.arange(60, dtype=np.float32).reshape(10, 6) / 64).astype(np.float32)  # exact in BF16
+mkst.write(f"{W}/wbf.safetensors", [("w", "BF16", [10, 6], mkst.bf16_rne(w).tobytes())])
+w2 = w.copy(); w2[7, 1] += 0.5
+mkst.write(f"{W}/wbf2.safetensors", [("w", "BF16", [10, 6], mkst.bf16_rne(w2).tobytes())])
+mkst.write(f"{W}/w32.safetensors", [mkst.entry("w", w)])
+EOF
+expect 1 "F32 vs BF16 without a tolerance: a dtype difference" "$SHS_BIN" diff "$WORK/w32.safetensors" "$WORK/wbf.safetensors"
+has "$WORK/out" "dtype differs: w: F32 [10, 6] vs BF16 [10, 6]" "F32 vs BF16: dtype line"
+expect 0 "F32 vs BF16 within --atol 0 (compared as F64)" "$SHS_BIN" diff --atol 0 "$WORK/w32.safetensors" "$WORK/wbf.safetensors"
+expect 1 "F32 vs changed BF16 beyond --atol 0.1" "$SHS_BIN" diff --atol 0.1 "$WORK/w32.safetensors" "$WORK/wbf2.safetensors"
+has "$WORK/out" "values differ: w: 1 of 60 elements differ (max abs diff 0.5) at [7, 1]" "F32 vs BF16: the changed element and its index"
+expect 0 "F32 vs changed BF16 within --atol 0.5" "$SHS_BIN" diff --atol 0.5 "$WORK/w32.safetensors" "$WORK/wbf2.safetensors"
+
+# ---- blobs and common.json ----
+expect 1 "step 100 vs step 50: progress differs" "$SHS_BIN" diff "$S100" "$S50"
+has "$WORK/out" "progress differs: global_step: 100 vs 50" "common.json field difference named"
+cp -a "$S100" "$WORK/prog100"
+"$PY" - "$WORK/prog100/common.json" <<'EOF'
+import json, sys
+p = sys.argv[1]; d = json.load(open(p)); d["consumed_samples"] += 1
+json.dump(d, open(p, "w"))
+EOF
+"$PY" "$SHS_SOURCE_DIR/tests/cli/reseal.py" "$WORK/prog100"   # a real difference, not damage
+expect 1 "only common.json differs" "$SHS_BIN" diff "$S100" "$WORK/prog100"
+has "$WORK/out" "progress differs: consumed_samples:" "consumed_samples difference"
+has "$WORK/out" "0 differ, only in A: 0, only in B: 0; 1 blob or progress difference(s)" "summary counts it"
+expect 1 "only common.json differs, --json" "$SHS_BIN" diff --json "$S100" "$WORK/prog100"
+has "$WORK/out" '"status": "progress"' "--json lists the progress difference"
+cp -a "$S100" "$WORK/blob100"
+BLOB=$("$PY" - "$WORK/blob100/metadata.json" <<'EOF'
+import json, os, sys
+import reseal
+p = sys.argv[1]; d = json.load(open(p))
+b = d["blobs"][0]
+b["xxh3"] = "%016x" % (int(b["xxh3"], 16) ^ 1)
+reseal.reseal(os.path.dirname(p), d)
+print(b["name"])
+EOF
+)
+expect 1 "a blob's checksum differs" "$SHS_BIN" diff "$S100" "$WORK/blob100"
+has "$WORK/out" "blob differs: $BLOB (rank 0)" "blob difference named"
+expect 2 "a blob not matching its checksum, --full (trouble)" "$SHS_BIN" diff --full "$WORK/blob100" "$WORK/blob100"
+has "$WORK/err" "checksum" "--full checks blob checksums"
+expect 0 "checkpoint vs itself, --full" "$SHS_BIN" diff --full "$S100" "$S100"
+
+# ---- bounded memory: slabs of both sides, never whole tensors ----
 if [ -x /usr/bin/time ]; then
     "$PY" - <<'EOF'
 import os, numpy as np, mkst
@@ -333,7 +387,8 @@ EOF
     expect 0 "a 128 MiB directory vs itself" env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}quarantine_size_mb=8" \
         /usr/bin/time -f %M -o "$WORK/rss" "$SHS_BIN" diff "$WORK/bigdir" "$WORK/bigdir"
     RSS=$(tail -n 1 "$WORK/rss")
-    LIMIT_KB=$((130 * 1024))
+    # 8 MiB slabs per side plus one 4 MiB read window per side
+    LIMIT_KB=$((64 * 1024))
     CHECKS=$((CHECKS + 1))
     if [ "$RSS" -lt "$LIMIT_KB" ]; then pass "diff peak RSS ${RSS} KiB < ${LIMIT_KB} KiB"
     else fail "diff peak RSS ${RSS} KiB >= ${LIMIT_KB} KiB (whole checkpoint in memory?)"; fi

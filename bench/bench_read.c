@@ -1,0 +1,270 @@
+/*
+ * bench_read.c -- the public read API against the manager's own load.
+ *
+ *   bench_read DIR [MIB]   (default 1024)
+ *
+ * Saves MIB of F32 state (16 matrices [rows, 4096], rows split over 4
+ * ranks: 4 files) with 4 ranks in one process (threads over a small
+ * communicator), then, warm cache:
+ *   1. shs_checkpoint_read of every whole tensor vs shs_manager_load into
+ *      whole tensors (world 1) from the same checkpoint;   target >= 0.9x
+ *   2. the box of rank 1 of 3 (rows split in 3) of every tensor:
+ *      shs_checkpoint_read vs a manager loading that box (4 -> 3
+ *      reshard);                                             target >= 0.8x
+ * and saves a second copy with rows split over 3 ranks for
+ * `shardsafe diff` (timed with /usr/bin/time -v by bench/run.sh or by
+ * hand: the command is printed).
+ */
+#include "shardsafe.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char *g_mode = "";
+
+#define BENCH_NAME "bench_read"
+#include "benchutil.h"
+
+#define NT 16
+#define COLS 4096u
+
+typedef struct tshared {
+    pthread_barrier_t bar;
+    const void *slot[8];
+    int n;
+} tshared;
+
+typedef struct tcomm {
+    tshared *sh;
+    int rank;
+} tcomm;
+
+static int t_barrier(void *ctx)
+{
+    pthread_barrier_wait(&((tcomm *)ctx)->sh->bar);
+    return SHS_OK;
+}
+
+static int t_bcast(void *ctx, void *buf, size_t len, int root)
+{
+    tcomm *c = ctx;
+    if (c->rank == root)
+        c->sh->slot[root] = buf;
+    t_barrier(c);
+    if (c->rank != root)
+        memcpy(buf, c->sh->slot[root], len);
+    return t_barrier(c);
+}
+
+static int t_allgather(void *ctx, const void *send, size_t len, void *recv)
+{
+    tcomm *c = ctx;
+    c->sh->slot[c->rank] = send;
+    t_barrier(c);
+    for (int i = 0; i < c->sh->n; i++)
+        memcpy((char *)recv + (size_t)i * len, c->sh->slot[i], len);
+    return t_barrier(c);
+}
+
+static int t_gatherv(void *ctx, const void *send, const size_t *lens, void *recv, int root)
+{
+    tcomm *c = ctx;
+    c->sh->slot[c->rank] = send;
+    t_barrier(c);
+    if (c->rank == root)
+        for (int i = 0, at = 0; i < c->sh->n; at += (int)lens[i], i++)
+            memcpy((char *)recv + at, c->sh->slot[i], lens[i]);
+    return t_barrier(c);
+}
+
+static int t_p2p(void *ctx, void *buf, size_t len, int peer, int tag)
+{
+    (void)ctx, (void)buf, (void)len, (void)peer, (void)tag;
+    return SHS_EUNSUPPORTED;
+}
+
+static int t_send(void *ctx, const void *buf, size_t len, int peer, int tag)
+{
+    return t_p2p(ctx, (void *)buf, len, peer, tag);
+}
+
+static const shs_comm_ops k_tops = { SHS_COMM_OPS_VERSION, t_barrier, t_bcast, t_allgather,
+                                     t_gatherv, t_send, t_p2p, NULL };
+
+static uint64_t g_rows;
+
+typedef struct job {
+    tshared *sh;
+    int rank, nranks;
+    const char *sp;
+} job;
+
+/* Rows [r0, r1) of tensor i when `rows` are split over n ranks. */
+static void split(uint64_t rows, int n, int r, uint64_t *r0, uint64_t *r1)
+{
+    *r0 = rows * (uint64_t)r / (uint64_t)n;
+    *r1 = rows * (uint64_t)(r + 1) / (uint64_t)n;
+}
+
+static void *save_rank(void *arg)
+{
+    job *j = arg;
+    shs_state *st;
+    shs_comm *comm;
+    shs_manager *m;
+    tcomm tc = { j->sh, j->rank };
+    uint64_t r0, r1;
+    split(g_rows, j->nranks, j->rank, &r0, &r1);
+    uint64_t g[2] = { g_rows, COLS }, off[2] = { r0, 0 }, sh[2] = { r1 - r0, COLS };
+    float *buf = malloc((size_t)(r1 - r0) * COLS * 4 * NT);
+    CHECK(shs_state_create(&st));
+    for (int i = 0; i < NT; i++) {
+        float *p = buf + (size_t)i * (r1 - r0) * COLS;
+        for (uint64_t k = 0; k < (r1 - r0) * COLS; k++)
+            p[k] = (float)((r0 * COLS + k) % 1000003) * 0.5f + (float)i;
+        char name[32];
+        snprintf(name, sizeof name, "layer%02d.weight", i);
+        shs_tensor_spec s = SHS_TENSOR_SPEC_INIT;
+        s.name = name;
+        s.ndim = 2;
+        s.shape = sh;
+        s.global_shape = g;
+        s.global_offset = off;
+        s.data = p;
+        CHECK(shs_state_add_tensor(st, &s));
+    }
+    shs_config c;
+    shs_config_init(&c);
+    c.save_path = j->sp;
+    c.fsync = 0;
+    c.save_interleaved_steps = 1000000;
+    shs_progress pr = { 1, 1, 1, 1.0, 1, 1, "" };
+    CHECK(shs_comm_create(&comm, j->rank, j->nranks, &k_tops, &tc));
+    CHECK(shs_manager_create_comm(&m, &c, st, comm));
+    CHECK(shs_manager_save(m, &pr, 0));
+    CHECK(shs_manager_wait(m));
+    shs_manager_free(m);
+    shs_comm_free(comm);
+    shs_state_free(st);
+    free(buf);
+    return NULL;
+}
+
+static void save_n(const char *sp, int n)
+{
+    tshared sh = { .n = n };
+    job j[8];
+    pthread_t th[8];
+    pthread_barrier_init(&sh.bar, NULL, (unsigned)n);
+    for (int r = 0; r < n; r++) {
+        j[r] = (job){ &sh, r, n, sp };
+        pthread_create(&th[r], NULL, save_rank, &j[r]);
+    }
+    for (int r = 0; r < n; r++)
+        pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&sh.bar);
+}
+
+/* The manager's load of rows [r0, r1) of every tensor from sp. */
+static double manager_load(const char *sp, uint64_t r0, uint64_t r1, float *dst)
+{
+    shs_state *st;
+    shs_manager *m;
+    uint64_t g[2] = { g_rows, COLS }, off[2] = { r0, 0 }, sh[2] = { r1 - r0, COLS };
+    CHECK(shs_state_create(&st));
+    for (int i = 0; i < NT; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "layer%02d.weight", i);
+        shs_tensor_spec s = SHS_TENSOR_SPEC_INIT;
+        s.name = name;
+        s.ndim = 2;
+        s.shape = sh;
+        s.global_shape = g;
+        s.global_offset = off;
+        s.data = dst + (size_t)i * (r1 - r0) * COLS;
+        CHECK(shs_state_add_tensor(st, &s));
+    }
+    shs_config c;
+    shs_config_init(&c);
+    c.enable_save = 0;
+    c.load_path = sp;
+    CHECK(shs_manager_create(&m, &c, st));
+    shs_progress pr;
+    double t = now();
+    CHECK(shs_manager_load(m, &pr, NULL));
+    t = now() - t;
+    shs_manager_free(m);
+    shs_state_free(st);
+    return t;
+}
+
+static double public_read(const char *sp, uint64_t r0, uint64_t r1, float *dst)
+{
+    shs_checkpoint *ck;
+    double t = now();
+    CHECK(shs_checkpoint_open(&ck, sp));
+    uint64_t s[2] = { r0, 0 }, n[2] = { r1 - r0, COLS };
+    for (size_t i = 0; i < NT; i++)
+        CHECK(shs_checkpoint_read(ck, i, s, n, SHS_F32, dst + i * (r1 - r0) * COLS,
+                                  (size_t)((r1 - r0) * COLS * 4)));
+    shs_checkpoint_close(ck);
+    return now() - t;
+}
+
+static double best(double a, double b)
+{
+    return a < b ? a : b;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_read DIR [MIB]\n");
+        return 2;
+    }
+    uint64_t mib = argc > 2 ? strtoull(argv[2], NULL, 10) : 1024;
+    g_rows = mib * (1u << 20) / 4 / COLS / NT;
+    g_rows -= g_rows % 12;
+    double gb = (double)g_rows * COLS * 4 * NT / 1e9;
+    char sp4[4096], sp3[4096];
+    snprintf(sp4, sizeof sp4, "%s/read4", argv[1]);
+    snprintf(sp3, sizeof sp3, "%s/read3", argv[1]);
+    mkdir(argv[1], 0755);
+    save_n(sp4, 4);
+    save_n(sp3, 3);
+    float *a = malloc((size_t)(g_rows * COLS * 4 * NT));
+    float *b = malloc((size_t)(g_rows * COLS * 4 * NT));
+    if (!a || !b)
+        die("malloc", SHS_ENOMEM);
+    /* warm the page cache, then best of 3 */
+    manager_load(sp4, 0, g_rows, a);
+    double tm = 1e9, tr = 1e9;
+    for (int k = 0; k < 3; k++) {
+        tm = best(tm, manager_load(sp4, 0, g_rows, a));
+        tr = best(tr, public_read(sp4, 0, g_rows, b));
+    }
+    if (memcmp(a, b, (size_t)(g_rows * COLS * 4 * NT)) != 0)
+        die("whole read differs from the manager's load", SHS_ECORRUPT);
+    printf("whole %.2f GB, 4 files: manager load %.3f s (%.2f GB/s), public read %.3f s "
+           "(%.2f GB/s), ratio %.2f\n", gb, tm, gb / tm, tr, gb / tr, tm / tr);
+    uint64_t r0, r1;
+    split(g_rows, 3, 1, &r0, &r1);
+    double bgb = (double)(r1 - r0) * COLS * 4 * NT / 1e9, bm = 1e9, br = 1e9;
+    for (int k = 0; k < 3; k++) {
+        bm = best(bm, manager_load(sp4, r0, r1, a));
+        br = best(br, public_read(sp4, r0, r1, b));
+    }
+    if (memcmp(a, b, (size_t)((r1 - r0) * COLS * 4 * NT)) != 0)
+        die("resharded read differs from the manager's load", SHS_ECORRUPT);
+    printf("reshard 4->3 box of rank 1, %.2f GB: manager load %.3f s, public read %.3f s, "
+           "ratio %.2f\n", bgb, bm, br, bm / br);
+    printf("@@ {\"bench\": \"read\", \"gb\": %.3f, \"manager_s\": %.4f, \"read_s\": %.4f, "
+           "\"reshard_manager_s\": %.4f, \"reshard_read_s\": %.4f}\n", gb, tm, tr, bm, br);
+    printf("diff: /usr/bin/time -v shardsafe diff --full %s %s\n", sp4, sp3);
+    free(a);
+    free(b);
+    return 0;
+}
