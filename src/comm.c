@@ -140,37 +140,39 @@ fail:
 int shs__comm_allgather_bytes(shs_comm *c, const void *send, size_t len, char **out,
                               size_t **lens_out)
 {
+    const int size = c->size;
     char *buf = NULL;
     size_t *lens = NULL;
+    uint64_t *l64 = NULL, total = 0;
+    *out = NULL;
+    *lens_out = NULL;
+    /* Only the root learns that the gather failed (its buffer could not be
+       allocated): every rank goes on to the agreement whatever its own
+       result, or the others would wait for it in the next collective. */
     int rc = shs__comm_gather_bytes(c, send, len, 0, &buf, &lens);
-    if (rc < 0)
-        return rc;
-    /* the root shares the sizes, then the bytes */
-    uint64_t total = 0;
-    if (c->rank == 0)
-        for (int i = 0; i < c->size; i++)
-            total += lens[i];
-    if (c->rank != 0 && !(lens = shs__calloc((size_t)c->size, sizeof *lens)))
-        rc = shs__err(SHS_ENOMEM, "out of memory");
-    uint64_t *l64 = shs__calloc((size_t)c->size + 1, sizeof *l64);
-    if (!l64 && rc == SHS_OK)
+    if (!(l64 = shs__calloc((size_t)size + 1, sizeof *l64)) && rc == SHS_OK)
         rc = shs__err(SHS_ENOMEM, "out of memory");
     if ((rc = shs__comm_agree(c, rc, shs_last_error())) < 0)
         goto fail;
-    if (c->rank == 0)
-        for (int i = 0; i < c->size; i++)
+    /* the root (the only rank that has lens) shares the sizes, then the
+       bytes */
+    if (lens)
+        for (int i = 0; i < size; i++)
             l64[i] = lens[i];
-    if ((rc = shs__comm_bcast(c, l64, (size_t)c->size * sizeof *l64, 0)) < 0)
+    if ((rc = shs__comm_bcast(c, l64, (size_t)size * sizeof *l64, 0)) < 0)
         goto fail;
-    total = 0;
-    for (int i = 0; i < c->size; i++)
-        total += (lens[i] = (size_t)l64[i]);
-    if (c->rank != 0 && !(buf = shs__malloc(total ? (size_t)total : 1)))
+    for (int i = 0; i < size; i++)
+        total += l64[i];
+    if (!lens && !(lens = shs__calloc((size_t)size, sizeof *lens)))
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+    if (!buf && !(buf = shs__malloc(total ? (size_t)total : 1)) && rc == SHS_OK)
         rc = shs__err(SHS_ENOMEM, "out of memory");
     if ((rc = shs__comm_agree(c, rc, shs_last_error())) < 0)
         goto fail;
     if ((rc = shs__comm_bcast(c, buf, (size_t)total, 0)) < 0)
         goto fail;
+    for (int i = 0; i < size; i++)
+        lens[i] = (size_t)l64[i];
     shs__free(l64);
     *out = buf;
     *lens_out = lens;
@@ -208,5 +210,9 @@ int shs__comm_agree(shs_comm *c, int status, const char *msg)
             break;
         }
     shs__free(all);
+    /* A rank that failed never goes on, even with a backend that lost its
+       status in the exchange. */
+    if (rc >= 0 && status < 0)
+        rc = shs__err(status, "rank %d: %s", c->rank, mine.msg);
     return rc;
 }

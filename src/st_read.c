@@ -500,8 +500,8 @@ static int skip_value(parser *ps, int depth)
         }
         continue;
     object_key: {
-        const char *k;
-        size_t klen;
+        const char *k = NULL;
+        size_t klen = 0;
         if ((rc = parse_key(ps, &k, &klen)) < 0)
             return rc;
         if (ps->n_nk == ps->cap_nk) {
@@ -800,8 +800,8 @@ static int parse_header(parser *ps)
         goto done;
     }
     for (;;) {
-        const char *name;
-        size_t name_len;
+        const char *name = NULL;
+        size_t name_len = 0;
         if ((rc = parse_key(ps, &name, &name_len)) < 0)
             return rc;
         if (name_len == 12 && memcmp(name, "__metadata__", 12) == 0) {
