@@ -1,25 +1,42 @@
 /* comm.c -- communicator handles, the one-process backend, helpers. */
 #include "comm.h"
+#include "opts.h"
 
 #include <stdio.h>
 #include <string.h>
 
+typedef struct agree_msg {
+    int32_t status;
+    char msg[200];
+} agree_msg;
+
 int shs_comm_create(shs_comm **out, int rank, int size, const shs_comm_ops *ops, void *ctx)
 {
+    int rc;
     if (!out || !ops)
         return shs__err(SHS_EINVAL, "shs_comm_create: NULL argument");
     *out = NULL;
-    if (ops->version != SHS_COMM_OPS_VERSION || !ops->barrier || !ops->broadcast ||
-        !ops->allgather || !ops->gatherv || !ops->send || !ops->recv)
-        return shs__err(SHS_EINVAL, "shs_comm_create: incomplete ops (version %u)", ops->version);
+    if ((rc = shs__check_opts_version(ops->version, SHS_COMM_OPS_VERSION,
+                                      "shs_comm_create")) < 0)
+        return rc;
+    /* The caller's struct may be older (smaller) than ours: only the
+       fields its version has are read. */
+    shs_comm_ops mine = { SHS_COMM_OPS_VERSION, ops->barrier, ops->broadcast, ops->allgather,
+                          ops->gatherv, ops->send, ops->recv, ops->destroy }; /* version 1 */
+    if (!mine.barrier || !mine.broadcast || !mine.allgather || !mine.gatherv || !mine.send ||
+        !mine.recv)
+        return shs__err(SHS_EINVAL, "shs_comm_create: incomplete ops (version %u): every "
+                        "function but destroy is required", ops->version);
     if (size < 1 || rank < 0 || rank >= size)
         return shs__err(SHS_EINVAL, "shs_comm_create: rank %d of %d", rank, size);
     shs_comm *c = shs__calloc(1, sizeof *c);
-    if (!c)
-        return shs__err(SHS_ENOMEM, "out of memory");
+    if (!c || !(c->agree_buf = shs__calloc((size_t)size, sizeof(agree_msg)))) {
+        shs__free(c);
+        return shs__err(SHS_ENOMEM, "out of memory creating a communicator of %d ranks", size);
+    }
     c->rank = rank;
     c->size = size;
-    c->ops = *ops;
+    c->ops = mine;
     c->ctx = ctx;
     *out = c;
     return SHS_OK;
@@ -31,6 +48,7 @@ void shs_comm_free(shs_comm *c)
         return;
     if (c->ops.destroy)
         c->ops.destroy(c->ctx);
+    shs__free(c->agree_buf);
     shs__free(c);
 }
 
@@ -184,32 +202,22 @@ fail:
     return rc;
 }
 
-#define AGREE_MSG 200
-
 int shs__comm_agree(shs_comm *c, int status, const char *msg)
 {
     if (c->size == 1)
         return status;
-    struct {
-        int32_t status;
-        char msg[AGREE_MSG];
-    } mine, *all = shs__calloc((size_t)c->size, sizeof mine);
-    if (!all)
-        return shs__err(SHS_ENOMEM, "out of memory");
+    agree_msg mine, *all = c->agree_buf;
     memset(&mine, 0, sizeof mine);
     mine.status = status;
     snprintf(mine.msg, sizeof mine.msg, "%s", status < 0 && msg ? msg : "");
     int rc = shs__comm_allgather(c, &mine, sizeof mine, all);
-    if (rc < 0) {
-        shs__free(all);
+    if (rc < 0)
         return rc;
-    }
     for (int i = 0; i < c->size; i++)
         if (all[i].status < 0) {
             rc = shs__err(all[i].status, "rank %d: %s", i, all[i].msg);
             break;
         }
-    shs__free(all);
     /* A rank that failed never goes on, even with a backend that lost its
        status in the exchange. */
     if (rc >= 0 && status < 0)

@@ -26,6 +26,7 @@
 #include "io.h"
 #include "layout.h"
 #include "namemap.h"
+#include "opts.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1101,7 +1102,10 @@ int shs_file_open(shs_file **out, const char *path, const shs_open_opts *opts)
         return shs__err(SHS_EINVAL, "shs_file_open: out or path is NULL");
     *out = NULL;
     shs__err_clear();
-    unsigned flags = opts ? opts->flags : 0;
+    if (opts && (rc = shs__check_opts_version(opts->version, SHS_OPEN_OPTS_VERSION,
+                                              "shs_file_open")) < 0)
+        return rc;
+    unsigned flags = opts ? opts->flags : 0; /* version 1 */
     shs_file *f = file_new(path);
     if (!f)
         return shs__err(SHS_ENOMEM, "out of memory opening %s", path);
