@@ -183,7 +183,10 @@ int shs__config_resolve_key(key_ref *out, const char *name, size_t len)
         if (a->kind == A_RESERVED) {
             *out = (key_ref){ NULL, a, (unsigned)(N_FIELDS + i) };
         } else {
-            f = find_field(a->target, strlen(a->target));
+            /* a target missing from g_fields would be a bug of the tables
+               (every alias is tested): the name is then unknown */
+            if (!(f = find_field(a->target, strlen(a->target))))
+                return 0;
             *out = (key_ref){ f, a, (unsigned)(f - g_fields) };
         }
         return 1;
@@ -453,12 +456,33 @@ static int set_field(shs_config *cfg, const field *f, const char *name,
     return shs__err(SHS_EINVAL, "%s: bad field kind", f->name);
 }
 
+/* A reserved name (not implemented): only its default is accepted. */
+static int check_reserved(const alias *a, const char *name, const char *v)
+{
+    int is_default;
+    if (a->is_flag) {
+        int b;
+        if (shs__config_parse_flag(&b, v) < 0)
+            return shs__err(SHS_ECONFIG,
+                            "%s: expected a boolean (true/false/yes/no/1/0), got '%s'",
+                            name, v);
+        is_default = b == 0;
+    } else {
+        is_default = !*v || !strcmp(v, a->dflt);
+    }
+    if (!is_default)
+        return shs__err(SHS_ECONFIG,
+                        "%s: '%s' is not yet supported by shardsafe (only %s is "
+                        "accepted); remove the key", name, v, a->dflt);
+    return SHS_OK;
+}
+
 /* Set the field (or check the reserved name) `k` refers to. */
 int shs__config_set_key(shs_config *cfg, const key_ref *k, const char *name, const char *v)
 {
-    if (!k->a || k->a->kind == A_RENAME)
-        return set_field(cfg, k->f, name, v);
-    if (k->a->kind == A_ASYNC_MODE) {
+    if (!k->f)
+        return check_reserved(k->a, name, v);
+    if (k->a && k->a->kind == A_ASYNC_MODE) {
         int on;
         if (!strcmp(v, "disabled"))
             on = 0;
@@ -471,22 +495,7 @@ int shs__config_set_key(shs_config *cfg, const key_ref *k, const char *name, con
         *FIELD_PTR(cfg, k->f, int) = on;
         return SHS_OK;
     }
-    int is_default;
-    if (k->a->is_flag) {
-        int b;
-        if (shs__config_parse_flag(&b, v) < 0)
-            return shs__err(SHS_ECONFIG,
-                            "%s: expected a boolean (true/false/yes/no/1/0), got '%s'",
-                            name, v);
-        is_default = b == 0;
-    } else {
-        is_default = !*v || !strcmp(v, k->a->dflt);
-    }
-    if (!is_default)
-        return shs__err(SHS_ECONFIG,
-                        "%s: '%s' is not yet supported by shardsafe (only %s is "
-                        "accepted); remove the key", name, v, k->a->dflt);
-    return SHS_OK;
+    return set_field(cfg, k->f, name, v);
 }
 
 int shs_config_set(shs_config *config, const char *key, const char *value)
