@@ -1,25 +1,42 @@
 /* comm.c -- communicator handles, the one-process backend, helpers. */
 #include "comm.h"
+#include "opts.h"
 
 #include <stdio.h>
 #include <string.h>
 
+typedef struct agree_msg {
+    int32_t status;
+    char msg[200];
+} agree_msg;
+
 int shs_comm_create(shs_comm **out, int rank, int size, const shs_comm_ops *ops, void *ctx)
 {
+    int rc;
     if (!out || !ops)
         return shs__err(SHS_EINVAL, "shs_comm_create: NULL argument");
     *out = NULL;
-    if (ops->version != SHS_COMM_OPS_VERSION || !ops->barrier || !ops->broadcast ||
-        !ops->allgather || !ops->gatherv || !ops->send || !ops->recv)
-        return shs__err(SHS_EINVAL, "shs_comm_create: incomplete ops (version %u)", ops->version);
+    if ((rc = shs__check_opts_version(ops->version, SHS_COMM_OPS_VERSION,
+                                      "shs_comm_create")) < 0)
+        return rc;
+    /* The caller's struct may be older (smaller) than ours: only the
+       fields its version has are read. */
+    shs_comm_ops mine = { SHS_COMM_OPS_VERSION, ops->barrier, ops->broadcast, ops->allgather,
+                          ops->gatherv, ops->send, ops->recv, ops->destroy }; /* version 1 */
+    if (!mine.barrier || !mine.broadcast || !mine.allgather || !mine.gatherv || !mine.send ||
+        !mine.recv)
+        return shs__err(SHS_EINVAL, "shs_comm_create: incomplete ops (version %u): every "
+                        "function but destroy is required", ops->version);
     if (size < 1 || rank < 0 || rank >= size)
         return shs__err(SHS_EINVAL, "shs_comm_create: rank %d of %d", rank, size);
     shs_comm *c = shs__calloc(1, sizeof *c);
-    if (!c)
-        return shs__err(SHS_ENOMEM, "out of memory");
+    if (!c || !(c->agree_buf = shs__calloc((size_t)size, sizeof(agree_msg)))) {
+        shs__free(c);
+        return shs__err(SHS_ENOMEM, "out of memory creating a communicator of %d ranks", size);
+    }
     c->rank = rank;
     c->size = size;
-    c->ops = *ops;
+    c->ops = mine;
     c->ctx = ctx;
     *out = c;
     return SHS_OK;
@@ -31,6 +48,7 @@ void shs_comm_free(shs_comm *c)
         return;
     if (c->ops.destroy)
         c->ops.destroy(c->ctx);
+    shs__free(c->agree_buf);
     shs__free(c);
 }
 
@@ -140,37 +158,39 @@ fail:
 int shs__comm_allgather_bytes(shs_comm *c, const void *send, size_t len, char **out,
                               size_t **lens_out)
 {
+    const int size = c->size;
     char *buf = NULL;
     size_t *lens = NULL;
+    uint64_t *l64 = NULL, total = 0;
+    *out = NULL;
+    *lens_out = NULL;
+    /* Only the root learns that the gather failed (its buffer could not be
+       allocated): every rank goes on to the agreement whatever its own
+       result, or the others would wait for it in the next collective. */
     int rc = shs__comm_gather_bytes(c, send, len, 0, &buf, &lens);
-    if (rc < 0)
-        return rc;
-    /* the root shares the sizes, then the bytes */
-    uint64_t total = 0;
-    if (c->rank == 0)
-        for (int i = 0; i < c->size; i++)
-            total += lens[i];
-    if (c->rank != 0 && !(lens = shs__calloc((size_t)c->size, sizeof *lens)))
-        rc = shs__err(SHS_ENOMEM, "out of memory");
-    uint64_t *l64 = shs__calloc((size_t)c->size + 1, sizeof *l64);
-    if (!l64 && rc == SHS_OK)
+    if (!(l64 = shs__calloc((size_t)size + 1, sizeof *l64)) && rc == SHS_OK)
         rc = shs__err(SHS_ENOMEM, "out of memory");
     if ((rc = shs__comm_agree(c, rc, shs_last_error())) < 0)
         goto fail;
-    if (c->rank == 0)
-        for (int i = 0; i < c->size; i++)
+    /* the root (the only rank that has lens) shares the sizes, then the
+       bytes */
+    if (lens)
+        for (int i = 0; i < size; i++)
             l64[i] = lens[i];
-    if ((rc = shs__comm_bcast(c, l64, (size_t)c->size * sizeof *l64, 0)) < 0)
+    if ((rc = shs__comm_bcast(c, l64, (size_t)size * sizeof *l64, 0)) < 0)
         goto fail;
-    total = 0;
-    for (int i = 0; i < c->size; i++)
-        total += (lens[i] = (size_t)l64[i]);
-    if (c->rank != 0 && !(buf = shs__malloc(total ? (size_t)total : 1)))
+    for (int i = 0; i < size; i++)
+        total += l64[i];
+    if (!lens && !(lens = shs__calloc((size_t)size, sizeof *lens)))
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+    if (!buf && !(buf = shs__malloc(total ? (size_t)total : 1)) && rc == SHS_OK)
         rc = shs__err(SHS_ENOMEM, "out of memory");
     if ((rc = shs__comm_agree(c, rc, shs_last_error())) < 0)
         goto fail;
     if ((rc = shs__comm_bcast(c, buf, (size_t)total, 0)) < 0)
         goto fail;
+    for (int i = 0; i < size; i++)
+        lens[i] = (size_t)l64[i];
     shs__free(l64);
     *out = buf;
     *lens_out = lens;
@@ -182,31 +202,25 @@ fail:
     return rc;
 }
 
-#define AGREE_MSG 200
-
 int shs__comm_agree(shs_comm *c, int status, const char *msg)
 {
     if (c->size == 1)
         return status;
-    struct {
-        int32_t status;
-        char msg[AGREE_MSG];
-    } mine, *all = shs__calloc((size_t)c->size, sizeof mine);
-    if (!all)
-        return shs__err(SHS_ENOMEM, "out of memory");
+    agree_msg mine, *all = c->agree_buf;
     memset(&mine, 0, sizeof mine);
     mine.status = status;
     snprintf(mine.msg, sizeof mine.msg, "%s", status < 0 && msg ? msg : "");
     int rc = shs__comm_allgather(c, &mine, sizeof mine, all);
-    if (rc < 0) {
-        shs__free(all);
+    if (rc < 0)
         return rc;
-    }
     for (int i = 0; i < c->size; i++)
         if (all[i].status < 0) {
             rc = shs__err(all[i].status, "rank %d: %s", i, all[i].msg);
             break;
         }
-    shs__free(all);
+    /* A rank that failed never goes on, even with a backend that lost its
+       status in the exchange. */
+    if (rc >= 0 && status < 0)
+        rc = shs__err(status, "rank %d: %s", c->rank, mine.msg);
     return rc;
 }

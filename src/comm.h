@@ -10,6 +10,11 @@ struct shs_comm {
     int rank, size;
     shs_comm_ops ops;
     void *ctx;
+    /* [size] messages of shs__comm_agree, allocated with the handle: the
+       agreement is how ranks learn of an error, so it must not need memory
+       when memory has run out (one buffer is enough: collectives come in
+       the same order on every rank, so one thread at a time uses them) */
+    void *agree_buf;
 };
 
 int shs__comm_barrier(shs_comm *c);

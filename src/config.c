@@ -1,52 +1,15 @@
 /*
- * config.c -- the checkpoint configuration: defaults, a table-driven
+ * config.c -- the checkpoint configuration: defaults and a table-driven
  * setter keyed by the exact field names (plus the names torchtitan uses
- * for some of them), and a YAML file's `checkpoint:` section and the
- * MindSpore Transformers top-level forms (`load_checkpoint`,
- * `resume_training`, a `CheckpointMonitor` entry of `callbacks:`), read
- * with libyaml's event API.
+ * for some of them).  Reading a YAML file is in config_yaml.c.
  */
-#include "internal.h"
-#include "io.h"
+#include "config_impl.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
-
-#include <yaml.h>
-
-/* A YAML file larger than this is refused: a config is a few KiB. */
-#define CONFIG_MAX_FILE_SIZE (1u << 20)
-
-/* ---- owned strings ----
- * Every string set through shs_config_set lives in its own node of a
- * singly linked list hanging off config->owned_.  Replacing a field frees
- * the node it pointed to, so setting a key twice does not leak; strings the
- * caller assigned directly are never in the list and never freed. */
-typedef struct owned_str {
-    struct owned_str *next;
-    char s[];
-} owned_str;
 
 /* ---- the field table: the one place that lists the accepted names ---- */
-typedef enum field_kind {
-    F_FLAG,     /* int, 0 or 1 */
-    F_INT,      /* int, >= min */
-    F_I64,      /* int64_t, >= min */
-    F_STR,      /* const char *, owned copy */
-    F_EXCLUDE   /* unsigned, SHS_EXCLUDE_* */
-} field_kind;
-
-typedef struct field {
-    const char *name;
-    field_kind kind;
-    size_t offset;
-    int64_t min;            /* F_INT / F_I64 */
-    const char *str_default; /* F_STR: what release resets the field to */
-} field;
 
 #define FLAG(n) { #n, F_FLAG, offsetof(shs_config, n), 0, NULL }
 #define INT(n, lo) { #n, F_INT, offsetof(shs_config, n), lo, NULL }
@@ -100,19 +63,6 @@ static const struct {
  * are accepted as aliases.  Options we do not implement yet are accepted
  * only at their default value, so that a config relying on them fails
  * loudly instead of being half-honoured. */
-typedef enum alias_kind {
-    A_RENAME,      /* same value as field `target` */
-    A_ASYNC_MODE,  /* disabled / async / async_with_pinned_mem -> async_save */
-    A_RESERVED     /* not implemented: only `dflt` is accepted */
-} alias_kind;
-
-typedef struct alias {
-    const char *name;
-    alias_kind kind;
-    const char *target;     /* A_RENAME, A_ASYNC_MODE: a g_fields name */
-    const char *dflt;       /* A_RESERVED: the only accepted value */
-    int is_flag;            /* A_RESERVED: dflt is a boolean */
-} alias;
 
 static const alias g_aliases[] = {
     { "enable", A_RENAME, "enable_save", NULL, 0 },
@@ -179,7 +129,7 @@ void shs_config_init(shs_config *config)
     };
 }
 
-static int is_referenced(const shs_config *cfg, const char *s)
+int shs__config_is_referenced(const shs_config *cfg, const char *s)
 {
     for (size_t i = 0; i < N_FIELDS; i++)
         if (g_fields[i].kind == F_STR &&
@@ -188,7 +138,7 @@ static int is_referenced(const shs_config *cfg, const char *s)
     return 0;
 }
 
-static void free_owned_list(owned_str *n)
+void shs__config_free_owned(owned_str *n)
 {
     while (n) {
         owned_str *next = n->next;
@@ -207,7 +157,7 @@ void shs_config_release(shs_config *config)
             if (f->kind == F_STR && *FIELD_PTR(config, f, const char *) == n->s)
                 *FIELD_PTR(config, f, const char *) = f->str_default;
         }
-    free_owned_list(config->owned_);
+    shs__config_free_owned(config->owned_);
     config->owned_ = NULL;
 }
 
@@ -220,15 +170,8 @@ static const field *find_field(const char *name, size_t len)
     return NULL;
 }
 
-/* What a key names: a field (directly or through an alias) or a reserved
-   name; `bit` is its bit in the duplicate mask. */
-typedef struct key_ref {
-    const field *f;     /* NULL for a reserved name */
-    const alias *a;     /* NULL for a field's own name */
-    unsigned bit;
-} key_ref;
 
-static int resolve_key(key_ref *out, const char *name, size_t len)
+int shs__config_resolve_key(key_ref *out, const char *name, size_t len)
 {
     const field *f = find_field(name, len);
     if (f) {
@@ -242,7 +185,10 @@ static int resolve_key(key_ref *out, const char *name, size_t len)
         if (a->kind == A_RESERVED) {
             *out = (key_ref){ NULL, a, (unsigned)(N_FIELDS + i) };
         } else {
-            f = find_field(a->target, strlen(a->target));
+            /* a target missing from g_fields would be a bug of the tables
+               (every alias is tested): the name is then unknown */
+            if (!(f = find_field(a->target, strlen(a->target))))
+                return 0;
             *out = (key_ref){ f, a, (unsigned)(f - g_fields) };
         }
         return 1;
@@ -308,7 +254,7 @@ static const char *suggest(const char *key, size_t len)
 
 /* "unknown checkpoint field 'x'" with a suggestion; `where` is "" or
    "file:line: ". */
-static int unknown_key(const char *where, const char *key, size_t len)
+int shs__config_unknown_key(const char *where, const char *key, size_t len)
 {
     const char *s = suggest(key, len);
     int shown = len > 200 ? 200 : (int)len;
@@ -333,7 +279,7 @@ static int ascii_ieq(const char *a, const char *b)
 }
 
 /* YAML 1.1 booleans as training configs write them. */
-static int parse_flag(int *out, const char *v)
+int shs__config_parse_flag(int *out, const char *v)
 {
     if (!strcmp(v, "1") || ascii_ieq(v, "true") || ascii_ieq(v, "yes")) {
         *out = 1;
@@ -450,7 +396,7 @@ static int set_string(shs_config *cfg, const field *f, const char *v)
     owned_str **pp = (owned_str **)&cfg->owned_;
     for (; *pp; pp = &(*pp)->next)
         if ((*pp)->s == old) {
-            if (!is_referenced(cfg, old)) {
+            if (!shs__config_is_referenced(cfg, old)) {
                 owned_str *dead = *pp;
                 *pp = dead->next;
                 shs__free(dead);
@@ -470,7 +416,7 @@ static int set_field(shs_config *cfg, const field *f, const char *name,
     switch (f->kind) {
     case F_FLAG: {
         int b;
-        if (parse_flag(&b, v) < 0)
+        if (shs__config_parse_flag(&b, v) < 0)
             return shs__err(SHS_ECONFIG,
                             "%s: expected a boolean (true/false/yes/no/1/0), "
                             "got '%s'", name, v);
@@ -512,12 +458,33 @@ static int set_field(shs_config *cfg, const field *f, const char *name,
     return shs__err(SHS_EINVAL, "%s: bad field kind", f->name);
 }
 
-/* Set the field (or check the reserved name) `k` refers to. */
-static int set_key(shs_config *cfg, const key_ref *k, const char *name, const char *v)
+/* A reserved name (not implemented): only its default is accepted. */
+static int check_reserved(const alias *a, const char *name, const char *v)
 {
-    if (!k->a || k->a->kind == A_RENAME)
-        return set_field(cfg, k->f, name, v);
-    if (k->a->kind == A_ASYNC_MODE) {
+    int is_default;
+    if (a->is_flag) {
+        int b;
+        if (shs__config_parse_flag(&b, v) < 0)
+            return shs__err(SHS_ECONFIG,
+                            "%s: expected a boolean (true/false/yes/no/1/0), got '%s'",
+                            name, v);
+        is_default = b == 0;
+    } else {
+        is_default = !*v || !strcmp(v, a->dflt);
+    }
+    if (!is_default)
+        return shs__err(SHS_ECONFIG,
+                        "%s: '%s' is not yet supported by shardsafe (only %s is "
+                        "accepted); remove the key", name, v, a->dflt);
+    return SHS_OK;
+}
+
+/* Set the field (or check the reserved name) `k` refers to. */
+int shs__config_set_key(shs_config *cfg, const key_ref *k, const char *name, const char *v)
+{
+    if (!k->f)
+        return check_reserved(k->a, name, v);
+    if (k->a && k->a->kind == A_ASYNC_MODE) {
         int on;
         if (!strcmp(v, "disabled"))
             on = 0;
@@ -530,22 +497,7 @@ static int set_key(shs_config *cfg, const key_ref *k, const char *name, const ch
         *FIELD_PTR(cfg, k->f, int) = on;
         return SHS_OK;
     }
-    int is_default;
-    if (k->a->is_flag) {
-        int b;
-        if (parse_flag(&b, v) < 0)
-            return shs__err(SHS_ECONFIG,
-                            "%s: expected a boolean (true/false/yes/no/1/0), got '%s'",
-                            name, v);
-        is_default = b == 0;
-    } else {
-        is_default = !*v || !strcmp(v, k->a->dflt);
-    }
-    if (!is_default)
-        return shs__err(SHS_ECONFIG,
-                        "%s: '%s' is not yet supported by shardsafe (only %s is "
-                        "accepted); remove the key", name, v, k->a->dflt);
-    return SHS_OK;
+    return set_field(cfg, k->f, name, v);
 }
 
 int shs_config_set(shs_config *config, const char *key, const char *value)
@@ -553,665 +505,7 @@ int shs_config_set(shs_config *config, const char *key, const char *value)
     if (!config || !key || !value)
         return shs__err(SHS_EINVAL, "shs_config_set: NULL argument");
     key_ref k;
-    if (!resolve_key(&k, key, strlen(key)))
-        return unknown_key("", key, strlen(key));
-    return set_key(config, &k, key, value);
-}
-
-/* ---- YAML ----
- * The event API (not the document API) is used on purpose: nothing is
- * expanded, so an alias bomb elsewhere in the file costs nothing, and
- * aliases inside `checkpoint:` are refused outright. */
-
-typedef struct yaml_loader {
-    yaml_parser_t parser;
-    const char *path;
-    shs_config *tmp;
-    uint64_t seen;          /* key_ref bits already set by this file */
-    size_t seen_line[64];   /* where each was set */
-    int have_checkpoint, have_callbacks;
-    /* MindSpore Transformers top-level keys, resolved after the whole file
-       was read (their meaning depends on each other) */
-    char *load_checkpoint;  /* NULL when absent, null or "" */
-    size_t load_checkpoint_line, resume_line;
-    int resume;             /* resume_training: -1 absent or null, 0, 1 */
-} yaml_loader;
-
-static size_t ev_line(const yaml_event_t *ev)
-{
-    return ev->start_mark.line + 1;
-}
-
-static int yl_next(yaml_loader *yl, yaml_event_t *ev)
-{
-    if (yaml_parser_parse(&yl->parser, ev))
-        return SHS_OK;
-    const yaml_parser_t *p = &yl->parser;
-    if (p->error == YAML_MEMORY_ERROR)
-        return shs__err(SHS_ENOMEM, "%s: out of memory parsing YAML", yl->path);
-    if (p->context)
-        return shs__err(SHS_ECONFIG,
-                        "%s:%zu:%zu: YAML syntax error: %s (%s at line %zu)",
-                        yl->path, p->problem_mark.line + 1,
-                        p->problem_mark.column + 1,
-                        p->problem ? p->problem : "unknown problem",
-                        p->context, p->context_mark.line + 1);
-    return shs__err(SHS_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s", yl->path,
-                    p->problem_mark.line + 1, p->problem_mark.column + 1,
-                    p->problem ? p->problem : "unknown problem");
-}
-
-/* Skip the rest of a node whose first event had type `first`. */
-static int yl_skip(yaml_loader *yl, yaml_event_type_t first)
-{
-    if (first != YAML_MAPPING_START_EVENT && first != YAML_SEQUENCE_START_EVENT)
-        return SHS_OK;
-    size_t depth = 1;
-    while (depth) {
-        yaml_event_t ev;
-        int rc = yl_next(yl, &ev);
-        if (rc < 0)
-            return rc;
-        if (ev.type == YAML_MAPPING_START_EVENT ||
-            ev.type == YAML_SEQUENCE_START_EVENT)
-            depth++;
-        else if (ev.type == YAML_MAPPING_END_EVENT ||
-                 ev.type == YAML_SEQUENCE_END_EVENT)
-            depth--;
-        yaml_event_delete(&ev);
-    }
-    return SHS_OK;
-}
-
-/* A plain scalar spelling null: "", "~", "null", "Null", "NULL". */
-static int is_null_scalar(const yaml_event_t *ev)
-{
-    if (ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-        return 0;
-    const char *v = (const char *)ev->data.scalar.value;
-    return !*v || !strcmp(v, "~") || !strcmp(v, "null") ||
-           !strcmp(v, "Null") || !strcmp(v, "NULL");
-}
-
-static int scalar_has_nul(const yaml_event_t *ev)
-{
-    return memchr(ev->data.scalar.value, '\0', ev->data.scalar.length) != NULL;
-}
-
-static int scalar_is(const yaml_event_t *ev, const char *s)
-{
-    return ev->type == YAML_SCALAR_EVENT && ev->data.scalar.length == strlen(s) &&
-           memcmp(ev->data.scalar.value, s, ev->data.scalar.length) == 0;
-}
-
-/* Record that key `name` on `line` sets what `k` names: one field may be
-   set once per file, under whichever of its names. */
-static int yl_claim(yaml_loader *yl, const key_ref *k, const char *name, size_t line)
-{
-    uint64_t bit = UINT64_C(1) << k->bit;
-    if (yl->seen & bit) {
-        if (k->f && strcmp(name, k->f->name) != 0)
-            return shs__err(SHS_ECONFIG,
-                            "%s:%zu: duplicate checkpoint field '%s' (it sets %s, "
-                            "already set on line %zu)", yl->path, line, name,
-                            k->f->name, yl->seen_line[k->bit]);
-        return shs__err(SHS_ECONFIG,
-                        "%s:%zu: duplicate checkpoint field '%s' (already set on "
-                        "line %zu)", yl->path, line, name, yl->seen_line[k->bit]);
-    }
-    yl->seen |= bit;
-    yl->seen_line[k->bit] = line;
-    return SHS_OK;
-}
-
-static int yl_apply(yaml_loader *yl, const key_ref *k, const char *name,
-                    const char *v, size_t line)
-{
-    int rc = set_key(yl->tmp, k, name, v);
-    if (rc < 0) {
-        char where[4200];
-        snprintf(where, sizeof where, "%s:%zu", yl->path, line);
-        return shs__err_prefix(rc, where);
-    }
-    return SHS_OK;
-}
-
-/* A scalar value: a null is "" here, fine for strings and
-   exclude_from_loading, an error for ints and flags. */
-static int yl_apply_scalar(yaml_loader *yl, const key_ref *k, const char *name,
-                           const yaml_event_t *ev)
-{
-    if (scalar_has_nul(ev))
-        return shs__err(SHS_ECONFIG, "%s:%zu: %s: value contains a NUL byte",
-                        yl->path, ev_line(ev), name);
-    return yl_apply(yl, k, name,
-                    is_null_scalar(ev) ? "" : (const char *)ev->data.scalar.value,
-                    ev_line(ev));
-}
-
-/* exclude_from_loading written as a YAML sequence: join the items with
-   commas and hand the text to the setter (one validation path). */
-static int yl_sequence_value(yaml_loader *yl, const key_ref *k, const char *name,
-                             size_t line)
-{
-    shs__buf b = SHS__BUF_INIT;
-    int rc = shs__buf_add(&b, "", 0);
-    while (rc >= 0) {
-        yaml_event_t ev;
-        if ((rc = yl_next(yl, &ev)) < 0)
-            break;
-        if (ev.type == YAML_SEQUENCE_END_EVENT) {
-            yaml_event_delete(&ev);
-            rc = yl_apply(yl, k, name, b.data, line);
-            break;
-        }
-        if (ev.type == YAML_ALIAS_EVENT)
-            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: aliases are not supported",
-                          yl->path, ev_line(&ev), name);
-        else if (ev.type != YAML_SCALAR_EVENT)
-            rc = shs__err(SHS_ECONFIG,
-                          "%s:%zu: %s: list items must be plain values",
-                          yl->path, ev_line(&ev), name);
-        else if (scalar_has_nul(&ev))
-            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: value contains a NUL byte",
-                          yl->path, ev_line(&ev), name);
-        else if (!b.len || (rc = shs__buf_addc(&b, ',')) >= 0)
-            rc = shs__buf_add(&b, ev.data.scalar.value, ev.data.scalar.length);
-        yaml_event_delete(&ev);
-    }
-    shs__buf_release(&b);
-    return rc;
-}
-
-/* The body of `checkpoint:`, after its MAPPING_START. */
-static int yl_checkpoint(yaml_loader *yl)
-{
-    for (;;) {
-        yaml_event_t ev;
-        int rc = yl_next(yl, &ev);
-        if (rc < 0)
-            return rc;
-        if (ev.type == YAML_MAPPING_END_EVENT) {
-            yaml_event_delete(&ev);
-            return SHS_OK;
-        }
-        size_t line = ev_line(&ev);
-        char name[64] = "";
-        key_ref k;
-        if (ev.type == YAML_ALIAS_EVENT) {
-            rc = shs__err(SHS_ECONFIG, "%s:%zu: aliases are not supported",
-                          yl->path, line);
-        } else if (ev.type != YAML_SCALAR_EVENT) {
-            rc = shs__err(SHS_ECONFIG,
-                          "%s:%zu: keys of 'checkpoint' must be plain names",
-                          yl->path, line);
-        } else if (!resolve_key(&k, (const char *)ev.data.scalar.value,
-                                ev.data.scalar.length)) {
-            char where[4200];
-            snprintf(where, sizeof where, "%s:%zu: ", yl->path, line);
-            rc = unknown_key(where, (const char *)ev.data.scalar.value,
-                             ev.data.scalar.length);
-        } else {
-            /* a known name: shorter than the buffer */
-            memcpy(name, ev.data.scalar.value, ev.data.scalar.length + 1);
-        }
-        yaml_event_delete(&ev);
-        if (rc < 0 || (rc = yl_claim(yl, &k, name, line)) < 0)
-            return rc;
-
-        if ((rc = yl_next(yl, &ev)) < 0)
-            return rc;
-        size_t vline = ev_line(&ev);
-        switch (ev.type) {
-        case YAML_SCALAR_EVENT:
-            rc = yl_apply_scalar(yl, &k, name, &ev);
-            break;
-        case YAML_SEQUENCE_START_EVENT:
-            if (k.f && k.f->kind == F_EXCLUDE)
-                rc = yl_sequence_value(yl, &k, name, vline);
-            else
-                rc = shs__err(SHS_ECONFIG,
-                              "%s:%zu: %s: expected a single value, got a list",
-                              yl->path, vline, name);
-            break;
-        case YAML_MAPPING_START_EVENT:
-            rc = shs__err(SHS_ECONFIG,
-                          "%s:%zu: %s: expected a single value, got a nested "
-                          "mapping", yl->path, vline, name);
-            break;
-        case YAML_ALIAS_EVENT:
-            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: aliases are not supported",
-                          yl->path, vline, name);
-            break;
-        default:
-            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: unexpected YAML event",
-                          yl->path, vline, name);
-            break;
-        }
-        yaml_event_delete(&ev);
-        if (rc < 0)
-            return rc;
-    }
-}
-
-/* ---- MindSpore Transformers: `callbacks:` ----
- * Its CheckpointMonitor entry holds the save policy.  The keys we can
- * honour map to our fields; any other key of that entry is refused, so a
- * setting never silently does nothing.  Entries of other types are not
- * looked into. */
-static const struct {
-    const char *name, *field;
-} g_monitor_keys[] = {
-    { "save_checkpoint_steps", "save_interleaved_steps" },
-    { "keep_checkpoint_max", "save_max" },
-    { "prefix", "prefix" },
-    { "directory", "save_path" },
-    { "async_checkpoint", "async_save" },
-    { "remove_redundancy", "remove_redundancy" },
-};
-
-#define MAX_ENTRY_KEYS 64
-
-typedef struct cb_pair {
-    yaml_event_t key, val;
-} cb_pair;
-
-/* The keys of one CheckpointMonitor entry, all scalars (checked). */
-static int yl_monitor(yaml_loader *yl, cb_pair *pairs, size_t n)
-{
-    int rc = SHS_OK;
-    int have_type = 0;
-    for (size_t i = 0; i < n && rc >= 0; i++) {
-        const yaml_event_t *kev = &pairs[i].key, *vev = &pairs[i].val;
-        const char *name = (const char *)kev->data.scalar.value;
-        size_t line = ev_line(kev);
-        if (scalar_is(kev, "type")) {
-            if (have_type++)
-                rc = shs__err(SHS_ECONFIG, "%s:%zu: CheckpointMonitor: duplicate key 'type'",
-                              yl->path, line);
-            continue;
-        }
-        if (vev->type != YAML_SCALAR_EVENT) {
-            rc = shs__err(SHS_ECONFIG, "%s:%zu: CheckpointMonitor: %s: expected a single "
-                          "value", yl->path, line, name);
-            continue;
-        }
-        if (scalar_is(kev, "checkpoint_format")) {
-            /* we only write safetensors */
-            if (!is_null_scalar(vev) && !scalar_is(vev, "safetensors"))
-                rc = shs__err(SHS_ECONFIG, "%s:%zu: CheckpointMonitor: checkpoint_format "
-                              "'%s' is not supported (shardsafe writes safetensors)",
-                              yl->path, line, (const char *)vev->data.scalar.value);
-            continue;
-        }
-        size_t j;
-        for (j = 0; j < sizeof g_monitor_keys / sizeof g_monitor_keys[0]; j++)
-            if (scalar_is(kev, g_monitor_keys[j].name))
-                break;
-        if (j == sizeof g_monitor_keys / sizeof g_monitor_keys[0]) {
-            rc = shs__err(SHS_ECONFIG,
-                          "%s:%zu: CheckpointMonitor: '%.200s' is not supported by "
-                          "shardsafe (it reads save_checkpoint_steps, keep_checkpoint_max, "
-                          "prefix, directory, async_checkpoint, remove_redundancy and "
-                          "checkpoint_format: safetensors); remove it or set the "
-                          "equivalent under 'checkpoint:'", yl->path, line, name);
-            continue;
-        }
-        key_ref k;
-        resolve_key(&k, g_monitor_keys[j].field, strlen(g_monitor_keys[j].field));
-        if ((rc = yl_claim(yl, &k, g_monitor_keys[j].name, line)) >= 0)
-            rc = yl_apply_scalar(yl, &k, g_monitor_keys[j].name, vev);
-    }
-    return rc;
-}
-
-/* One entry of `callbacks:`, after its MAPPING_START.  Its keys are
-   gathered first: `type` may come last. */
-static int yl_callback_entry(yaml_loader *yl, size_t entry_line)
-{
-    cb_pair pairs[MAX_ENTRY_KEYS];
-    size_t n = 0;
-    int rc, odd_key = 0;
-    const yaml_event_t *type = NULL;
-    for (;;) {
-        yaml_event_t kev, vev;
-        if ((rc = yl_next(yl, &kev)) < 0)
-            goto done;
-        if (kev.type == YAML_MAPPING_END_EVENT) {
-            yaml_event_delete(&kev);
-            break;
-        }
-        if (kev.type != YAML_SCALAR_EVENT) {
-            /* an alias or a complex key: only matters in a CheckpointMonitor */
-            yaml_event_type_t t = kev.type;
-            odd_key = 1;
-            yaml_event_delete(&kev);
-            if ((rc = yl_skip(yl, t)) < 0 || (rc = yl_next(yl, &vev)) < 0)
-                goto done;
-            t = vev.type;
-            yaml_event_delete(&vev);
-            if ((rc = yl_skip(yl, t)) < 0)
-                goto done;
-            continue;
-        }
-        if ((rc = yl_next(yl, &vev)) < 0) {
-            yaml_event_delete(&kev);
-            goto done;
-        }
-        if (n == MAX_ENTRY_KEYS) {
-            rc = shs__err(SHS_ECONFIG, "%s:%zu: callbacks: an entry with more than %d keys",
-                          yl->path, entry_line, MAX_ENTRY_KEYS);
-            yaml_event_delete(&kev);
-            yaml_event_delete(&vev);
-            goto done;
-        }
-        pairs[n].key = kev;
-        pairs[n].val = vev;
-        n++;
-        if ((rc = yl_skip(yl, vev.type)) < 0)
-            goto done;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (scalar_is(&pairs[i].key, "type"))
-            type = &pairs[i].val;
-    if (type && type->type == YAML_ALIAS_EVENT)
-        rc = shs__err(SHS_ECONFIG, "%s:%zu: callbacks: aliases are not supported "
-                      "(the entry's type must be readable)", yl->path, ev_line(type));
-    else if (!type || !scalar_is(type, "CheckpointMonitor"))
-        rc = SHS_OK;
-    else if (odd_key)
-        rc = shs__err(SHS_ECONFIG, "%s:%zu: CheckpointMonitor: keys must be plain names",
-                      yl->path, entry_line);
-    else
-        rc = yl_monitor(yl, pairs, n);
-done:
-    for (size_t i = 0; i < n; i++) {
-        yaml_event_delete(&pairs[i].key);
-        yaml_event_delete(&pairs[i].val);
-    }
-    return rc;
-}
-
-/* `callbacks:`, after its SEQUENCE_START. */
-static int yl_callbacks(yaml_loader *yl)
-{
-    for (;;) {
-        yaml_event_t ev;
-        int rc = yl_next(yl, &ev);
-        if (rc < 0)
-            return rc;
-        yaml_event_type_t type = ev.type;
-        size_t line = ev_line(&ev);
-        yaml_event_delete(&ev);
-        if (type == YAML_SEQUENCE_END_EVENT)
-            return SHS_OK;
-        if (type == YAML_ALIAS_EVENT)
-            return shs__err(SHS_ECONFIG, "%s:%zu: callbacks: aliases are not supported "
-                            "(one could be a CheckpointMonitor)", yl->path, line);
-        rc = type == YAML_MAPPING_START_EVENT ? yl_callback_entry(yl, line)
-                                              : yl_skip(yl, type);
-        if (rc < 0)
-            return rc;
-    }
-}
-
-/* ---- MindSpore Transformers: top-level load_checkpoint / resume_training ---- */
-static int yl_mindspore_scalar(yaml_loader *yl, const char *key, const yaml_event_t *ev)
-{
-    size_t line = ev_line(ev);
-    if (ev->type == YAML_ALIAS_EVENT)
-        return shs__err(SHS_ECONFIG, "%s:%zu: %s: aliases are not supported", yl->path,
-                        line, key);
-    if (ev->type != YAML_SCALAR_EVENT)
-        return shs__err(SHS_ECONFIG, "%s:%zu: %s: expected a single value", yl->path,
-                        line, key);
-    if (scalar_has_nul(ev))
-        return shs__err(SHS_ECONFIG, "%s:%zu: %s: value contains a NUL byte", yl->path,
-                        line, key);
-    const char *v = (const char *)ev->data.scalar.value;
-    if (!strcmp(key, "load_checkpoint")) {
-        yl->load_checkpoint_line = line;
-        if (is_null_scalar(ev))
-            return SHS_OK;
-        yl->load_checkpoint = shs__strndup(v, ev->data.scalar.length);
-        if (!yl->load_checkpoint)
-            return shs__err(SHS_ENOMEM, "%s: out of memory", yl->path);
-        return SHS_OK;
-    }
-    yl->resume_line = line;
-    if (is_null_scalar(ev))
-        return SHS_OK;
-    if (parse_flag(&yl->resume, v) < 0)
-        return shs__err(SHS_ECONFIG,
-                        "%s:%zu: resume_training: '%.200s': resuming from a checkpoint "
-                        "named here is not supported; set checkpoint: load_path to its "
-                        "directory and load_step to its step", yl->path, line, v);
-    return SHS_OK;
-}
-
-/*
- * MindSpore's meaning, mapped once the file is read: with resume_training
- * true, load_checkpoint is where training resumes from (our load_path);
- * otherwise it holds pretrained weights to start from (our
- * initial_load_path, model weights only).  Resuming from save_path when it
- * holds a checkpoint is what the manager always does.
- */
-static int yl_mindspore_finish(yaml_loader *yl)
-{
-    if (!yl->load_checkpoint)
-        return SHS_OK;
-    const char *target = yl->resume == 1 ? "load_path" : "initial_load_path";
-    key_ref k;
-    int rc;
-    resolve_key(&k, target, strlen(target));
-    if ((rc = yl_claim(yl, &k, "load_checkpoint", yl->load_checkpoint_line)) < 0 ||
-        (rc = yl_apply(yl, &k, "load_checkpoint", yl->load_checkpoint,
-                       yl->load_checkpoint_line)) < 0)
-        return rc;
-    if (yl->resume != 1) {
-        resolve_key(&k, "initial_load_model_only", strlen("initial_load_model_only"));
-        if (!(yl->seen & (UINT64_C(1) << k.bit)))
-            yl->tmp->initial_load_model_only = 1;
-    }
-    return SHS_OK;
-}
-
-enum { TOP_OTHER, TOP_CHECKPOINT, TOP_LOAD_CHECKPOINT, TOP_RESUME, TOP_CALLBACKS };
-
-/* The top-level mapping, after its MAPPING_START: find `checkpoint` and
-   the MindSpore keys, skip everything else without looking inside. */
-static int yl_top_mapping(yaml_loader *yl)
-{
-    for (;;) {
-        yaml_event_t ev;
-        int rc = yl_next(yl, &ev);
-        if (rc < 0)
-            return rc;
-        if (ev.type == YAML_MAPPING_END_EVENT) {
-            yaml_event_delete(&ev);
-            return SHS_OK;
-        }
-        int which = scalar_is(&ev, "checkpoint") ? TOP_CHECKPOINT
-                  : scalar_is(&ev, "load_checkpoint") ? TOP_LOAD_CHECKPOINT
-                  : scalar_is(&ev, "resume_training") ? TOP_RESUME
-                  : scalar_is(&ev, "callbacks") ? TOP_CALLBACKS : TOP_OTHER;
-        size_t line = ev_line(&ev);
-        yaml_event_type_t key_type = ev.type;
-        yaml_event_delete(&ev);
-        if ((rc = yl_skip(yl, key_type)) < 0)
-            return rc;
-
-        static const char *const top_names[] = { "", "checkpoint", "load_checkpoint",
-                                                  "resume_training", "callbacks" };
-        int dup = (which == TOP_CHECKPOINT && yl->have_checkpoint) ||
-                  (which == TOP_LOAD_CHECKPOINT && yl->load_checkpoint_line) ||
-                  (which == TOP_RESUME && yl->resume_line) ||
-                  (which == TOP_CALLBACKS && yl->have_callbacks);
-        if (dup)
-            return shs__err(SHS_ECONFIG, "%s:%zu: duplicate key '%s'", yl->path, line,
-                            top_names[which]);
-
-        if ((rc = yl_next(yl, &ev)) < 0)
-            return rc;
-        yaml_event_type_t type = ev.type;
-        if (which == TOP_CHECKPOINT) {
-            if (type == YAML_ALIAS_EVENT)
-                rc = shs__err(SHS_ECONFIG,
-                              "%s:%zu: checkpoint: aliases are not supported",
-                              yl->path, ev_line(&ev));
-            else if (type == YAML_SCALAR_EVENT && !is_null_scalar(&ev))
-                rc = shs__err(SHS_ECONFIG,
-                              "%s:%zu: 'checkpoint' must be a mapping, got a "
-                              "value", yl->path, ev_line(&ev));
-            else if (type == YAML_SEQUENCE_START_EVENT)
-                rc = shs__err(SHS_ECONFIG,
-                              "%s:%zu: 'checkpoint' must be a mapping, got a "
-                              "list", yl->path, ev_line(&ev));
-            yl->have_checkpoint = 1;
-        } else if (which == TOP_LOAD_CHECKPOINT || which == TOP_RESUME) {
-            rc = yl_mindspore_scalar(yl, top_names[which], &ev);
-        } else if (which == TOP_CALLBACKS) {
-            if (type == YAML_ALIAS_EVENT)
-                rc = shs__err(SHS_ECONFIG,
-                              "%s:%zu: callbacks: aliases are not supported",
-                              yl->path, ev_line(&ev));
-            yl->have_callbacks = 1;
-        }
-        yaml_event_delete(&ev);
-        if (rc < 0)
-            return rc;
-        if (which == TOP_CHECKPOINT && type == YAML_MAPPING_START_EVENT)
-            rc = yl_checkpoint(yl);
-        else if (which == TOP_CALLBACKS && type == YAML_SEQUENCE_START_EVENT)
-            rc = yl_callbacks(yl);
-        else
-            rc = yl_skip(yl, type);
-        if (rc < 0)
-            return rc;
-    }
-}
-
-static int yl_stream(yaml_loader *yl)
-{
-    int ndocs = 0;
-    for (;;) {
-        yaml_event_t ev;
-        int rc = yl_next(yl, &ev);
-        if (rc < 0)
-            return rc;
-        yaml_event_type_t type = ev.type;
-        size_t line = ev_line(&ev);
-        yaml_event_delete(&ev);
-        switch (type) {
-        case YAML_STREAM_END_EVENT:
-            return SHS_OK;
-        case YAML_DOCUMENT_START_EVENT:
-            if (++ndocs > 1)
-                return shs__err(SHS_ECONFIG,
-                                "%s:%zu: more than one YAML document",
-                                yl->path, line);
-            break;
-        case YAML_MAPPING_START_EVENT:
-            rc = yl_top_mapping(yl);
-            break;
-        default:
-            /* STREAM_START, DOCUMENT_END, a root that is not a mapping
-               (no `checkpoint:` section then). */
-            rc = yl_skip(yl, type);
-            break;
-        }
-        if (rc < 0)
-            return rc;
-    }
-}
-
-static int read_config_file(char **out, size_t *out_len, const char *path)
-{
-    int fd, rc;
-    *out = NULL;
-    if ((rc = shs__io_open(&fd, path, O_RDONLY | O_CLOEXEC, 0)) < 0)
-        return rc;
-    struct stat st;
-    char *data = NULL;
-    if (shs__io->fstat(fd, &st) < 0) {
-        rc = shs__err_errno(errno, "cannot stat", path);
-        goto done;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = shs__err(SHS_ECONFIG, "%s: not a regular file", path);
-        goto done;
-    }
-    if ((uint64_t)st.st_size > CONFIG_MAX_FILE_SIZE) {
-        rc = shs__err(SHS_ECONFIG,
-                      "%s: config file too large (%lld bytes, limit %u)", path,
-                      (long long)st.st_size, CONFIG_MAX_FILE_SIZE);
-        goto done;
-    }
-    size_t len = (size_t)st.st_size;
-    if (!(data = shs__malloc(len + 1))) {
-        rc = shs__err(SHS_ENOMEM, "%s: out of memory reading the file", path);
-        goto done;
-    }
-    if ((rc = shs__io_pread_full(fd, data, len, 0, path)) < 0)
-        goto done;
-    data[len] = '\0';
-    *out = data;
-    *out_len = len;
-    data = NULL;
-done:
-    shs__free(data);
-    shs__io->close(fd);
-    return rc;
-}
-
-/*
- * The file is applied to a copy of *config that owns its own new strings;
- * only when the whole file was valid does the copy replace *config (the old
- * owned strings it no longer uses are freed then).  On any error *config is
- * exactly as it was, even if some fields had been read already.
- */
-int shs_config_load_yaml(shs_config *config, const char *path)
-{
-    if (!config || !path)
-        return shs__err(SHS_EINVAL, "shs_config_load_yaml: NULL argument");
-    char *text = NULL;
-    size_t len = 0;
-    int rc = read_config_file(&text, &len, path);
-    if (rc < 0)
-        return rc;
-
-    shs_config tmp = *config;
-    tmp.owned_ = NULL;
-    yaml_loader yl = { .path = path, .tmp = &tmp, .resume = -1 };
-    if (!yaml_parser_initialize(&yl.parser)) {
-        shs__free(text);
-        return shs__err(SHS_ENOMEM, "%s: out of memory creating a YAML parser",
-                        path);
-    }
-    yaml_parser_set_input_string(&yl.parser, (const unsigned char *)text, len);
-    rc = yl_stream(&yl);
-    if (rc >= 0)
-        rc = yl_mindspore_finish(&yl);
-    yaml_parser_delete(&yl.parser);
-    shs__free(yl.load_checkpoint);
-    shs__free(text);
-
-    if (rc < 0) {
-        free_owned_list(tmp.owned_);
-        return rc;
-    }
-    /* Commit: keep the old owned strings tmp still points at, free the rest. */
-    owned_str *old = config->owned_;
-    while (old) {
-        owned_str *next = old->next;
-        if (is_referenced(&tmp, old->s)) {
-            old->next = tmp.owned_;
-            tmp.owned_ = old;
-        } else {
-            shs__free(old);
-        }
-        old = next;
-    }
-    *config = tmp;
-    return SHS_OK;
+    if (!shs__config_resolve_key(&k, key, strlen(key)))
+        return shs__config_unknown_key("", key, strlen(key));
+    return shs__config_set_key(config, &k, key, value);
 }

@@ -458,17 +458,6 @@ static uint32_t e8m0_from_f64_bits(uint64_t bits)
     return (uint32_t)code;
 }
 
-static const fmt *f8_fmt(shs_dtype t)
-{
-    switch (t) {
-    case SHS_F8_E5M2: return &k_e5m2;
-    case SHS_F8_E4M3: return &k_e4m3;
-    case SHS_F8_E4M3FNUZ: return &k_e4m3fnuz;
-    case SHS_F8_E5M2FNUZ: return &k_e5m2fnuz;
-    default: return NULL;
-    }
-}
-
 static int is_convertible(shs_dtype t)
 {
     switch (t) {
@@ -488,6 +477,16 @@ static int is_convertible(shs_dtype t)
  * ---------------------------------------------------------------------- */
 
 #define CHUNK 256
+
+/* The F8 formats are named case by case in the switches below (rather
+   than looked up from the dtype) so that each loop gets its format as a
+   constant. */
+static inline void decode_f8(uint32_t *restrict out, const unsigned char *restrict s,
+                             const fmt *f, size_t k)
+{
+    for (size_t i = 0; i < k; i++)
+        out[i] = f8_to_f32_bits(s[i], f);
+}
 
 static inline void decode_f32(uint32_t *restrict out,
                               const unsigned char *restrict s, shs_dtype st,
@@ -515,12 +514,11 @@ static inline void decode_f32(uint32_t *restrict out,
         for (size_t i = 0; i < k; i++)
             out[i] = e8m0_to_f32_bits(s[i]);
         break;
-    default: {
-        const fmt *f = f8_fmt(st);
-        for (size_t i = 0; i < k; i++)
-            out[i] = f8_to_f32_bits(s[i], f);
-        break;
-    }
+    case SHS_F8_E5M2: decode_f8(out, s, &k_e5m2, k); break;
+    case SHS_F8_E4M3: decode_f8(out, s, &k_e4m3, k); break;
+    case SHS_F8_E4M3FNUZ: decode_f8(out, s, &k_e4m3fnuz, k); break;
+    case SHS_F8_E5M2FNUZ: decode_f8(out, s, &k_e5m2fnuz, k); break;
+    default: break; /* shs_convert admits no other source */
     }
 }
 
@@ -530,6 +528,13 @@ static inline uint64_t f64_bits_from_f32_bits(uint32_t u)
     uint64_t b;
     memcpy(&b, &d, sizeof b);
     return b;
+}
+
+static inline void encode_f8_from_f32(unsigned char *restrict d,
+                                      const uint32_t *restrict in, const fmt *f, size_t k)
+{
+    for (size_t i = 0; i < k; i++)
+        d[i] = (unsigned char)encode_from_f64_bits(f64_bits_from_f32_bits(in[i]), f);
 }
 
 static inline void encode_f32(unsigned char *restrict d, shs_dtype dt,
@@ -562,13 +567,11 @@ static inline void encode_f32(unsigned char *restrict d, shs_dtype dt,
             d[i] = (unsigned char)e8m0_from_f64_bits(
                 f64_bits_from_f32_bits(in[i]));
         break;
-    default: {
-        const fmt *f = f8_fmt(dt);
-        for (size_t i = 0; i < k; i++)
-            d[i] = (unsigned char)encode_from_f64_bits(
-                f64_bits_from_f32_bits(in[i]), f);
-        break;
-    }
+    case SHS_F8_E5M2: encode_f8_from_f32(d, in, &k_e5m2, k); break;
+    case SHS_F8_E4M3: encode_f8_from_f32(d, in, &k_e4m3, k); break;
+    case SHS_F8_E4M3FNUZ: encode_f8_from_f32(d, in, &k_e4m3fnuz, k); break;
+    case SHS_F8_E5M2FNUZ: encode_f8_from_f32(d, in, &k_e5m2fnuz, k); break;
+    default: break; /* shs_convert admits no other target */
     }
 }
 
@@ -587,6 +590,16 @@ static void convert_via_f32(unsigned char *d, shs_dtype dt,
     if (n) {
         decode_f32(buf, s, st, n);
         encode_f32(d, dt, buf, n);
+    }
+}
+
+static void encode_f8_from_f64(unsigned char *d, const unsigned char *s, const fmt *f,
+                               size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t b;
+        memcpy(&b, s + 8 * i, 8);
+        d[i] = (unsigned char)encode_from_f64_bits(b, f);
     }
 }
 
@@ -621,15 +634,11 @@ static void convert_from_f64(unsigned char *d, shs_dtype dt,
             d[i] = (unsigned char)e8m0_from_f64_bits(b);
         }
         break;
-    default: {
-        const fmt *f = f8_fmt(dt);
-        for (size_t i = 0; i < n; i++) {
-            uint64_t b;
-            memcpy(&b, s + 8 * i, 8);
-            d[i] = (unsigned char)encode_from_f64_bits(b, f);
-        }
-        break;
-    }
+    case SHS_F8_E5M2: encode_f8_from_f64(d, s, &k_e5m2, n); break;
+    case SHS_F8_E4M3: encode_f8_from_f64(d, s, &k_e4m3, n); break;
+    case SHS_F8_E4M3FNUZ: encode_f8_from_f64(d, s, &k_e4m3fnuz, n); break;
+    case SHS_F8_E5M2FNUZ: encode_f8_from_f64(d, s, &k_e5m2fnuz, n); break;
+    default: break; /* shs_convert admits no other target */
     }
 }
 

@@ -15,6 +15,7 @@
  */
 #include "io.h"
 #include "namemap.h"
+#include "opts.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -70,6 +71,17 @@ static int fail(shs_writer *w, int rc)
     return rc;
 }
 
+/* The caller's struct may be older (smaller) than ours: only the fields
+   its version has are read, the others keep their defaults. */
+static void read_opts(shs_writer_opts *o, const shs_writer_opts *in)
+{
+    *o = (shs_writer_opts)SHS_WRITER_OPTS_INIT;
+    if (!in)
+        return;
+    o->fsync = in->fsync; /* version 1 */
+    o->align = in->align;
+}
+
 int shs_writer_create(shs_writer **out, const char *path,
                       const shs_writer_opts *opts)
 {
@@ -77,12 +89,14 @@ int shs_writer_create(shs_writer **out, const char *path,
     if (!out || !path || !*path)
         return shs__err(SHS_EINVAL, "shs_writer_create: missing output path");
     *out = NULL;
+    if (opts && (rc = shs__check_opts_version(opts->version, SHS_WRITER_OPTS_VERSION,
+                                              "shs_writer_create")) < 0)
+        return rc;
     shs_writer *w = shs__calloc(1, sizeof *w);
     if (!w)
         return shs__err(SHS_ENOMEM, "out of memory creating a writer for %s", path);
     w->fd = -1;
-    shs_writer_opts defaults = SHS_WRITER_OPTS_INIT;
-    w->opts = opts ? *opts : defaults;
+    read_opts(&w->opts, opts);
     if (w->opts.align == 0)
         w->opts.align = 8;
     if (w->opts.align < 8 || (w->opts.align & (w->opts.align - 1)) ||

@@ -1,5 +1,6 @@
 /* state.c -- registry of tensors and blobs (see shardsafe.h, state.h). */
 #include "state.h"
+#include "opts.h"
 
 #include <string.h>
 
@@ -62,9 +63,10 @@ int shs_state_add_tensor(shs_state *s, const shs_tensor_spec *sp)
     int rc;
     if (!s || !sp || !sp->name)
         return shs__err(SHS_EINVAL, "shs_state_add_tensor: state, spec or name is NULL");
-    if (sp->version != SHS_TENSOR_SPEC_VERSION)
-        return shs__err(SHS_EINVAL, "tensor '%s': spec version %u (expected %u)", sp->name,
-                        sp->version, SHS_TENSOR_SPEC_VERSION);
+    /* every field read below is a version-1 field */
+    if ((rc = shs__check_opts_version(sp->version, SHS_TENSOR_SPEC_VERSION,
+                                      "shs_state_add_tensor")) < 0)
+        return rc;
     size_t len = strlen(sp->name);
     if (len == 0 || shs__utf8_check((const unsigned char *)sp->name, len) != len ||
         (len == 12 && memcmp(sp->name, "__metadata__", 12) == 0))

@@ -5,7 +5,9 @@
 #include "testutil.h"
 #include "opts.h"
 
+#include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void test_version_number(void **state)
@@ -50,6 +52,174 @@ static void test_opts_version_zero(void **state)
     assert_non_null(strstr(shs_last_error(), "_INIT"));
 }
 
+/* ---- the public functions that take a versioned struct ---------------- */
+
+/* A small valid file in a fresh directory; returns the directory. */
+static char *make_file(const char **path)
+{
+    char *dir = tu_mkdtemp();
+    assert_non_null(dir);
+    *path = tu_path(dir, "a.safetensors");
+    shs_writer *w = NULL;
+    TU_OK(shs_writer_create(&w, *path, NULL));
+    uint32_t v = 7;
+    uint64_t shape[1] = { 1 };
+    TU_OK(shs_writer_add_tensor(w, "t", SHS_U32, 1, shape));
+    TU_OK(shs_writer_write(w, "t", &v, sizeof v));
+    TU_OK(shs_writer_commit(w));
+    shs_writer_free(w);
+    return dir;
+}
+
+static size_t dir_entries(const char *dir)
+{
+    size_t n = 0;
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(d);
+    return n;
+}
+
+static void test_file_open_version(void **state)
+{
+    (void)state;
+    const char *path;
+    char *dir = make_file(&path);
+    shs_file *f = (shs_file *)&f; /* must be reset to NULL */
+    shs_open_opts o = SHS_OPEN_OPTS_INIT;
+    o.version = SHS_OPEN_OPTS_VERSION + 1;
+    assert_int_equal(shs_file_open(&f, path, &o), SHS_EINVAL);
+    assert_null(f);
+    TU_ASSERT_MSG_HAS("shs_file_open: option struct version 2 is newer than this library (1)");
+    o.version = 0;
+    assert_int_equal(shs_file_open(&f, path, &o), SHS_EINVAL);
+    assert_null(f);
+    TU_ASSERT_MSG_HAS("shs_file_open: option struct version 0");
+    /* version 1 is read: its flag is honoured */
+    o.version = 1;
+    o.flags = SHS_OPEN_NO_MMAP;
+    TU_OK(shs_file_open(&f, path, &o));
+    assert_null(shs_file_tensor_data(f, 0)); /* not mapped */
+    shs_file_close(f);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static void test_writer_create_version(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp();
+    const char *path = tu_path(dir, "w.safetensors");
+    shs_writer *w = (shs_writer *)&w;
+    shs_writer_opts o = SHS_WRITER_OPTS_INIT;
+    o.version = SHS_WRITER_OPTS_VERSION + 1;
+    assert_int_equal(shs_writer_create(&w, path, &o), SHS_EINVAL);
+    assert_null(w);
+    TU_ASSERT_MSG_HAS("shs_writer_create: option struct version 2 is newer than this library (1)");
+    o.version = 0;
+    assert_int_equal(shs_writer_create(&w, path, &o), SHS_EINVAL);
+    assert_null(w);
+    TU_ASSERT_MSG_HAS("shs_writer_create: option struct version 0");
+    assert_int_equal(dir_entries(dir), 0); /* not even a temporary file */
+    /* version 1: its fields are read (align) */
+    o.version = 1;
+    o.align = 4096;
+    TU_OK(shs_writer_create(&w, path, &o));
+    TU_OK(shs_writer_commit(w));
+    shs_writer_free(w);
+    shs_file *f = NULL;
+    TU_OK(shs_file_open(&f, path, NULL));
+    assert_int_equal(shs_file_data_start(f) % 4096, 0);
+    shs_file_close(f);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+static int g_destroyed;
+static int nop_barrier(void *ctx) { (void)ctx; return SHS_OK; }
+static int nop_bcast(void *ctx, void *b, size_t n, int root)
+{
+    (void)ctx; (void)b; (void)n; (void)root;
+    return SHS_OK;
+}
+static int nop_allgather(void *ctx, const void *s, size_t n, void *r)
+{
+    (void)ctx; (void)s; (void)n; (void)r;
+    return SHS_OK;
+}
+static int nop_gatherv(void *ctx, const void *s, const size_t *l, void *r, int root)
+{
+    (void)ctx; (void)s; (void)l; (void)r; (void)root;
+    return SHS_OK;
+}
+static int nop_send(void *ctx, const void *b, size_t n, int d, int t)
+{
+    (void)ctx; (void)b; (void)n; (void)d; (void)t;
+    return SHS_OK;
+}
+static int nop_recv(void *ctx, void *b, size_t n, int s, int t)
+{
+    (void)ctx; (void)b; (void)n; (void)s; (void)t;
+    return SHS_OK;
+}
+static void count_destroy(void *ctx) { (void)ctx; g_destroyed++; }
+
+static void test_comm_create_version(void **state)
+{
+    (void)state;
+    shs_comm_ops ops = { SHS_COMM_OPS_VERSION + 1, nop_barrier, nop_bcast, nop_allgather,
+                         nop_gatherv, nop_send, nop_recv, count_destroy };
+    shs_comm *c = (shs_comm *)&c;
+    g_destroyed = 0;
+    assert_int_equal(shs_comm_create(&c, 0, 2, &ops, NULL), SHS_EINVAL);
+    assert_null(c);
+    TU_ASSERT_MSG_HAS("shs_comm_create: option struct version 2 is newer than this library (1)");
+    ops.version = 0;
+    assert_int_equal(shs_comm_create(&c, 0, 2, &ops, NULL), SHS_EINVAL);
+    assert_null(c);
+    TU_ASSERT_MSG_HAS("shs_comm_create: option struct version 0");
+    assert_int_equal(g_destroyed, 0); /* a refused backend is not torn down */
+    ops.version = 1;
+    ops.send = NULL;
+    assert_int_equal(shs_comm_create(&c, 0, 2, &ops, NULL), SHS_EINVAL);
+    TU_ASSERT_MSG_HAS("incomplete ops");
+    ops.send = nop_send;
+    TU_OK(shs_comm_create(&c, 1, 2, &ops, NULL));
+    assert_int_equal(shs_comm_rank(c), 1);
+    shs_comm_free(c);
+    assert_int_equal(g_destroyed, 1);
+}
+
+static void test_state_add_tensor_version(void **state)
+{
+    (void)state;
+    shs_state *s = NULL;
+    TU_OK(shs_state_create(&s));
+    float x[2] = { 1, 2 };
+    uint64_t shape[1] = { 2 };
+    shs_tensor_spec sp = SHS_TENSOR_SPEC_INIT;
+    sp.name = "w";
+    sp.ndim = 1;
+    sp.shape = shape;
+    sp.data = x;
+    sp.version = SHS_TENSOR_SPEC_VERSION + 1;
+    assert_int_equal(shs_state_add_tensor(s, &sp), SHS_EINVAL);
+    TU_ASSERT_MSG_HAS("shs_state_add_tensor: option struct version 2 is newer than this "
+                      "library (1)");
+    sp.version = 0;
+    assert_int_equal(shs_state_add_tensor(s, &sp), SHS_EINVAL);
+    TU_ASSERT_MSG_HAS("shs_state_add_tensor: option struct version 0");
+    assert_int_equal(shs_state_tensor_count(s), 0);
+    sp.version = 1;
+    TU_OK(shs_state_add_tensor(s, &sp));
+    assert_int_equal(shs_state_tensor_count(s), 1);
+    assert_int_equal(shs_state_nbytes(s), 8);
+    shs_state_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -57,6 +227,10 @@ int main(void)
         cmocka_unit_test(test_opts_version_accepted),
         cmocka_unit_test(test_opts_version_newer),
         cmocka_unit_test(test_opts_version_zero),
+        cmocka_unit_test(test_file_open_version),
+        cmocka_unit_test(test_writer_create_version),
+        cmocka_unit_test(test_comm_create_version),
+        cmocka_unit_test(test_state_add_tensor_version),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
