@@ -25,7 +25,11 @@ int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out)
         char *p = shs__path_join(L->dir, L->m->f[fi].name);
         if (!p)
             return shs__err(SHS_ENOMEM, "out of memory");
-        int rc = shs_file_open(&L->fh[fi], p, NULL);
+        /* files of a step directory are never reached through a link; a
+           plain folder (a Hugging Face snapshot) is links by design */
+        shs_open_opts oo = SHS_OPEN_OPTS_INIT;
+        oo.flags = L->m->plain ? 0 : SHS_OPEN_NO_FOLLOW;
+        int rc = shs_file_open(&L->fh[fi], p, &oo);
         shs__free(p);
         if (rc < 0)
             return rc == SHS_ENOENT ? shs__err(SHS_ECORRUPT, "%s: missing file '%s' named in metadata.json",
@@ -483,7 +487,7 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
     char *mp = shs__path_join(dir, "metadata.json");
     if (!mp)
         return shs__err(SHS_ENOMEM, "out of memory");
-    int has_meta = stat(mp, &sb) == 0;
+    int has_meta = shs__io->lstat(mp, &sb) == 0;
     shs__free(mp);
     if ((rc = has_meta ? shs__meta_parse(&m, dir) : shs__meta_from_plain(&m, dir)) < 0)
         return rc;

@@ -8,7 +8,6 @@
 #include "io.h"
 #include "stepdir.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -140,7 +139,7 @@ int shs__meta_parse(shs__meta *m, const char *dir)
     char *path = shs__path_join(dir, "metadata.json");
     if (!path)
         return shs__err(SHS_ENOMEM, "out of memory");
-    if ((rc = shs__read_file(&buf, &len, path, META_MAX)) < 0)
+    if ((rc = shs__read_file_nofollow(&buf, &len, path, META_MAX)) < 0)
         goto fail;
     json_error_t jerr;
     root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -328,11 +327,6 @@ fail:
     return rc;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int shs__meta_from_plain(shs__meta *m, const char *dir)
 {
     int rc = SHS_OK;
@@ -341,36 +335,17 @@ int shs__meta_from_plain(shs__meta *m, const char *dir)
     m->plain = 1;
     m->world_size = 1;
     m->step = shs__step_of_name(strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir);
-    DIR *d = opendir(dir);
-    if (!d)
-        return shs__err_errno(errno, "cannot open checkpoint directory", dir);
     char **names = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!shs__is_safetensors_name(e->d_name) || !plain_file_name(e->d_name))
-            continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            char **nn = shs__realloc(names, cap * sizeof *nn);
-            if (!nn)
-                break;
-            names = nn;
-        }
-        if (!(names[n] = shs__strdup(e->d_name)))
-            break;
-        n++;
-    }
-    int partial = e != NULL;
-    closedir(d);
-    if (partial) {
-        for (size_t i = 0; i < n; i++)
+    size_t n = 0, all = 0;
+    if (shs__io->list_dir(dir, &names, &all) != 0)
+        return shs__err_errno(errno, "cannot open checkpoint directory", dir);
+    /* keep the safetensors files (the listing is sorted already) */
+    for (size_t i = 0; i < all; i++) {
+        if (shs__is_safetensors_name(names[i]) && plain_file_name(names[i]))
+            names[n++] = names[i];
+        else
             shs__free(names[i]);
-        shs__free(names);
-        return shs__err(SHS_ENOMEM, "out of memory listing %s", dir);
     }
-    if (n > 1)
-        qsort(names, n, sizeof *names, cmp_str);
     m->f = shs__calloc(n ? n : 1, sizeof *m->f);
     if (!m->f) {
         for (size_t i = 0; i < n; i++)

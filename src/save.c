@@ -9,10 +9,12 @@
  *   1. every file goes into <save_path>/.tmp-iteration_N-<random>/, each
  *      fsynced; metadata.json is written last; the directory is fsynced;
  *   2. the directory is renamed to iteration_N (or swapped atomically with
- *      an existing iteration_N by RENAME_EXCHANGE, the old one deleted);
- *      save_path is fsynced;
+ *      an existing iteration_N by RENAME_EXCHANGE, the old one deleted;
+ *      without RENAME_EXCHANGE, see commit_two_renames); save_path is
+ *      fsynced;
  *   3. the tracker is replaced atomically (temp file, fsync, rename, fsync).
- * Leftovers (.tmp-*, .trash-*) are removed by the next run's manager.
+ * Leftovers (.tmp-*, .trash-*) are removed by the next run's manager, which
+ * first restores a .replaced- step (a re-save cut between its renames).
  */
 #include "checkpoint.h"
 
@@ -159,10 +161,46 @@ static json_t *json_range(uint64_t a, uint64_t b)
     return r;
 }
 
-static int commit_dir(const char *tmp, const char *target, const char *save_path, int do_fsync)
+/* Without RENAME_EXCHANGE (NFS, Lustre, CIFS) a re-save takes two
+   renames, target -> .replaced-iteration_N-<random>, then tmp -> target.
+   Between them the step has no name; a crash there leaves the old copy
+   whole under the .replaced- name, which the next cleanup
+   (shs__clean_leftovers) renames back since iteration_N is absent.  Once
+   the new copy is in place (and durable), the old one is renamed to a
+   .trash- name before it is deleted: a half-deleted directory must never
+   carry a name that cleanup would restore. */
+static int commit_two_renames(const char *tmp, const char *target, const char *save_path,
+                              int64_t step, int do_fsync)
 {
-    struct stat st;
-    if (lstat(target, &st) == 0) {
+    int rc = SHS_OK;
+    char *replaced = shs__replaced_path(save_path, step);
+    if (!replaced)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    if (shs__io->rename(target, replaced) != 0) {
+        rc = shs__err_errno(errno, "cannot replace", target);
+        goto done;
+    }
+    if (shs__io->rename(tmp, target) != 0) {
+        rc = shs__err_errno(errno, "cannot rename into place", target);
+        /* put the old one back; if even that fails, cleanup will */
+        shs__io->rename(replaced, target);
+        goto done;
+    }
+    if (do_fsync && (rc = shs__io_fsync_dir(save_path)) < 0)
+        goto done; /* the .replaced- stays: the new copy may not be durable */
+    shs__discard(save_path, replaced);
+done:
+    shs__free(replaced);
+    return rc;
+}
+
+static int commit_dir(const char *tmp, const char *target, const char *save_path, int64_t step,
+                      int do_fsync)
+{
+    int r = shs__entry_exists(target);
+    if (r < 0)
+        return r;
+    if (r) {
         /* same step saved again: swap atomically, make the swap durable,
            then drop the old one */
         if (shs__io->exchange(tmp, target) == 0) {
@@ -172,33 +210,10 @@ static int commit_dir(const char *tmp, const char *target, const char *save_path
         }
         if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
             return shs__err_errno(errno, "cannot replace", target);
-        /* no RENAME_EXCHANGE on this file system: a short window where the
-           step is absent (the loader then reports the tracker's target
-           missing rather than loading a partial directory) */
-        char suffix[17], *trash;
-        shs__random_suffix(suffix);
-        size_t cap = strlen(save_path) + 64;
-        if (!(trash = shs__malloc(cap)))
-            return shs__err(SHS_ENOMEM, "out of memory");
-        snprintf(trash, cap, "%s/" SHS__TRASH_PREFIX "replaced-%s", save_path, suffix);
-        if (shs__io->rename(target, trash) != 0) {
-            int e = errno;
-            shs__free(trash);
-            return shs__err_errno(e, "cannot replace", target);
-        }
-        int rc = SHS_OK;
-        if (shs__io->rename(tmp, target) != 0) {
-            rc = shs__err_errno(errno, "cannot rename into place", target);
-            shs__io->rename(trash, target); /* put the old one back */
-        } else {
-            shs__rmtree(trash);
-        }
-        shs__free(trash);
-        if (rc < 0)
-            return rc;
-    } else if (shs__io->rename(tmp, target) != 0) {
-        return shs__err_errno(errno, "cannot rename into place", target);
+        return commit_two_renames(tmp, target, save_path, step, do_fsync);
     }
+    if (shs__io->rename(tmp, target) != 0)
+        return shs__err_errno(errno, "cannot rename into place", target);
     return do_fsync ? shs__io_fsync_dir(save_path) : SHS_OK;
 }
 
@@ -567,7 +582,7 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
     if (req->fsync && (rc = shs__io_fsync_dir(tmp)) < 0)
         goto done;
     /* commit: the directory, then the tracker */
-    if ((rc = commit_dir(tmp, target, req->save_path, req->fsync)) < 0)
+    if ((rc = commit_dir(tmp, target, req->save_path, req->step, req->fsync)) < 0)
         goto done;
     *committed = 1;
     if ((rc = shs__write_tracker(tracker, req->step, req->fsync)) < 0) {

@@ -8,9 +8,9 @@
 #include "hash.h"
 #include "io.h"
 #include "loader.h"
+#include "lock.h"
 #include "stepdir.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +23,7 @@ int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step
     int rc;
     if (!out || !path || !*path)
         return shs__err(SHS_EINVAL, "shs_checkpoint_resolve: empty path");
-    if (stat(path, &st) != 0)
+    if (shs__io->stat(path, &st) != 0)
         return shs__err_errno(errno, "cannot find checkpoint path", path);
     if (!S_ISDIR(st.st_mode))
         return shs__err(SHS_EINVAL, "%s: a checkpoint path is a directory", path);
@@ -68,13 +68,14 @@ int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step
     shs__free(steps);
     if (pick < 0) {
         /* a plain directory of safetensors files is a checkpoint too */
-        DIR *d = opendir(path);
-        struct dirent *e;
+        char **names = NULL;
+        size_t nn = 0;
         int any = 0;
-        while (d && (e = readdir(d)) && !any)
-            any = shs__is_safetensors_name(e->d_name);
-        if (d)
-            closedir(d);
+        if ((rc = shs__io_list_dir(&names, &nn, path)) < 0)
+            return rc;
+        for (size_t i = 0; i < nn && !any; i++)
+            any = shs__is_safetensors_name(names[i]);
+        shs__io_names_free(names, nn);
         if (any) {
             snprintf(out, cap, "%s", path);
             return SHS_OK;
@@ -307,12 +308,30 @@ int shs_checkpoint_remove(const char *save_path, int64_t step)
 {
     if (!save_path || step < 0)
         return shs__err(SHS_EINVAL, "shs_checkpoint_remove: bad argument");
-    return shs__remove_step(save_path, step);
+    shs_savepath_lock_handle *lk = NULL;
+    int rc = shs__savepath_lock_for_tool(&lk, save_path);
+    if (rc == SHS_ENOENT) {
+        shs__err_clear();
+        return SHS_OK; /* no save path: nothing to remove */
+    }
+    if (rc == SHS_OK)
+        rc = shs__remove_step(save_path, step);
+    shs_savepath_unlock(lk);
+    return rc;
 }
 
 int shs_checkpoint_clean(const char *save_path)
 {
     if (!save_path)
         return shs__err(SHS_EINVAL, "shs_checkpoint_clean: NULL argument");
-    return shs__clean_leftovers(save_path);
+    shs_savepath_lock_handle *lk = NULL;
+    int rc = shs__savepath_lock_for_tool(&lk, save_path);
+    if (rc == SHS_ENOENT) {
+        shs__err_clear();
+        return SHS_OK; /* no save path: nothing to clean */
+    }
+    if (rc == SHS_OK)
+        rc = shs__clean_leftovers(save_path);
+    shs_savepath_unlock(lk);
+    return rc;
 }
