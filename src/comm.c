@@ -4,6 +4,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#define AGREE_MSG 200
+
+typedef struct agree_entry {
+    int32_t status;
+    char msg[AGREE_MSG];
+} agree_entry;
+
 int shs_comm_create(shs_comm **out, int rank, int size, const shs_comm_ops *ops, void *ctx)
 {
     if (!out || !ops)
@@ -15,6 +22,10 @@ int shs_comm_create(shs_comm **out, int rank, int size, const shs_comm_ops *ops,
     if (size < 1 || rank < 0 || rank >= size)
         return shs__err(SHS_EINVAL, "shs_comm_create: rank %d of %d", rank, size);
     shs_comm *c = shs__calloc(1, sizeof *c);
+    if (c && !(c->agree_buf = shs__calloc((size_t)size, sizeof(agree_entry)))) {
+        shs__free(c);
+        c = NULL;
+    }
     if (!c)
         return shs__err(SHS_ENOMEM, "out of memory");
     c->rank = rank;
@@ -31,6 +42,7 @@ void shs_comm_free(shs_comm *c)
         return;
     if (c->ops.destroy)
         c->ops.destroy(c->ctx);
+    shs__free(c->agree_buf);
     shs__free(c);
 }
 
@@ -102,11 +114,13 @@ int shs__comm_gather_bytes(shs_comm *c, const void *send, size_t len, int root, 
     uint64_t mine = len, *all = shs__calloc((size_t)c->size, sizeof *all);
     size_t *lens = shs__calloc((size_t)c->size, sizeof *lens);
     char *buf = NULL;
-    int rc;
-    if (!all || !lens) {
+    int rc = SHS_OK;
+    /* every local failure is agreed on before the collective needing the
+       memory: a rank never skips a collective the others enter */
+    if (!all || !lens)
         rc = shs__err(SHS_ENOMEM, "out of memory gathering %d ranks", c->size);
+    if ((rc = shs__comm_agree(c, rc, shs_last_error())) < 0)
         goto fail;
-    }
     if ((rc = shs__comm_allgather(c, &mine, sizeof mine, all)) < 0)
         goto fail;
     size_t total = 0;
@@ -114,12 +128,10 @@ int shs__comm_gather_bytes(shs_comm *c, const void *send, size_t len, int root, 
         lens[i] = (size_t)all[i];
         total += lens[i];
     }
-    if (c->rank == root && !(buf = shs__malloc(total ? total : 1))) {
+    if (c->rank == root && !(buf = shs__malloc(total ? total : 1)))
         rc = shs__err(SHS_ENOMEM, "out of memory gathering %zu bytes", total);
-        /* the collective must still happen on every rank */
-        c->ops.gatherv(c->ctx, send, lens, NULL, root);
+    if ((rc = shs__comm_agree(c, rc, shs_last_error())) < 0)
         goto fail;
-    }
     if ((rc = c->ops.gatherv(c->ctx, send, lens, buf, root)) < 0)
         goto fail;
     shs__free(all);
@@ -182,31 +194,24 @@ fail:
     return rc;
 }
 
-#define AGREE_MSG 200
-
 int shs__comm_agree(shs_comm *c, int status, const char *msg)
 {
     if (c->size == 1)
         return status;
-    struct {
-        int32_t status;
-        char msg[AGREE_MSG];
-    } mine, *all = shs__calloc((size_t)c->size, sizeof mine);
-    if (!all)
-        return shs__err(SHS_ENOMEM, "out of memory");
+    agree_entry mine, *all = c->agree_buf;
     memset(&mine, 0, sizeof mine);
     mine.status = status;
     snprintf(mine.msg, sizeof mine.msg, "%s", status < 0 && msg ? msg : "");
     int rc = shs__comm_allgather(c, &mine, sizeof mine, all);
-    if (rc < 0) {
-        shs__free(all);
+    if (rc < 0)
         return rc;
-    }
     for (int i = 0; i < c->size; i++)
         if (all[i].status < 0) {
-            rc = shs__err(all[i].status, "rank %d: %s", i, all[i].msg);
+            char m[AGREE_MSG];
+            memcpy(m, all[i].msg, sizeof m);
+            m[sizeof m - 1] = '\0';
+            rc = shs__err(all[i].status, "rank %d: %s", i, m);
             break;
         }
-    shs__free(all);
     return rc;
 }

@@ -486,19 +486,21 @@ static int refresh_masters(shs_manager *m)
     return SHS_OK;
 }
 
+/* 1: the save path holds a committed step; 0: it does not (or does not
+   exist); < 0: it could not be read -- only ENOENT means "nothing there",
+   an EIO must not make a crashed job start from scratch. */
 static int has_checkpoint(const char *save_path)
 {
     if (!save_path || !*save_path)
         return 0;
     struct stat st;
     if (shs__io->stat(save_path, &st) != 0)
-        return 0;
+        return errno == ENOENT ? 0 : shs__err_errno(errno, "cannot stat save path", save_path);
     int64_t *steps = NULL;
     size_t n = 0;
     int rc = shs__list_steps(&steps, &n, save_path);
     shs__free(steps);
-    shs__err_clear();
-    return rc == SHS_OK && n > 0;
+    return rc < 0 ? rc : n > 0;
 }
 
 static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *result);
@@ -519,6 +521,18 @@ int shs_manager_load(shs_manager *m, shs_progress *progress, shs_load_result *re
     return shs__comm_agree(m->comm, rc, msg);
 }
 
+/* A rank failing before shs__ckpt_load of a balanced load: that load is
+   collective, and its first agreement must hear this rank (comm.h). */
+static int fail_before_load(shs_manager *m, int rc)
+{
+    if (m->cfg.load_balanced && m->comm->size > 1) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", shs_last_error());
+        return shs__comm_agree(m->comm, rc, msg);
+    }
+    return rc;
+}
+
 static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *result)
 {
     shs_load_result local;
@@ -534,9 +548,12 @@ static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *r
     /* torchtitan: resume from the save path when it holds a checkpoint;
        otherwise the explicit load_path (MindSpore), otherwise the initial
        checkpoint; otherwise start fresh */
+    int have = c->load_path && *c->load_path ? 0 : has_checkpoint(m->save_path);
+    if (have < 0)
+        return fail_before_load(m, have);
     if (c->load_path && *c->load_path)
         from = c->load_path;
-    else if (has_checkpoint(m->save_path))
+    else if (have)
         from = m->save_path;
     else if (c->initial_load_path && *c->initial_load_path) {
         from = c->initial_load_path;
@@ -547,7 +564,7 @@ static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *r
     char dir[4096];
     int rc = shs_checkpoint_resolve(dir, sizeof dir, from, initial ? -1 : c->load_step);
     if (rc < 0)
-        return rc;
+        return fail_before_load(m, rc);
     int model_only = c->no_load_optim || (initial && c->initial_load_model_only);
     shs__load_req req = {
         .with_optim = !model_only && !(c->exclude_from_loading & SHS_EXCLUDE_OPTIMIZER),

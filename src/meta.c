@@ -161,10 +161,11 @@ int shs__meta_parse(shs__meta *m, const char *dir)
     json_t *files = json_object_get(root, "files");
     if (!json_is_array(files))
         BAD("%s: \"files\" must be an array", path);
-    m->nf = json_array_size(files);
-    m->f = shs__calloc(m->nf ? m->nf : 1, sizeof *m->f);
+    size_t nf = json_array_size(files);
+    m->f = shs__calloc(nf ? nf : 1, sizeof *m->f);
     if (!m->f)
         OOM();
+    m->nf = nf; /* only now: shs__meta_free walks m->f[0..nf) */
     for (size_t i = 0; i < m->nf; i++) {
         json_t *f = json_array_get(files, i);
         json_t *name = json_object_get(f, "name");
@@ -220,10 +221,11 @@ int shs__meta_parse(shs__meta *m, const char *dir)
         uint64_t gbytes;
         if (shs_tensor_nbytes(&gbytes, t->dtype, t->ndim, t->gshape) < 0)
             BAD("%s: tensor '%s': shape overflows", path, tname);
-        t->nc = json_array_size(chunks);
-        t->c = shs__calloc(t->nc ? t->nc : 1, sizeof *t->c);
+        size_t nc = json_array_size(chunks);
+        t->c = shs__calloc(nc ? nc : 1, sizeof *t->c);
         if (!t->c)
             OOM();
+        t->nc = nc; /* only now, as m->nf above */
         for (size_t k = 0; k < t->nc; k++) {
             json_t *cj = json_array_get(chunks, k);
             shs__mchunk *c = &t->c[k];

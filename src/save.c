@@ -610,6 +610,7 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
     char suffix[17] = { 0 }, name[64], msg[256], dname[40];
     char *tmp = NULL, *text = NULL, *all = NULL;
     size_t *lens = NULL;
+    uint64_t *written = NULL;
     json_t *frag = NULL;
     int rc = SHS_OK, committed = 0;
     shs_save_stats s = { 0 };
@@ -641,6 +642,10 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
         shs__free(skip);
     if (rc == SHS_OK && !(text = json_dumps(frag, JSON_COMPACT)))
         rc = shs__err(SHS_ENOMEM, "out of memory");
+    /* allocated before the agreement: no rank may fail alone between the
+       collectives below */
+    if (rc == SHS_OK && !(written = shs__calloc((size_t)world, sizeof *written)))
+        rc = shs__err(SHS_ENOMEM, "out of memory");
     snprintf(msg, sizeof msg, "%s", shs_last_error());
     /* commit only if every rank succeeded; else every rank hears who failed */
     if ((rc = shs__comm_agree(comm, rc, msg)) < 0)
@@ -648,12 +653,8 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
     if ((rc = shs__comm_gather_bytes(comm, text, strlen(text), root, &all, &lens)) < 0)
         goto fail;
     /* balance of the written bytes over the ranks */
-    uint64_t *written = shs__calloc((size_t)world, sizeof *written);
-    if (!written || (rc = shs__comm_allgather(comm, &s.bytes_written, 8, written)) < 0) {
-        shs__free(written);
-        rc = rc < 0 ? rc : shs__err(SHS_ENOMEM, "out of memory");
+    if ((rc = shs__comm_allgather(comm, &s.bytes_written, 8, written)) < 0)
         goto fail;
-    }
     uint64_t sum = 0;
     for (int r = 0; r < world; r++) {
         sum += written[r];
@@ -661,7 +662,6 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
             s.max_rank_bytes = written[r];
     }
     s.write_balance = sum ? (double)s.max_rank_bytes * world / (double)sum : 1.0;
-    shs__free(written);
     if (me == root)
         rc = root_commit(req, tmp, all, lens, world, out_dir, out_cap, &committed);
     snprintf(msg, sizeof msg, "%s", shs_last_error());
@@ -682,6 +682,7 @@ fail:
         shs__rmtree(tmp);
 done:
     free(text);
+    shs__free(written);
     json_decref(frag);
     shs__free(all);
     shs__free(lens);

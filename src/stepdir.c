@@ -43,23 +43,45 @@ int64_t shs__step_of_name(const char *name)
     return v;
 }
 
+/* A regular file: 1; absent (or not a regular file): 0; otherwise the
+   error (EIO, EACCES...: never mistaken for "no step there"). */
+static int is_regular(const char *path)
+{
+    struct stat st;
+    if (shs__io->stat(path, &st) == 0)
+        return S_ISREG(st.st_mode) ? 1 : 0;
+    if (errno == ENOENT || errno == ENOTDIR)
+        return 0;
+    return shs__err_errno(errno, "cannot stat", path);
+}
+
 int shs__step_dir_is_complete(const char *dir)
 {
     char *m = shs__path_join(dir, "metadata.json");
     char *c = shs__path_join(dir, "common.json");
-    struct stat st;
-    int ok = m && c && shs__io->stat(m, &st) == 0 && S_ISREG(st.st_mode) &&
-             shs__io->stat(c, &st) == 0 && S_ISREG(st.st_mode);
+    int rc;
+    if (!m || !c)
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+    else if ((rc = is_regular(m)) > 0)
+        rc = is_regular(c);
     shs__free(m);
     shs__free(c);
-    return ok;
+    return rc;
 }
 
 int shs__step_dir_has_metadata(const char *path)
 {
     char *mp = shs__path_join(path, "metadata.json");
     struct stat st;
-    int r = mp && shs__io->stat(mp, &st) == 0;
+    int r;
+    if (!mp)
+        r = shs__err(SHS_ENOMEM, "out of memory");
+    else if (shs__io->lstat(mp, &st) == 0)
+        r = 1;
+    else if (errno == ENOENT || errno == ENOTDIR)
+        r = 0;
+    else
+        r = shs__err_errno(errno, "cannot stat", mp);
     shs__free(mp);
     return r;
 }
@@ -136,6 +158,10 @@ int shs__list_steps(int64_t **out, size_t *n, const char *save_path)
         }
         int ok = shs__step_dir_is_complete(full);
         shs__free(full);
+        if (ok < 0) {
+            rc = ok;
+            goto done;
+        }
         if (ok)
             v[cnt++] = s;
     }
@@ -317,10 +343,13 @@ static int restore_replaced(const char *save_path, const char *name, int do_fsyn
         rc = shs__err(SHS_ENOMEM, "out of memory cleaning %s", save_path);
         goto done;
     }
-    if ((rc = shs__entry_exists(to)) != 0) /* present (a newer copy), or an error */
+    if ((rc = shs__entry_exists(to)) != 0) {
+        rc = rc > 0 ? 0 : rc; /* present (the newer copy): garbage; or an error */
         goto done;
-    if (!shs__step_dir_is_complete(from))
-        goto done;
+    }
+    if ((rc = shs__step_dir_is_complete(from)) <= 0)
+        goto done; /* incomplete: garbage; or an error */
+    rc = 0;
     if (shs__io->rename(from, to) != 0) {
         rc = shs__err_errno(errno, "cannot restore displaced step", from);
         goto done;

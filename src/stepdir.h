@@ -39,9 +39,11 @@ char *shs__tracker_path(const char *save_path);
 int64_t shs__step_of_name(const char *name);
 
 /* Two "is this a step directory" checks, kept apart on purpose:
-   - is_complete: metadata.json AND common.json are regular files.  Used
+   - is_complete: metadata.json AND common.json are regular files (1), or
+     not (0), or a status < 0 when stat fails otherwise than ENOENT.  Used
      when listing a save path: only a finished save counts as a step.
-   - has_metadata: metadata.json exists (any file type).  Used when a path
+   - has_metadata: metadata.json exists (any file type): 1, 0, or a
+     status < 0 when lstat fails otherwise than ENOENT.  Used when a path
      is given to open, resolve or load: it is then a step directory, not a
      save path or a plain directory of safetensors files. */
 int shs__step_dir_is_complete(const char *dir);

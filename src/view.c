@@ -27,7 +27,9 @@ int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step
         return shs__err_errno(errno, "cannot find checkpoint path", path);
     if (!S_ISDIR(st.st_mode))
         return shs__err(SHS_EINVAL, "%s: a checkpoint path is a directory", path);
-    if (shs__step_dir_has_metadata(path)) {
+    if ((rc = shs__step_dir_has_metadata(path)) != 0) {
+        if (rc < 0)
+            return rc;
         snprintf(out, cap, "%s", path);
         return SHS_OK;
     }
@@ -85,9 +87,11 @@ int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step
     char name[40];
     shs__step_dir_name(name, sizeof name, pick);
     char *full = shs__path_join(path, name);
-    if (full && !shs__step_dir_has_metadata(full)) {
-        shs__step_dir_alt_name(name, sizeof name, pick);
+    if (full && (rc = shs__step_dir_has_metadata(full)) <= 0) {
         shs__free(full);
+        if (rc < 0)
+            return rc;
+        shs__step_dir_alt_name(name, sizeof name, pick);
         full = shs__path_join(path, name);
     }
     if (!full)
@@ -190,8 +194,9 @@ int shs_checkpoint_open(shs_checkpoint **out, const char *dir)
     shs_checkpoint *c = shs__calloc(1, sizeof *c);
     if (!c)
         return shs__err(SHS_ENOMEM, "out of memory");
-    int rc = shs__step_dir_has_metadata(dir) ? shs__meta_parse(&c->m, dir)
-                                             : shs__meta_from_plain(&c->m, dir);
+    int rc = shs__step_dir_has_metadata(dir);
+    if (rc >= 0)
+        rc = rc ? shs__meta_parse(&c->m, dir) : shs__meta_from_plain(&c->m, dir);
     if (rc < 0) {
         shs__free(c);
         return rc;
