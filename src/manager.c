@@ -191,7 +191,12 @@ static int do_save(shs_manager *m, const job *j, void *const *data)
     m->last_stats = s;
     m->has_stats = 1;
     pthread_mutex_unlock(&m->mu);
-    if ((rc = remember_save(m, j->step)) < 0)
+    /* every rank hears if one failed its bookkeeping (comm.h): retention
+       that follows is collective */
+    char msg[256];
+    rc = remember_save(m, j->step);
+    snprintf(msg, sizeof msg, "%s", shs_last_error());
+    if ((rc = shs__comm_agree(m->comm, rc, msg)) < 0)
         return rc;
     return apply_retention(m);
 }
@@ -603,6 +608,19 @@ static char *dup_or_empty(const char *s)
     return shs__strdup(s ? s : "");
 }
 
+/* A local failure (out of memory) before create's agreement: the other
+   ranks wait in it, so this rank joins it with its error (comm.h).  The
+   config checks need not: every rank has the same config. */
+static int create_failed(shs_comm *comm, int rc)
+{
+    if (comm && comm->size > 1) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", shs_last_error());
+        return shs__comm_agree(comm, rc, msg);
+    }
+    return rc;
+}
+
 int shs_manager_create(shs_manager **out, const shs_config *config, shs_state *state)
 {
     return shs_manager_create_comm(out, config, state, NULL);
@@ -632,7 +650,7 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
         return shs__err(SHS_ECONFIG, "prefix must be a non-empty file name part");
     shs_manager *m = shs__calloc(1, sizeof *m);
     if (!m)
-        return shs__err(SHS_ENOMEM, "out of memory creating the manager");
+        return create_failed(comm, shs__err(SHS_ENOMEM, "out of memory creating the manager"));
     m->cfg = *config;
     m->cfg.owned_ = NULL;
     m->save_path = dup_or_empty(config->save_path);
@@ -641,7 +659,7 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     m->initial_load_path = dup_or_empty(config->initial_load_path);
     if (!m->save_path || !m->prefix || !m->load_path || !m->initial_load_path) {
         shs_manager_free(m);
-        return shs__err(SHS_ENOMEM, "out of memory creating the manager");
+        return create_failed(comm, shs__err(SHS_ENOMEM, "out of memory creating the manager"));
     }
     m->cfg.save_path = m->save_path;
     m->cfg.prefix = m->prefix;

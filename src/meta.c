@@ -291,10 +291,11 @@ int shs__meta_parse(shs__meta *m, const char *dir)
     json_t *blobs = json_object_get(root, "blobs");
     if (blobs && !json_is_array(blobs))
         BAD("%s: \"blobs\" must be an array", path);
-    m->nb = blobs ? json_array_size(blobs) : 0;
-    m->b = shs__calloc(m->nb ? m->nb : 1, sizeof *m->b);
+    size_t nb = blobs ? json_array_size(blobs) : 0;
+    m->b = shs__calloc(nb ? nb : 1, sizeof *m->b);
     if (!m->b)
         OOM();
+    m->nb = nb; /* only now, as m->nf above */
     for (size_t i = 0; i < m->nb; i++) {
         json_t *bj = json_array_get(blobs, i);
         shs__mblob *b = &m->b[i];

@@ -8,6 +8,7 @@
 #include "io.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -585,6 +586,189 @@ static void test_alloc_sweep(void **state)
     }
 }
 
+
+/* ------------------------------------------------------------------ */
+/* point 8: two ranks as threads; allocations fail on rank 1 only     */
+/* ------------------------------------------------------------------ */
+
+typedef struct tc_shared {
+    pthread_barrier_t bar;
+    const void *slot[2];
+} tc_shared;
+typedef struct tc_rank {
+    tc_shared *sh;
+    int rank;
+    int rc;
+    char msg[512];
+    long count;
+} tc_rank;
+
+static int tc_barrier(void *ctx)
+{
+    pthread_barrier_wait(&((tc_rank *)ctx)->sh->bar);
+    return SHS_OK;
+}
+static int tc_bcast(void *ctx, void *buf, size_t len, int root)
+{
+    tc_rank *r = ctx;
+    if (r->rank == root)
+        r->sh->slot[root] = buf;
+    pthread_barrier_wait(&r->sh->bar);
+    if (r->rank != root && len)
+        memcpy(buf, r->sh->slot[root], len);
+    pthread_barrier_wait(&r->sh->bar);
+    return SHS_OK;
+}
+static int tc_allgather(void *ctx, const void *send, size_t len, void *recv)
+{
+    tc_rank *r = ctx;
+    r->sh->slot[r->rank] = send;
+    pthread_barrier_wait(&r->sh->bar);
+    for (int i = 0; i < 2; i++)
+        if (len)
+            memcpy((char *)recv + (size_t)i * len, r->sh->slot[i], len);
+    pthread_barrier_wait(&r->sh->bar);
+    return SHS_OK;
+}
+static int tc_gatherv(void *ctx, const void *send, const size_t *lens, void *recv, int root)
+{
+    tc_rank *r = ctx;
+    r->sh->slot[r->rank] = send;
+    pthread_barrier_wait(&r->sh->bar);
+    if (r->rank == root) {
+        assert_non_null(recv); /* a root without its buffer must never get here */
+        size_t at = 0;
+        for (int i = 0; i < 2; i++) {
+            if (lens[i])
+                memcpy((char *)recv + at, r->sh->slot[i], lens[i]);
+            at += lens[i];
+        }
+    }
+    pthread_barrier_wait(&r->sh->bar);
+    return SHS_OK;
+}
+static int tc_send(void *c, const void *b, size_t n, int d, int t)
+{
+    (void)c; (void)b; (void)n; (void)d; (void)t;
+    return SHS_EUNSUPPORTED;
+}
+static int tc_recv(void *c, void *b, size_t n, int s, int t)
+{
+    (void)c; (void)b; (void)n; (void)s; (void)t;
+    return SHS_EUNSUPPORTED;
+}
+static const shs_comm_ops k_tc_ops = { SHS_COMM_OPS_VERSION, tc_barrier, tc_bcast, tc_allgather,
+                                       tc_gatherv, tc_send, tc_recv, NULL };
+
+static _Thread_local int t_armed_rank1;
+static _Thread_local long t_count;
+static long g_rank_fail_at;
+
+static void *ra_malloc(void *ctx, size_t n)
+{
+    (void)ctx;
+    if (t_armed_rank1 && g_rank_fail_at && ++t_count == g_rank_fail_at)
+        return NULL;
+    return malloc(n);
+}
+static void *ra_realloc(void *ctx, void *p, size_t n)
+{
+    (void)ctx;
+    if (t_armed_rank1 && g_rank_fail_at && ++t_count == g_rank_fail_at)
+        return NULL;
+    return realloc(p, n);
+}
+static void ra_free(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+static const char *g_rank_sp;
+
+static void *rank_main(void *arg)
+{
+    tc_rank *r = arg;
+    shs_comm *comm = NULL;
+    tu_small s;
+    tu_small_make(&s, 9.0f, 1);
+    if (shs_comm_create(&comm, r->rank, 2, &k_tc_ops, r) != SHS_OK)
+        abort();
+    t_count = 0;
+    t_armed_rank1 = r->rank == 1;
+    shs_config c;
+    tu_cfg_saving(&c, g_rank_sp);
+    shs_manager *m = NULL;
+    shs_progress p = tu_prog(3);
+    int rc = shs_manager_create_comm(&m, &c, s.st, comm);
+    if (rc == SHS_OK)
+        rc = shs_manager_save(m, &p, 0);
+    if (rc == SHS_OK)
+        rc = shs_manager_wait(m);
+    if (rc == SHS_OK) {
+        shs_progress q = tu_prog(0);
+        shs_load_result res;
+        rc = shs_manager_load(m, &q, &res);
+    }
+    r->rc = rc;
+    snprintf(r->msg, sizeof r->msg, "%s", rc ? shs_last_error() : "");
+    shs_manager_free(m);
+    r->count = t_count;
+    t_armed_rank1 = 0;
+    shs_comm_free(comm);
+    shs_state_free(s.st);
+    return NULL;
+}
+
+static void test_collectives_local_oom(void **state)
+{
+    (void)state;
+    long n, failures = 0;
+    alarm(300); /* a deadlock fails the test instead of hanging it */
+    for (n = 1;; n++) {
+        char *sp = tu_subdir("ranks");
+        g_rank_sp = sp;
+        tc_shared sh;
+        memset(&sh, 0, sizeof sh);
+        pthread_barrier_init(&sh.bar, NULL, 2);
+        tc_rank r[2];
+        memset(r, 0, sizeof r);
+        pthread_t th[2];
+        shs_allocator a = { ra_malloc, ra_realloc, ra_free, NULL };
+        shs_set_allocator(&a);
+        g_rank_fail_at = n;
+        for (int i = 0; i < 2; i++) {
+            r[i].sh = &sh;
+            r[i].rank = i;
+            assert_int_equal(pthread_create(&th[i], NULL, rank_main, &r[i]), 0);
+        }
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        g_rank_fail_at = 0;
+        shs_set_allocator(NULL);
+        pthread_barrier_destroy(&sh.bar);
+        int hit = r[1].count >= n;
+        tu_rmtree(sp);
+        free(sp);
+        if (!hit) {
+            if (r[0].rc || r[1].rc)
+                fail_msg("no failure injected, yet: %s / %s", r[0].msg, r[1].msg);
+            break;
+        }
+        if (r[1].rc != SHS_OK) {
+            failures++;
+            /* rank 0 hears it, naming rank 1 */
+            if (r[0].rc == SHS_OK || !strstr(r[0].msg, "rank 1"))
+                fail_msg("N=%ld: rank 1 failed (%s) but rank 0 got %d '%s'", n, r[1].msg,
+                         r[0].rc, r[0].msg);
+        }
+    }
+    alarm(0);
+    printf("ranks: %ld allocations of rank 1 failed one at a time: %ld errors, no hang\n",
+           n - 1, failures);
+    assert_true(n > 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -597,6 +781,7 @@ int main(void)
         cmocka_unit_test(test_remove_clean_take_lock),
         cmocka_unit_test(test_io_sweep),
         cmocka_unit_test(test_alloc_sweep),
+        cmocka_unit_test(test_collectives_local_oom),
     };
     return cmocka_run_group_tests(tests, tu_setup_root, tu_teardown_root);
 }
