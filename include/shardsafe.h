@@ -205,7 +205,12 @@ typedef struct shs_file shs_file;
 #define SHS_MAX_DIMS 64 /* more dimensions than this: SHS_ESCHEMA */
 
 enum {
-    SHS_OPEN_NO_MMAP = 1u << 0   /* never mmap; read with pread */
+    SHS_OPEN_NO_MMAP = 1u << 0,  /* never mmap; read with pread */
+    /* refuse a symbolic link as the file itself (O_NOFOLLOW): the error
+       says "is a symbolic link".  Checkpoint readers use it for the files
+       of a step directory, so that a link never makes them read bytes
+       from outside it. */
+    SHS_OPEN_NO_FOLLOW = 1u << 1
 };
 
 typedef struct shs_open_opts {
@@ -944,14 +949,39 @@ SHS_API int shs_checkpoint_list(int64_t *steps, size_t cap, size_t *n,
                                 const char *save_path);
 /* Step of a step directory's name ("iteration_%08d" or "step-N"), or -1. */
 SHS_API int64_t shs_checkpoint_step_of_name(const char *name);
+/* The name of step `step`'s directory: "iteration_%08d" (what saves
+   write), or with `torchtitan` nonzero "step-N" (read, never written).
+   Returns what snprintf returns; -1 for a NULL buf or negative step. */
+SHS_API int shs_checkpoint_step_dir_name(char *buf, size_t cap, int64_t step, int torchtitan);
+
+/* What an entry of a save path is, by its name alone -- the rules the
+   library itself uses, for tools that list or clean a save path. */
+typedef enum shs_savepath_entry {
+    SHS_ENTRY_OTHER = 0,    /* not ours: never listed as a step, never deleted */
+    SHS_ENTRY_STEP,         /* iteration_%08d or step-N (complete or not) */
+    SHS_ENTRY_LEFTOVER,     /* of a failed save: .tmp-*, .trash-*, .replaced-*
+                               (a step displaced by a re-save, restored by
+                               shs_checkpoint_clean when its name is free), or
+                               a temporary of the tracker */
+    SHS_ENTRY_TRACKER,      /* latest_checkpointed_iteration.txt */
+    SHS_ENTRY_LOCK          /* SHS_SAVEPATH_LOCK_NAME, never deleted */
+} shs_savepath_entry;
+SHS_API shs_savepath_entry shs_savepath_entry_kind(const char *name);
 /* The tracker's step: SHS_ENOENT when there is none, SHS_ECORRUPT when it
    does not hold a decimal step. */
 SHS_API int shs_checkpoint_read_tracker(int64_t *step, const char *save_path);
 /* Delete a step directory safely: renamed to a .trash- sibling first, so
-   a crash mid-delete never leaves a half-deleted step. */
+   a crash mid-delete never leaves a half-deleted step.  Holds the save
+   path's lock (shs_savepath_lock) while it works, unless this process
+   already holds it through shs_savepath_lock(): SHS_ELOCKED, naming the
+   holder, while a manager (or another tool) holds it. */
 SHS_API int shs_checkpoint_remove(const char *save_path, int64_t step);
-/* Remove leftovers of failed saves (.tmp-*, .trash-*).  Never run it on a
-   save path a trainer is writing to: its save in progress is a .tmp-. */
+/* Clean a save path after a crash: a step displaced by an interrupted
+   re-save (.replaced-iteration_N-*) goes back to iteration_N when that
+   name is free, then the other leftovers of failed saves (.tmp-*,
+   .trash-*, .replaced-*, tracker temporaries) are removed.  Takes the
+   lock as shs_checkpoint_remove does, so it refuses (SHS_ELOCKED) while a
+   trainer saves there.  A save path that does not exist: SHS_OK. */
 SHS_API int shs_checkpoint_clean(const char *save_path);
 
 /*

@@ -5,10 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef struct agree_msg {
+#define AGREE_MSG 200
+
+typedef struct agree_entry {
     int32_t status;
-    char msg[200];
-} agree_msg;
+    char msg[AGREE_MSG];
+} agree_entry;
 
 int shs_comm_create(shs_comm **out, int rank, int size, const shs_comm_ops *ops, void *ctx)
 {
@@ -30,7 +32,7 @@ int shs_comm_create(shs_comm **out, int rank, int size, const shs_comm_ops *ops,
     if (size < 1 || rank < 0 || rank >= size)
         return shs__err(SHS_EINVAL, "shs_comm_create: rank %d of %d", rank, size);
     shs_comm *c = shs__calloc(1, sizeof *c);
-    if (!c || !(c->agree_buf = shs__calloc((size_t)size, sizeof(agree_msg)))) {
+    if (!c || !(c->agree_buf = shs__calloc((size_t)size, sizeof(agree_entry)))) {
         shs__free(c);
         return shs__err(SHS_ENOMEM, "out of memory creating a communicator of %d ranks", size);
     }
@@ -120,11 +122,13 @@ int shs__comm_gather_bytes(shs_comm *c, const void *send, size_t len, int root, 
     uint64_t mine = len, *all = shs__calloc((size_t)c->size, sizeof *all);
     size_t *lens = shs__calloc((size_t)c->size, sizeof *lens);
     char *buf = NULL;
-    int rc;
-    if (!all || !lens) {
+    int rc = SHS_OK;
+    /* every local failure is agreed on before the collective needing the
+       memory: a rank never skips a collective the others enter */
+    if (!all || !lens)
         rc = shs__err(SHS_ENOMEM, "out of memory gathering %d ranks", c->size);
+    if ((rc = shs__comm_agree(c, rc, shs_last_error())) < 0)
         goto fail;
-    }
     if ((rc = shs__comm_allgather(c, &mine, sizeof mine, all)) < 0)
         goto fail;
     size_t total = 0;
@@ -132,12 +136,10 @@ int shs__comm_gather_bytes(shs_comm *c, const void *send, size_t len, int root, 
         lens[i] = (size_t)all[i];
         total += lens[i];
     }
-    if (c->rank == root && !(buf = shs__malloc(total ? total : 1))) {
+    if (c->rank == root && !(buf = shs__malloc(total ? total : 1)))
         rc = shs__err(SHS_ENOMEM, "out of memory gathering %zu bytes", total);
-        /* the collective must still happen on every rank */
-        c->ops.gatherv(c->ctx, send, lens, NULL, root);
+    if ((rc = shs__comm_agree(c, rc, shs_last_error())) < 0)
         goto fail;
-    }
     if ((rc = c->ops.gatherv(c->ctx, send, lens, buf, root)) < 0)
         goto fail;
     shs__free(all);
@@ -206,7 +208,7 @@ int shs__comm_agree(shs_comm *c, int status, const char *msg)
 {
     if (c->size == 1)
         return status;
-    agree_msg mine, *all = c->agree_buf;
+    agree_entry mine, *all = c->agree_buf;
     memset(&mine, 0, sizeof mine);
     mine.status = status;
     snprintf(mine.msg, sizeof mine.msg, "%s", status < 0 && msg ? msg : "");
@@ -215,7 +217,10 @@ int shs__comm_agree(shs_comm *c, int status, const char *msg)
         return rc;
     for (int i = 0; i < c->size; i++)
         if (all[i].status < 0) {
-            rc = shs__err(all[i].status, "rank %d: %s", i, all[i].msg);
+            char m[AGREE_MSG];
+            memcpy(m, all[i].msg, sizeof m);
+            m[sizeof m - 1] = '\0';
+            rc = shs__err(all[i].status, "rank %d: %s", i, m);
             break;
         }
     /* A rank that failed never goes on, even with a backend that lost its

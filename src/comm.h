@@ -34,7 +34,15 @@ int shs__comm_allgather_bytes(shs_comm *c, const void *send, size_t len, char **
  * Agree on the outcome of a step every rank did: each passes its status and
  * message; returns SHS_OK on every rank if all succeeded, else on every
  * rank the status of the lowest failing rank with a message naming it
- * ("rank 2: cannot write '...': No space left on device").
+ * ("rank 2: cannot write '...': No space left on device").  Allocates
+ * nothing, so a rank that ran out of memory still joins.
+ *
+ * The rule for every collective sequence (save.c, replicas.c, load.c,
+ * manager.c): a rank that fails a local step does not skip the next
+ * collective; it carries its failure into an agreement that every rank
+ * makes at the same point, and then all return the same error.  The
+ * helpers above follow it: a local allocation failure inside them is
+ * agreed on before the data collective that needs the memory.
  */
 int shs__comm_agree(shs_comm *c, int status, const char *msg);
 

@@ -71,7 +71,7 @@ int shs__common_read_ex(shs_progress *p, const char *dir, unsigned *flags)
         *flags = 0;
     if (!path)
         return shs__err(SHS_ENOMEM, "out of memory");
-    if ((rc = shs__read_file(&buf, &len, path, COMMON_MAX)) < 0)
+    if ((rc = shs__read_file_nofollow(&buf, &len, path, COMMON_MAX)) < 0)
         goto fail;
     json_error_t jerr;
     o = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);

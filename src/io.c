@@ -78,6 +78,11 @@ int shs__io_open(int *out_fd, const char *path, int flags, mode_t mode)
     int fd = shs__io->open(path, flags, mode);
     if (fd < 0) {
         *out_fd = -1;
+        /* O_NOFOLLOW reports a symlink as ELOOP ("too many levels"), which
+           would send the reader looking for a loop */
+        if (errno == ELOOP && (flags & O_NOFOLLOW))
+            return shs__err(SHS_EINVAL, "cannot open '%s': is a symbolic link (not followed)",
+                            path);
         return shs__err_errno(errno, "cannot open", path);
     }
     *out_fd = fd;
@@ -298,12 +303,12 @@ done:
     return rc;
 }
 
-int shs__read_file(char **out, size_t *out_len, const char *path, size_t max)
+static int read_file(char **out, size_t *out_len, const char *path, size_t max, int flags)
 {
     int fd, rc;
     struct stat st;
     *out = NULL;
-    if ((rc = shs__io_open(&fd, path, O_RDONLY | O_NONBLOCK, 0)) < 0)
+    if ((rc = shs__io_open(&fd, path, O_RDONLY | O_NONBLOCK | flags, 0)) < 0)
         return rc;
     if (shs__io->fstat(fd, &st) != 0) {
         rc = shs__err_errno(errno, "cannot stat", path);
@@ -333,6 +338,16 @@ int shs__read_file(char **out, size_t *out_len, const char *path, size_t max)
 done:
     shs__io->close(fd);
     return rc;
+}
+
+int shs__read_file(char **out, size_t *out_len, const char *path, size_t max)
+{
+    return read_file(out, out_len, path, max, 0);
+}
+
+int shs__read_file_nofollow(char **out, size_t *out_len, const char *path, size_t max)
+{
+    return read_file(out, out_len, path, max, O_NOFOLLOW);
 }
 
 void shs__io_names_free(char **names, size_t n)

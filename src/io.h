@@ -88,6 +88,11 @@ int shs__write_file_atomic(const char *path, const void *data, size_t len, int d
 /* Read a whole small file (at most `max` bytes) into a NUL-terminated
    buffer the caller frees. */
 int shs__read_file(char **out, size_t *out_len, const char *path, size_t max);
+/* The same, refusing a symbolic link as the last component ("is a
+   symbolic link"): files inside a step directory and the tracker are read
+   this way, so that a link never makes a checkpoint read bytes from
+   elsewhere. */
+int shs__read_file_nofollow(char **out, size_t *out_len, const char *path, size_t max);
 /* Random hex suffix for temporary names (not cryptographic). */
 void shs__random_suffix(char out[17]);
 

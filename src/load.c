@@ -29,8 +29,10 @@ int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out)
         pthread_mutex_lock(L->mu);
     if (!L->fh[fi]) {
         char *p = shs__path_join(L->dir, L->m->f[fi].name);
+        /* files of a step directory are never reached through a link; a
+           plain folder (a Hugging Face snapshot) is links by design */
         shs_open_opts oo = SHS_OPEN_OPTS_INIT;
-        oo.flags = L->open_flags;
+        oo.flags = L->open_flags | (L->m->plain ? 0u : (unsigned)SHS_OPEN_NO_FOLLOW);
         rc = p ? shs_file_open(&L->fh[fi], p, &oo) : shs__err(SHS_ENOMEM, "out of memory");
         shs__free(p);
         if (rc == SHS_ENOENT)
@@ -475,7 +477,7 @@ static int load_balanced_tensors(shs__loader *L, shs_state *st, const shs__load_
     bufs = shs__calloc(nsaved + 1, sizeof *bufs);
     if (!tens || !saved || !words || !chunk_t || !chunk_k || !reqs || !req_state || !bufs) {
         rc = shs__err(SHS_ENOMEM, "out of memory planning a balanced load");
-        goto done;
+        goto agree; /* the others are about to exchange: meet them there */
     }
     size_t si = 0, w = 0;
     for (size_t j = 0; j < m->nt; j++) {
@@ -501,19 +503,38 @@ static int load_balanced_tensors(shs__loader *L, shs_state *st, const shs__load_
     }
     if ((rc = shs__plan_load(&plan, tens, (uint32_t)m->nt, saved, nsaved, reqs, nreq,
                              (uint32_t)comm->size, true)) < 0)
-        goto done;
+        goto agree;
     have_plan = 1;
+    /* every buffer of the exchange is allocated before it starts: a rank
+       failing in the middle would leave its peers blocked in send/recv */
+    uint64_t max_item = 0, ioff[SHS_MAX_DIMS], ishape[SHS_MAX_DIMS];
+    for (size_t r = plan.read_start[me]; r < plan.read_start[me + 1] && rc == SHS_OK; r++) {
+        uint32_t c = plan.reads[r];
+        const shs__mchunk *ch = &m->t[chunk_t[c]].c[chunk_k[c]];
+        uint64_t n = ch->b1 - ch->b0;
+        if (!(bufs[c] = shs__calloc(1, (size_t)n + 1)))
+            rc = shs__err(SHS_ENOMEM, "out of memory for a %llu-byte chunk",
+                          (unsigned long long)n);
+    }
+    for (uint32_t src = 0; src < plan.nranks; src++)
+        for (size_t q = plan.send_start[src]; q < plan.send_start[src + 1]; q++) {
+            const shs__load_item *it = &plan.items[plan.sends[q]];
+            if (me == (int)src || me == (int)reqs[it->req].rank) {
+                uint64_t n = shs__load_item_box(&plan, it, ioff, ishape);
+                max_item = n > max_item ? n : max_item;
+            }
+        }
+    if (rc == SHS_OK && !(tmp = shs__calloc(1, (size_t)max_item + 1)))
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+agree:
+    if ((rc = shs__comm_agree(comm, rc, shs_last_error())) < 0)
+        goto done;
     /* 1. my reads, whole chunks, checksummed */
     int read_rc = SHS_OK;
     for (size_t r = plan.read_start[me]; r < plan.read_start[me + 1]; r++) {
         uint32_t c = plan.reads[r];
         const shs__mchunk *ch = &m->t[chunk_t[c]].c[chunk_k[c]];
         uint64_t n = ch->b1 - ch->b0;
-        if (!(bufs[c] = shs__calloc(1, (size_t)n + 1))) {
-            rc = shs__err(SHS_ENOMEM, "out of memory for a %llu-byte chunk",
-                          (unsigned long long)n);
-            goto done;
-        }
         shs_file *f;
         size_t idx;
         if (read_rc == SHS_OK &&
@@ -523,7 +544,7 @@ static int load_balanced_tensors(shs__loader *L, shs_state *st, const shs__load_
         *read_bytes += n;
     }
     /* 2. transfers, in the global order */
-    uint64_t ioff[SHS_MAX_DIMS], ishape[SHS_MAX_DIMS], s0[SHS_MAX_DIMS], d0[SHS_MAX_DIMS];
+    uint64_t s0[SHS_MAX_DIMS], d0[SHS_MAX_DIMS];
     uint64_t zero[SHS_MAX_DIMS] = { 0 };
     for (uint32_t src = 0; src < plan.nranks && rc == SHS_OK; src++) {
         for (size_t q = plan.send_start[src]; q < plan.send_start[src + 1] && rc == SHS_OK; q++) {
@@ -535,11 +556,6 @@ static int load_balanced_tensors(shs__loader *L, shs_state *st, const shs__load_
             const shs__mchunk *ch = &t->c[chunk_k[it->chunk]];
             uint64_t n = shs__load_item_box(&plan, it, ioff, ishape);
             unsigned bits = shs_dtype_bits(t->dtype);
-            shs__free(tmp);
-            if (!(tmp = shs__calloc(1, (size_t)n + 1))) {
-                rc = shs__err(SHS_ENOMEM, "out of memory");
-                break;
-            }
             if (me == (int)src) {
                 for (size_t d = 0; d < t->ndim; d++)
                     s0[d] = ioff[d] - ch->off[d];

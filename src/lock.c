@@ -30,6 +30,7 @@
 #include "io.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,7 +42,18 @@
 struct shs_savepath_lock_handle {
     int fd;
     char *path;
+    dev_t dev;                              /* of the lock file */
+    ino_t ino;
+    struct shs_savepath_lock_handle *next;  /* in g_tool_locks */
 };
+
+/* The locks this process holds through shs_savepath_lock (tools such as
+   prune): shs_checkpoint_remove/clean called while one of them is held
+   work under it instead of failing against it (an OFD lock conflicts
+   with every other open, the same process's too).  A manager's lock is
+   not listed: nothing may delete under a trainer. */
+static pthread_mutex_t g_tool_mu = PTHREAD_MUTEX_INITIALIZER;
+static shs_savepath_lock_handle *g_tool_locks;
 
 int shs__is_lock_name(const char *name)
 {
@@ -195,6 +207,8 @@ int shs__savepath_lock_take(shs_savepath_lock_handle **out, const char *save_pat
     }
     if ((rc = write_info(fd, lk->path)) < 0)
         goto done;
+    lk->dev = st.st_dev;
+    lk->ino = st.st_ino;
     lk->fd = fd;
     fd = -1;
     *out = lk;
@@ -208,13 +222,45 @@ done:
 
 int shs_savepath_lock(shs_savepath_lock_handle **out, const char *save_path)
 {
-    return shs__savepath_lock_take(out, save_path, 0);
+    int rc = shs__savepath_lock_take(out, save_path, 0);
+    if (rc == SHS_OK) {
+        pthread_mutex_lock(&g_tool_mu);
+        (*out)->next = g_tool_locks;
+        g_tool_locks = *out;
+        pthread_mutex_unlock(&g_tool_mu);
+    }
+    return rc;
+}
+
+int shs__savepath_lock_for_tool(shs_savepath_lock_handle **out, const char *save_path)
+{
+    struct stat st;
+    int held_here = 0;
+    char *path = save_path ? shs__path_join(save_path, SHS__LOCK_NAME) : NULL;
+    *out = NULL;
+    if (!path)
+        return shs__err(SHS_ENOMEM, "out of memory locking %s", save_path);
+    if (shs__io->stat(path, &st) == 0) {
+        pthread_mutex_lock(&g_tool_mu);
+        for (const shs_savepath_lock_handle *l = g_tool_locks; l && !held_here; l = l->next)
+            held_here = l->dev == st.st_dev && l->ino == st.st_ino;
+        pthread_mutex_unlock(&g_tool_mu);
+    }
+    shs__free(path);
+    return held_here ? SHS_OK : shs__savepath_lock_take(out, save_path, 0);
 }
 
 void shs_savepath_unlock(shs_savepath_lock_handle *lk)
 {
     if (!lk)
         return;
+    pthread_mutex_lock(&g_tool_mu);
+    for (shs_savepath_lock_handle **pp = &g_tool_locks; *pp; pp = &(*pp)->next)
+        if (*pp == lk) {
+            *pp = lk->next;
+            break;
+        }
+    pthread_mutex_unlock(&g_tool_mu);
     /* closing our open file description is the unlock; the file stays */
     if (lk->fd >= 0)
         shs__io->close(lk->fd);

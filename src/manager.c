@@ -244,7 +244,12 @@ static int do_save(shs_manager *m, const job *j, void *const *data)
         m->last_full_step = j->step;
     else if (m->last_full_step == j->step)
         m->last_full_step = -1; /* replaced by a weights-only save */
-    if ((rc = remember_save(m, j->step)) < 0)
+    /* every rank hears if one failed its bookkeeping (comm.h): the
+       retention that follows is collective */
+    char msg[256];
+    rc = remember_save(m, j->step);
+    snprintf(msg, sizeof msg, "%s", shs_last_error());
+    if ((rc = shs__comm_agree(m->comm, rc, msg)) < 0)
         return rc;
     size_t failures = apply_retention(m, j->step);
     s.total_seconds = now_s() - t0;
@@ -616,6 +621,20 @@ static int agree(shs_manager *m, int rc)
     return shs__comm_agree(m->comm, rc, msg);
 }
 
+/* A rank that fails before load_dir while the others go into it: a
+   balanced load is collective from its first agreement on (load.c), so
+   this rank meets the others there with its error; any other load has
+   no collective before the agreement that follows load_dir. */
+static int fail_before_load(shs_manager *m, int rc)
+{
+    if (m->cfg.load_balanced && m->comm->size > 1) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", shs_last_error());
+        return shs__comm_agree(m->comm, rc, msg);
+    }
+    return rc;
+}
+
 static void say(shs_manager *m, shs_load_result *res, const char *fmt, ...)
 {
     char buf[1024];
@@ -686,7 +705,7 @@ static int load_dir(shs_manager *m, const char *dir, int source, int weights_onl
 static char *step_dir_of(const char *sp, int64_t step)
 {
     char *dir = shs__step_dir_path(sp, step);
-    if (dir && !shs__step_dir_has_metadata(dir)) {
+    if (dir && shs__step_dir_has_metadata(dir) == 0) {
         char alt[40];
         shs__step_dir_alt_name(alt, sizeof alt, step);
         shs__free(dir);
@@ -832,12 +851,11 @@ static int resume_save_path(shs_manager *m, shs_progress *progress, shs_load_res
     }
     if (has_target) {
         shs__free(dir);
-        if (!(dir = step_dir_of(sp, target))) {
-            rc = shs__err(SHS_ENOMEM, "out of memory");
-            goto done;
-        }
-        rc = load_dir(m, dir, SHS_LOAD_SAVE_PATH, step_is_weights_only(sp, target), progress,
-                      res);
+        if (!(dir = step_dir_of(sp, target)))
+            rc = fail_before_load(m, shs__err(SHS_ENOMEM, "out of memory"));
+        else
+            rc = load_dir(m, dir, SHS_LOAD_SAVE_PATH, step_is_weights_only(sp, target),
+                          progress, res);
         rc = agree(m, rc);
         if (rc == SHS_OK || explicit_step || !is_damage(rc))
             goto loaded;
@@ -863,12 +881,12 @@ static int resume_save_path(shs_manager *m, shs_progress *progress, shs_load_res
         goto done;
     }
     shs__free(dir);
-    if (!(dir = step_dir_of(sp, alt))) {
-        rc = shs__err(SHS_ENOMEM, "out of memory");
-        goto done;
-    }
     target = alt;
-    rc = load_dir(m, dir, SHS_LOAD_SAVE_PATH, step_is_weights_only(sp, alt), progress, res);
+    if (!(dir = step_dir_of(sp, alt)))
+        rc = fail_before_load(m, shs__err(SHS_ENOMEM, "out of memory"));
+    else
+        rc = load_dir(m, dir, SHS_LOAD_SAVE_PATH, step_is_weights_only(sp, alt), progress,
+                      res);
     if ((rc = agree(m, rc)) < 0)
         goto done;
     if (!automatic) {
@@ -940,7 +958,7 @@ static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *r
     rc = shs_checkpoint_resolve(dir, sizeof dir, from, source == SHS_LOAD_LOAD_PATH ? c->load_step
                                                                                    : -1);
     if (rc < 0)
-        return shs__err_prefix(rc, field);
+        return fail_before_load(m, shs__err_prefix(rc, field));
     if ((rc = load_dir(m, dir, source, weights_only, progress, res)) < 0)
         return rc;
     say(m, res, "loaded %s (step %lld) from %s", dir, (long long)res->step, field);
@@ -982,6 +1000,19 @@ static char *dup_or_empty(const char *s)
     return shs__strdup(s ? s : "");
 }
 
+/* A local failure (out of memory) before create's agreement: the other
+   ranks wait in it, so this rank joins it with its error (comm.h).  The
+   config checks need not: every rank has the same config. */
+static int create_failed(shs_comm *comm, int rc)
+{
+    if (comm && comm->size > 1) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", shs_last_error());
+        return shs__comm_agree(comm, rc, msg);
+    }
+    return rc;
+}
+
 int shs_manager_create(shs_manager **out, const shs_config *config, shs_state *state)
 {
     return shs_manager_create_comm(out, config, state, NULL);
@@ -1011,7 +1042,7 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
         return shs__err(SHS_ECONFIG, "prefix must be a non-empty file name part");
     shs_manager *m = shs__calloc(1, sizeof *m);
     if (!m)
-        return shs__err(SHS_ENOMEM, "out of memory creating the manager");
+        return create_failed(comm, shs__err(SHS_ENOMEM, "out of memory creating the manager"));
     m->cfg = *config;
     m->cfg.owned_ = NULL;
     m->save_path = dup_or_empty(config->save_path);
@@ -1020,7 +1051,7 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     m->initial_load_path = dup_or_empty(config->initial_load_path);
     if (!m->save_path || !m->prefix || !m->load_path || !m->initial_load_path) {
         shs_manager_free(m);
-        return shs__err(SHS_ENOMEM, "out of memory creating the manager");
+        return create_failed(comm, shs__err(SHS_ENOMEM, "out of memory creating the manager"));
     }
     m->cfg.save_path = m->save_path;
     m->cfg.prefix = m->prefix;

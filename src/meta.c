@@ -3,13 +3,14 @@
  * the model of meta.h (files without metadata.json: meta_plain.c).
  * Format: docs/checkpoint.md.
  */
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
 #include "meta.h"
 
 #include "hash.h"
 #include "io.h"
 #include "stepdir.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -156,16 +157,17 @@ static int get_dims(const json_t *a, size_t ndim, uint64_t **out)
 
 uint64_t shs__header_hash(const shs_file *f)
 {
+    /* streamed: the length prefix and the header are not contiguous in
+       memory, and a checksum must never depend on an allocation */
     uint64_t n = shs_file_header_len(f);
-    char *b = shs__malloc((size_t)n + 8);
-    if (!b)
-        return 0; /* matches no recorded checksum but by a 2^-64 chance */
+    unsigned char len8[8];
     for (int i = 0; i < 8; i++)
-        b[i] = (char)(n >> (8 * i));
-    memcpy(b + 8, shs_file_header(f), (size_t)n);
-    uint64_t h = shs__xxh3(b, (size_t)n + 8);
-    shs__free(b);
-    return h;
+        len8[i] = (unsigned char)(n >> (8 * i));
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    XXH3_64bits_update(&st, len8, sizeof len8);
+    XXH3_64bits_update(&st, shs_file_header(f), (size_t)n);
+    return XXH3_64bits_digest(&st);
 }
 
 char *shs__meta_seal(const char *text, size_t len, size_t *out_len)
@@ -524,7 +526,7 @@ int shs__meta_parse(shs__meta *m, const char *dir)
     char *path = shs__path_join(dir, "metadata.json");
     if (!path)
         return shs__err(SHS_ENOMEM, "out of memory");
-    if ((rc = shs__read_file(&buf, &len, path, META_MAX)) < 0)
+    if ((rc = shs__read_file_nofollow(&buf, &len, path, META_MAX)) < 0)
         goto fail;
     json_error_t jerr;
     root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -564,11 +566,12 @@ int shs__meta_parse(shs__meta *m, const char *dir)
     json_t *files = json_object_get(root, "files");
     if (!json_is_array(files))
         BAD("%s: \"files\" must be an array", path);
-    m->nf = json_array_size(files);
-    m->f = shs__calloc(m->nf ? m->nf : 1, sizeof *m->f);
-    names = shs__calloc(m->nf + 1, sizeof *names);
+    size_t nf = json_array_size(files);
+    m->f = shs__calloc(nf ? nf : 1, sizeof *m->f);
+    names = shs__calloc(nf + 1, sizeof *names);
     if (!m->f || !names)
         OOM();
+    m->nf = nf; /* only now: shs__meta_free walks m->f[0..nf) */
     for (size_t i = 0; i < m->nf; i++) {
         json_t *f = json_array_get(files, i);
         json_t *name = json_object_get(f, "name");
@@ -638,10 +641,11 @@ int shs__meta_parse(shs__meta *m, const char *dir)
         uint64_t gbytes;
         if (shs_tensor_nbytes(&gbytes, t->dtype, t->ndim, t->gshape) < 0)
             BAD("%s: tensor '%s': shape overflows", path, tname);
-        t->nc = json_array_size(chunks);
-        t->c = shs__calloc(t->nc ? t->nc : 1, sizeof *t->c);
+        size_t nc = json_array_size(chunks);
+        t->c = shs__calloc(nc ? nc : 1, sizeof *t->c);
         if (!t->c)
             OOM();
+        t->nc = nc; /* only now, as m->nf above */
         for (size_t k = 0; k < t->nc; k++) {
             json_t *cj = json_array_get(chunks, k);
             shs__mchunk *c = &t->c[k];
@@ -711,12 +715,13 @@ int shs__meta_parse(shs__meta *m, const char *dir)
     json_t *blobs = json_object_get(root, "blobs");
     if ((blobs || ver >= 2) && !json_is_array(blobs))
         BAD("%s: \"blobs\" must be an array", path);
-    m->nb = blobs ? json_array_size(blobs) : 0;
-    m->b = shs__calloc(m->nb ? m->nb : 1, sizeof *m->b);
+    size_t nb = blobs ? json_array_size(blobs) : 0;
+    m->b = shs__calloc(nb ? nb : 1, sizeof *m->b);
     shs__free(names);
-    names = shs__calloc(m->nb + 1, sizeof *names);
+    names = shs__calloc(nb + 1, sizeof *names);
     if (!m->b || !names)
         OOM();
+    m->nb = nb; /* only now, as m->nf above */
     for (size_t i = 0; i < m->nb; i++) {
         json_t *bj = json_array_get(blobs, i);
         shs__mblob *b = &m->b[i];
@@ -776,7 +781,7 @@ int shs__meta_check_common(const shs__meta *m, const char *dir)
     size_t len;
     if (!path)
         return shs__err(SHS_ENOMEM, "out of memory");
-    int rc = shs__read_file(&buf, &len, path, COMMON_MAX);
+    int rc = shs__read_file_nofollow(&buf, &len, path, COMMON_MAX);
     if (rc == SHS_OK && shs__xxh3(buf, len) != m->common_hash)
         rc = shs__err(SHS_ECHECKSUM, "%s: does not match its checksum (common_xxh3 in "
                       "metadata.json)", path);

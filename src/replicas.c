@@ -56,7 +56,9 @@ int shs__gather_layouts(const shs_state *st, int with_optim, shs_comm *comm, shs
     shs__buf mine = SHS__BUF_INIT;
     int rc;
     memset(ls, 0, sizeof *ls);
-    if ((rc = layout_bytes(st, with_optim, &mine)) < 0 ||
+    rc = layout_bytes(st, with_optim, &mine);
+    /* a rank out of memory here still meets the others (comm.h) */
+    if ((rc = shs__comm_agree(comm, rc, shs_last_error())) < 0 ||
         (rc = shs__comm_allgather_bytes(comm, mine.data, mine.len, &ls->all, &ls->lens)) < 0)
         goto done;
     size_t cap = 64, words = 0, at = 0;
@@ -133,14 +135,15 @@ int shs__plan_replicas(const shs_state *st, const shs__save_req *req, shs_comm *
     int have_plan = 0;
     uint8_t *skip = NULL;
     *skip_out = NULL;
-    if ((rc = layout_bytes(st, req->with_optim, &mine)) < 0)
-        goto done;
-    uint64_t h = XXH3_64bits(mine.data, mine.len);
-    if (!(hashes = shs__calloc((size_t)comm->size, sizeof *hashes))) {
+    uint64_t h = 0;
+    if ((rc = layout_bytes(st, req->with_optim, &mine)) == SHS_OK &&
+        !(hashes = shs__calloc((size_t)comm->size, sizeof *hashes)))
         rc = shs__err(SHS_ENOMEM, "out of memory");
-        goto done;
-    }
-    if ((rc = shs__comm_allgather(comm, &h, sizeof h, hashes)) < 0)
+    if (rc == SHS_OK)
+        h = XXH3_64bits(mine.data, mine.len);
+    /* a rank out of memory here still meets the others (comm.h) */
+    if ((rc = shs__comm_agree(comm, rc, shs_last_error())) < 0 ||
+        (rc = shs__comm_allgather(comm, &h, sizeof h, hashes)) < 0)
         goto done;
     uint64_t key = XXH3_64bits(hashes, (size_t)comm->size * sizeof *hashes) | 1;
     shs__layout_cache *cache = req->layout_cache;

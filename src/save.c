@@ -9,10 +9,12 @@
  *   1. every file goes into <save_path>/.tmp-iteration_N-<random>/, each
  *      fsynced; metadata.json is written last; the directory is fsynced;
  *   2. the directory is renamed to iteration_N (or swapped atomically with
- *      an existing iteration_N by RENAME_EXCHANGE, the old one deleted);
- *      save_path is fsynced;
+ *      an existing iteration_N by RENAME_EXCHANGE, the old one deleted;
+ *      without RENAME_EXCHANGE, see commit_two_renames); save_path is
+ *      fsynced;
  *   3. the tracker is replaced atomically (temp file, fsync, rename, fsync).
- * Leftovers (.tmp-*, .trash-*) are removed by the next run's manager.
+ * Leftovers (.tmp-*, .trash-*) are removed by the next run's manager, which
+ * first restores a .replaced- step (a re-save cut between its renames).
  */
 #include "checkpoint.h"
 
@@ -140,21 +142,26 @@ done:
 /* The "files" entry of a written file: its name, rank, size and header
    checksum (the header names and places every chunk, so a changed header
    must be caught even where the chunk checksums cannot see it). */
-static json_t *file_entry(const char *tmp, const char *name, int rank)
+/* The "files" entry of a file just written into tmp: its size and the
+   checksum of its header, read back from the file itself. */
+static int file_entry(json_t **out, const char *tmp, const char *name, int rank)
 {
     char *path = shs__path_join(tmp, name), hx[17];
     shs_file *f = NULL;
     shs_open_opts oo = SHS_OPEN_OPTS_INIT;
     oo.flags = SHS_OPEN_NO_MMAP;
-    json_t *e = NULL;
-    if (path && shs_file_open(&f, path, &oo) == SHS_OK) {
+    *out = NULL;
+    int rc = path ? shs_file_open(&f, path, &oo) : shs__err(SHS_ENOMEM, "out of memory");
+    if (rc == SHS_OK) {
         shs__hex64(hx, shs__header_hash(f));
-        e = json_pack("{s:s, s:i, s:I, s:s}", "name", name, "rank", rank, "size",
-                      (json_int_t)shs_file_size(f), "header_xxh3", hx);
+        *out = json_pack("{s:s, s:i, s:I, s:s}", "name", name, "rank", rank, "size",
+                         (json_int_t)shs_file_size(f), "header_xxh3", hx);
+        if (!*out)
+            rc = shs__err(SHS_ENOMEM, "out of memory describing %s", path);
     }
     shs_file_close(f);
     shs__free(path);
-    return e;
+    return rc;
 }
 
 static json_t *json_dims(const uint64_t *v, size_t n)
@@ -179,10 +186,46 @@ static json_t *json_range(uint64_t a, uint64_t b)
     return r;
 }
 
-static int commit_dir(const char *tmp, const char *target, const char *save_path, int do_fsync)
+/* Without RENAME_EXCHANGE (NFS, Lustre, CIFS) a re-save takes two
+   renames, target -> .replaced-iteration_N-<random>, then tmp -> target.
+   Between them the step has no name; a crash there leaves the old copy
+   whole under the .replaced- name, which the next cleanup
+   (shs__clean_leftovers) renames back since iteration_N is absent.  Once
+   the new copy is in place (and durable), the old one is renamed to a
+   .trash- name before it is deleted: a half-deleted directory must never
+   carry a name that cleanup would restore. */
+static int commit_two_renames(const char *tmp, const char *target, const char *save_path,
+                              int64_t step, int do_fsync)
 {
-    struct stat st;
-    if (lstat(target, &st) == 0) {
+    int rc = SHS_OK;
+    char *replaced = shs__replaced_path(save_path, step);
+    if (!replaced)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    if (shs__io->rename(target, replaced) != 0) {
+        rc = shs__err_errno(errno, "cannot replace", target);
+        goto done;
+    }
+    if (shs__io->rename(tmp, target) != 0) {
+        rc = shs__err_errno(errno, "cannot rename into place", target);
+        /* put the old one back; if even that fails, cleanup will */
+        shs__io->rename(replaced, target);
+        goto done;
+    }
+    if (do_fsync && (rc = shs__io_fsync_dir(save_path)) < 0)
+        goto done; /* the .replaced- stays: the new copy may not be durable */
+    shs__discard(save_path, replaced);
+done:
+    shs__free(replaced);
+    return rc;
+}
+
+static int commit_dir(const char *tmp, const char *target, const char *save_path, int64_t step,
+                      int do_fsync)
+{
+    int r = shs__entry_exists(target);
+    if (r < 0)
+        return r;
+    if (r) {
         /* same step saved again: swap atomically, make the swap durable,
            then drop the old one */
         if (shs__io->exchange(tmp, target) == 0) {
@@ -192,33 +235,10 @@ static int commit_dir(const char *tmp, const char *target, const char *save_path
         }
         if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
             return shs__err_errno(errno, "cannot replace", target);
-        /* no RENAME_EXCHANGE on this file system: a short window where the
-           step is absent (the loader then reports the tracker's target
-           missing rather than loading a partial directory) */
-        char suffix[17], *trash;
-        shs__random_suffix(suffix);
-        size_t cap = strlen(save_path) + 64;
-        if (!(trash = shs__malloc(cap)))
-            return shs__err(SHS_ENOMEM, "out of memory");
-        snprintf(trash, cap, "%s/" SHS__TRASH_PREFIX "replaced-%s", save_path, suffix);
-        if (shs__io->rename(target, trash) != 0) {
-            int e = errno;
-            shs__free(trash);
-            return shs__err_errno(e, "cannot replace", target);
-        }
-        int rc = SHS_OK;
-        if (shs__io->rename(tmp, target) != 0) {
-            rc = shs__err_errno(errno, "cannot rename into place", target);
-            shs__io->rename(trash, target); /* put the old one back */
-        } else {
-            shs__rmtree(trash);
-        }
-        shs__free(trash);
-        if (rc < 0)
-            return rc;
-    } else if (shs__io->rename(tmp, target) != 0) {
-        return shs__err_errno(errno, "cannot rename into place", target);
+        return commit_two_renames(tmp, target, save_path, step, do_fsync);
     }
+    if (shs__io->rename(tmp, target) != 0)
+        return shs__err_errno(errno, "cannot rename into place", target);
     return do_fsync ? shs__io_fsync_dir(save_path) : SHS_OK;
 }
 
@@ -433,10 +453,8 @@ static int save_local(const shs_state *st, const shs__save_req *req, const char 
         json_decref(jb);
     }
     for (size_t fi = 0; !bad && fi < nfiles; fi++) {
-        json_t *e = file_entry(tmp, files[fi].name, req->rank);
-        if (!e) {
-            rc = shs__err(SHS_EIO, "%s/%s: cannot read back the header just written", tmp,
-                          files[fi].name);
+        json_t *e;
+        if ((rc = file_entry(&e, tmp, files[fi].name, req->rank)) < 0) {
             shs__free(blob_range);
             goto done;
         }
@@ -625,7 +643,7 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
     if (req->fsync && (rc = shs__io_fsync_dir(tmp)) < 0)
         goto done;
     /* commit: the directory, then the tracker */
-    if ((rc = commit_dir(tmp, target, req->save_path, req->fsync)) < 0)
+    if ((rc = commit_dir(tmp, target, req->save_path, req->step, req->fsync)) < 0)
         goto done;
     *committed = 1;
     if ((rc = shs__write_tracker(tracker, req->step, req->fsync)) < 0) {
@@ -653,6 +671,7 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
     char suffix[17] = { 0 }, name[64], msg[256], dname[40];
     char *tmp = NULL, *text = NULL, *all = NULL;
     size_t *lens = NULL;
+    uint64_t *written = NULL;
     json_t *frag = NULL;
     int rc = SHS_OK, committed = 0;
     shs_save_stats s = { 0 };
@@ -689,6 +708,10 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
         shs__free(skip);
     if (rc == SHS_OK && !(text = json_dumps(frag, JSON_COMPACT)))
         rc = shs__err(SHS_ENOMEM, "out of memory");
+    /* allocated before the agreement: no rank may fail alone between the
+       collectives below */
+    if (rc == SHS_OK && !(written = shs__calloc((size_t)world, sizeof *written)))
+        rc = shs__err(SHS_ENOMEM, "out of memory");
     snprintf(msg, sizeof msg, "%s", shs_last_error());
     /* commit only if every rank succeeded; else every rank hears who failed */
     if ((rc = shs__comm_agree(comm, rc, msg)) < 0)
@@ -696,12 +719,8 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
     if ((rc = shs__comm_gather_bytes(comm, text, strlen(text), root, &all, &lens)) < 0)
         goto fail;
     /* balance of the written bytes over the ranks */
-    uint64_t *written = shs__calloc((size_t)world, sizeof *written);
-    if (!written || (rc = shs__comm_allgather(comm, &s.bytes_written, 8, written)) < 0) {
-        shs__free(written);
-        rc = rc < 0 ? rc : shs__err(SHS_ENOMEM, "out of memory");
+    if ((rc = shs__comm_allgather(comm, &s.bytes_written, 8, written)) < 0)
         goto fail;
-    }
     uint64_t sum = 0;
     for (int r = 0; r < world; r++) {
         sum += written[r];
@@ -709,7 +728,6 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
             s.max_rank_bytes = written[r];
     }
     s.write_balance = sum ? (double)s.max_rank_bytes * world / (double)sum : 1.0;
-    shs__free(written);
     if (me == root)
         rc = root_commit(req, tmp, all, lens, world, out_dir, out_cap, &committed);
     snprintf(msg, sizeof msg, "%s", shs_last_error());
@@ -730,6 +748,7 @@ fail:
         shs__rmtree(tmp);
 done:
     free(text);
+    shs__free(written);
     json_decref(frag);
     shs__free(all);
     shs__free(lens);

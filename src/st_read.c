@@ -131,7 +131,10 @@ int shs_file_open(shs_file **out, const char *path, const shs_open_opts *opts)
     if (!f)
         return shs__err(SHS_ENOMEM, "out of memory opening %s", path);
     /* O_NONBLOCK: opening a FIFO must not hang; it is rejected below */
-    if ((rc = shs__io_open(&f->fd, path, O_RDONLY | O_NONBLOCK, 0)) < 0)
+    if ((rc = shs__io_open(&f->fd, path,
+                           O_RDONLY | O_NONBLOCK |
+                               ((flags & SHS_OPEN_NO_FOLLOW) ? O_NOFOLLOW : 0),
+                           0)) < 0)
         goto fail;
     if (shs__io->fstat(f->fd, &st) != 0) {
         rc = shs__err_errno(errno, "cannot stat", path);

@@ -5,8 +5,8 @@
 #include "stepdir.h"
 
 #include "io.h"
+#include "lock.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,7 +90,15 @@ int shs__step_dir_has_metadata(const char *path)
 {
     char *mp = shs__path_join(path, "metadata.json");
     struct stat st;
-    int r = mp && shs__io->stat(mp, &st) == 0;
+    int r;
+    if (!mp)
+        r = shs__err(SHS_ENOMEM, "out of memory");
+    else if (shs__io->lstat(mp, &st) == 0)
+        r = 1;
+    else if (errno == ENOENT || errno == ENOTDIR)
+        r = 0;
+    else
+        r = shs__err_errno(errno, "cannot stat", mp);
     shs__free(mp);
     return r;
 }
@@ -153,11 +161,38 @@ int shs__step_dir_probe(const char *dir, int *is_step)
     return SHS_OK;
 }
 
+static int has_prefix(const char *name, const char *prefix)
+{
+    return strncmp(name, prefix, strlen(prefix)) == 0;
+}
+
 int shs__is_leftover_name(const char *name)
 {
-    return strncmp(name, SHS__TMP_PREFIX, sizeof SHS__TMP_PREFIX - 1) == 0 ||
-           strncmp(name, SHS__TRASH_PREFIX, sizeof SHS__TRASH_PREFIX - 1) == 0 ||
-           strncmp(name, SHS__TRACKER ".tmp.", sizeof SHS__TRACKER + 4) == 0;
+    return has_prefix(name, SHS__TMP_PREFIX) || has_prefix(name, SHS__TRASH_PREFIX) ||
+           has_prefix(name, SHS__REPLACED_PREFIX) || has_prefix(name, SHS__TRACKER ".tmp.");
+}
+
+shs_savepath_entry shs_savepath_entry_kind(const char *name)
+{
+    if (!name)
+        return SHS_ENTRY_OTHER;
+    if (shs__step_of_name(name) >= 0)
+        return SHS_ENTRY_STEP;
+    if (shs__is_leftover_name(name))
+        return SHS_ENTRY_LEFTOVER;
+    if (strcmp(name, SHS__TRACKER) == 0)
+        return SHS_ENTRY_TRACKER;
+    if (shs__is_lock_name(name))
+        return SHS_ENTRY_LOCK;
+    return SHS_ENTRY_OTHER;
+}
+
+int shs_checkpoint_step_dir_name(char *buf, size_t cap, int64_t step, int torchtitan)
+{
+    if (!buf || step < 0)
+        return -1;
+    return torchtitan ? shs__step_dir_alt_name(buf, cap, step)
+                      : shs__step_dir_name(buf, cap, step);
 }
 
 int shs__is_safetensors_name(const char *name)
@@ -215,6 +250,7 @@ int shs__list_steps(int64_t **out, size_t *n, const char *save_path)
     *out = v;
     *n = w;
     v = NULL;
+    rc = SHS_OK;
 done:
     shs__free(v);
     shs__io_names_free(names, nn);
@@ -237,12 +273,12 @@ int shs__read_tracker(int64_t *step, const char *save_path)
     int rc;
     /* only "does not exist" means "no tracker": any other failure to
        read it must stop a resume, or the job would start over */
-    if (shs__io->stat(path, &st) != 0) {
+    if (shs__io->lstat(path, &st) != 0) {
         rc = errno == ENOENT ? shs__err(SHS_ENOENT, "%s: no tracker", save_path)
                              : shs__err_errno(errno, "cannot read the tracker", path);
         goto done;
     }
-    if ((rc = shs__read_file(&buf, &len, path, 64)) < 0)
+    if ((rc = shs__read_file_nofollow(&buf, &len, path, 64)) < 0)
         goto done;
     /* a decimal step, optionally followed by one newline */
     size_t i = 0;
@@ -250,8 +286,10 @@ int shs__read_tracker(int64_t *step, const char *save_path)
     for (; i < len && buf[i] >= '0' && buf[i] <= '9' && i < 18; i++)
         v = v * 10 + (buf[i] - '0');
     if (i == 0 || !(i == len || (i + 1 == len && buf[i] == '\n'))) {
-        rc = shs__err(SHS_ECORRUPT, "%s: tracker must hold a decimal step, not '%.20s'", path,
-                      buf);
+        /* its length only: the tracker is anyone's to write, and its bytes
+           may be what a symlink or a mistake put there */
+        rc = shs__err(SHS_ECORRUPT, "%s: not a decimal step (%zu bytes); the tracker must hold "
+                      "the step number", path, len);
         goto done;
     }
     *step = v;
@@ -328,22 +366,128 @@ done:
     return rc;
 }
 
+int shs__entry_exists(const char *path)
+{
+    struct stat st;
+    if (shs__io->lstat(path, &st) == 0)
+        return 1;
+    return errno == ENOENT ? 0 : shs__err_errno(errno, "cannot stat", path);
+}
+
+char *shs__replaced_path(const char *save_path, int64_t step)
+{
+    char suffix[17], base[40], name[96];
+    shs__random_suffix(suffix);
+    shs__step_dir_name(base, sizeof base, step);
+    snprintf(name, sizeof name, SHS__REPLACED_PREFIX "%s-%s", base, suffix);
+    return shs__path_join(save_path, name);
+}
+
+int shs__discard(const char *save_path, const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (has_prefix(base, SHS__TRASH_PREFIX))
+        return shs__rmtree(path);
+    char suffix[17], name[64];
+    shs__random_suffix(suffix);
+    snprintf(name, sizeof name, SHS__TRASH_PREFIX "discarded-%s", suffix);
+    char *trash = shs__path_join(save_path, name);
+    int rc;
+    if (!trash)
+        return shs__err(SHS_ENOMEM, "out of memory removing %s", path);
+    if (shs__io->rename(path, trash) != 0)
+        rc = errno == ENOENT ? SHS_OK : shs__err_errno(errno, "cannot remove", path);
+    else
+        rc = shs__rmtree(trash);
+    shs__free(trash);
+    return rc;
+}
+
+/* The step a ".replaced-iteration_%08d-<16 hex>" name displaced, or -1. */
+static int64_t replaced_step(const char *name, char *step_name, size_t cap)
+{
+    if (!has_prefix(name, SHS__REPLACED_PREFIX))
+        return -1;
+    const char *p = name + strlen(SHS__REPLACED_PREFIX);
+    const char *dash = strrchr(p, '-');
+    if (!dash || strlen(dash + 1) != 16 || (size_t)(dash - p) >= cap)
+        return -1;
+    memcpy(step_name, p, (size_t)(dash - p));
+    step_name[dash - p] = '\0';
+    return shs__step_of_name(step_name);
+}
+
+/* Put a displaced step back when its name is free.  1: restored, 0: left
+   as garbage. */
+static int restore_replaced(const char *save_path, const char *name, int do_fsync)
+{
+    char step_name[64];
+    char *from = NULL, *to = NULL;
+    int rc = 0;
+    if (replaced_step(name, step_name, sizeof step_name) < 0)
+        return 0;
+    from = shs__path_join(save_path, name);
+    to = shs__path_join(save_path, step_name);
+    if (!from || !to) {
+        rc = shs__err(SHS_ENOMEM, "out of memory cleaning %s", save_path);
+        goto done;
+    }
+    if ((rc = shs__entry_exists(to)) != 0) {
+        rc = rc > 0 ? 0 : rc; /* present (the newer copy): garbage; or an error */
+        goto done;
+    }
+    int complete = 0;
+    if ((rc = step_dir_is_complete(from, &complete)) < 0 || !complete)
+        goto done; /* incomplete: garbage; or an error */
+    rc = 0;
+    if (shs__io->rename(from, to) != 0) {
+        rc = shs__err_errno(errno, "cannot restore displaced step", from);
+        goto done;
+    }
+    rc = do_fsync ? shs__io_fsync_dir(save_path) : SHS_OK;
+    if (rc == SHS_OK)
+        rc = 1;
+done:
+    shs__free(from);
+    shs__free(to);
+    return rc;
+}
+
 int shs__clean_leftovers(const char *save_path)
 {
-    DIR *d = opendir(save_path);
-    if (!d)
-        return errno == ENOENT ? SHS_OK : shs__err_errno(errno, "cannot open", save_path);
+    char **names = NULL;
+    size_t n = 0;
     int rc = SHS_OK;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (!shs__is_leftover_name(e->d_name))
+    if (shs__io->list_dir(save_path, &names, &n) != 0)
+        return errno == ENOENT ? SHS_OK : shs__err_errno(errno, "cannot list", save_path);
+    uint8_t *keep = shs__calloc(n + 1, 1);
+    if (!keep) {
+        rc = shs__err(SHS_ENOMEM, "out of memory cleaning %s", save_path);
+        goto done;
+    }
+    /* restores first: the .tmp- of the interrupted re-save is deleted only
+       once the step it was replacing is back under its name */
+    for (size_t i = 0; i < n; i++) {
+        int r = restore_replaced(save_path, names[i], 1);
+        if (r < 0) {
+            /* unknown state of that step: delete nothing */
+            rc = r;
+            goto done;
+        }
+        keep[i] = (uint8_t)r;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (keep[i] || !shs__is_leftover_name(names[i]))
             continue;
-        char *p = shs__path_join(save_path, e->d_name);
-        int r = p ? shs__rmtree(p) : shs__err(SHS_ENOMEM, "out of memory");
+        char *p = shs__path_join(save_path, names[i]);
+        int r = p ? shs__discard(save_path, p) : shs__err(SHS_ENOMEM, "out of memory");
         shs__free(p);
         if (r < 0 && rc == SHS_OK)
             rc = r;
     }
-    closedir(d);
+done:
+    shs__free(keep);
+    shs__io_names_free(names, n);
     return rc;
 }

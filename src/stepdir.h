@@ -14,9 +14,13 @@
 #define SHS__TRACKER "latest_checkpointed_iteration.txt"
 
 /* Prefixes of the leftovers a crash may leave in a save path: a save's
-   temporary directory, and a step renamed away before deletion. */
+   temporary directory, a step renamed away before deletion (garbage), and
+   a committed step displaced by a re-save of the same step where the file
+   system has no RENAME_EXCHANGE (".replaced-iteration_%08d-<random>": a
+   complete step that cleanup restores when its name is free). */
 #define SHS__TMP_PREFIX ".tmp-"
 #define SHS__TRASH_PREFIX ".trash-"
+#define SHS__REPLACED_PREFIX ".replaced-"
 
 /* "iteration_%08lld": the name this library gives step directories.
    Returns what snprintf returns. */
@@ -45,12 +49,28 @@ int64_t shs__step_of_name(const char *name);
    "does not exist" while looking (EACCES, EIO) fails with its errno. */
 int shs__step_dir_probe(const char *dir, int *is_step);
 
-/* metadata.json exists (any file type); errors read as "no".  Kept for
-   callers that only need a hint; decisions use shs__step_dir_probe. */
+/* metadata.json exists (lstat, any file type): 1; absent: 0; any other
+   error: a status < 0.  A hint for callers that already know the path
+   is a step directory; decisions use shs__step_dir_probe. */
 int shs__step_dir_has_metadata(const char *dir);
 
-/* A leftover of a failed save: .tmp-*, .trash-* or the tracker's temp. */
+/* A leftover of a failed save: .tmp-*, .trash-*, .replaced-* or the
+   tracker's temp. */
 int shs__is_leftover_name(const char *name);
+
+/* "<save_path>/.replaced-iteration_%08d-<random>" (caller frees), where
+   commit_dir parks the committed step it replaces; NULL when out of
+   memory. */
+char *shs__replaced_path(const char *save_path, int64_t step);
+
+/* Delete a leftover `path` in save_path: renamed to a .trash- name first
+   when it is not one already, so that a crash mid-delete never leaves a
+   partial directory under a name that cleanup would restore. */
+int shs__discard(const char *save_path, const char *path);
+
+/* The step directory of the given name exists (lstat succeeds): 1; it
+   does not (ENOENT): 0; any other error: a status < 0. */
+int shs__entry_exists(const char *path);
 
 /* A file name ending in ".safetensors". */
 int shs__is_safetensors_name(const char *name);
@@ -75,7 +95,12 @@ int shs__write_tracker(const char *tracker, int64_t step, int do_fsync);
    what it points to is outside the save path's control. */
 int shs__remove_step(const char *save_path, int64_t step);
 
-/* Remove leftovers of failed saves (.tmp-* and .trash-* entries). */
+/* Clean a save path after a crash: first every .replaced-iteration_N-*
+   holding a complete step whose iteration_N is absent is renamed back to
+   iteration_N (a re-save interrupted between its two renames: the
+   tracker may name that step), then the other leftovers (.tmp-*,
+   .trash-*, .replaced-* whose step exists, tracker temporaries) are
+   deleted.  The lock file is never touched. */
 int shs__clean_leftovers(const char *save_path);
 
 #endif

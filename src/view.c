@@ -9,9 +9,9 @@
 #include "hash.h"
 #include "io.h"
 #include "loader.h"
+#include "lock.h"
 #include "stepdir.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,9 +114,12 @@ int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step
     char name[40];
     shs__step_dir_name(name, sizeof name, pick);
     full = shs__path_join(path, name);
-    if (full && !shs__step_dir_has_metadata(full)) {
-        shs__step_dir_alt_name(name, sizeof name, pick);
+    if (full && (rc = shs__step_dir_has_metadata(full)) <= 0) {
         shs__free(full);
+        full = NULL;
+        if (rc < 0)
+            goto done;
+        shs__step_dir_alt_name(name, sizeof name, pick);
         full = shs__path_join(path, name);
     }
     rc = full ? copy_out(out, cap, full) : shs__err(SHS_ENOMEM, "out of memory");
@@ -344,12 +347,30 @@ int shs_checkpoint_remove(const char *save_path, int64_t step)
 {
     if (!save_path || step < 0)
         return shs__err(SHS_EINVAL, "shs_checkpoint_remove: bad argument");
-    return shs__remove_step(save_path, step);
+    shs_savepath_lock_handle *lk = NULL;
+    int rc = shs__savepath_lock_for_tool(&lk, save_path);
+    if (rc == SHS_ENOENT) {
+        shs__err_clear();
+        return SHS_OK; /* no save path: nothing to remove */
+    }
+    if (rc == SHS_OK)
+        rc = shs__remove_step(save_path, step);
+    shs_savepath_unlock(lk);
+    return rc;
 }
 
 int shs_checkpoint_clean(const char *save_path)
 {
     if (!save_path)
         return shs__err(SHS_EINVAL, "shs_checkpoint_clean: NULL argument");
-    return shs__clean_leftovers(save_path);
+    shs_savepath_lock_handle *lk = NULL;
+    int rc = shs__savepath_lock_for_tool(&lk, save_path);
+    if (rc == SHS_ENOENT) {
+        shs__err_clear();
+        return SHS_OK; /* no save path: nothing to clean */
+    }
+    if (rc == SHS_OK)
+        rc = shs__clean_leftovers(save_path);
+    shs_savepath_unlock(lk);
+    return rc;
 }

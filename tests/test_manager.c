@@ -693,7 +693,7 @@ static void set_tracker(const char *sp, const char *text)
 /* The io seam failing calls on paths containing g_needle with g_errno. */
 static const char *g_needle;
 static int g_ferrno;
-static unsigned g_fops_mask; /* 1 stat, 2 list_dir, 4 open, 8 rename */
+static unsigned g_fops_mask; /* 1 stat and lstat, 2 list_dir, 4 open, 8 rename */
 static int rf_stat(const char *p, struct stat *st)
 {
     if ((g_fops_mask & 1) && strstr(p, g_needle)) {
@@ -701,6 +701,14 @@ static int rf_stat(const char *p, struct stat *st)
         return -1;
     }
     return shs__io_posix.stat(p, st);
+}
+static int rf_lstat(const char *p, struct stat *st)
+{
+    if ((g_fops_mask & 1) && strstr(p, g_needle)) {
+        errno = g_ferrno;
+        return -1;
+    }
+    return shs__io_posix.lstat(p, st);
 }
 static int rf_list(const char *p, char ***names, size_t *n)
 {
@@ -731,6 +739,7 @@ static void faults_on(const char *needle, int err, unsigned mask)
     static shs__io_ops ops;
     ops = shs__io_posix;
     ops.stat = rf_stat;
+    ops.lstat = rf_lstat;
     ops.list_dir = rf_list;
     ops.open = rf_open;
     ops.rename = rf_rename;

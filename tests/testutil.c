@@ -201,7 +201,7 @@ int tu_count_prefixed(const char *dir, const char *prefix)
 int tu_count_leftovers(const char *dir)
 {
     return tu_count_prefixed(dir, ".tmp-") + tu_count_prefixed(dir, ".trash-") +
-           tu_count_prefixed(dir, TU_TRACKER ".tmp");
+           tu_count_prefixed(dir, ".replaced-") + tu_count_prefixed(dir, TU_TRACKER ".tmp");
 }
 
 const char *tu_step_name(int64_t step)

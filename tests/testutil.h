@@ -68,7 +68,7 @@ int tu_path_exists(const char *path);
 int tu_count_entries(const char *dir);
 /* Entries of `dir` whose name starts with `prefix` (-1: cannot open). */
 int tu_count_prefixed(const char *dir, const char *prefix);
-/* .tmp-*, .trash-* and tracker temporaries left in a save path. */
+/* .tmp-*, .trash-*, .replaced-* and tracker temporaries left in a save path. */
 int tu_count_leftovers(const char *dir);
 
 /* "iteration_%08lld" in a static rotating buffer (4 slots). */
