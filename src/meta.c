@@ -715,7 +715,6 @@ static int scan_dims(mparse *s, int depth, uint8_t *k, size_t *n, uint8_t *ok, u
     int rc = scan_nums(s, depth, k, n, ok, v, NULL, SHS_MAX_DIMS);
     if (rc < 0 || *k != V_ARR || *n > SHS_MAX_DIMS)
         return rc;
-    shs__free(*out); /* never set: a repeated key is refused before */
     if (!(*out = shs__malloc((*n ? *n : 1) * sizeof **out)))
         return oom(s);
     memcpy(*out, v, *n * sizeof *v);
@@ -1019,7 +1018,6 @@ static int scan_model_only(mparse *s)
 static int scan_root(mparse *s)
 {
     shs__json *js = &s->js;
-    uint64_t common;
     int rc, which;
     size_t bad = shs__utf8_check((const unsigned char *)js->start, (size_t)(js->end - js->start));
     if (bad != (size_t)(js->end - js->start)) {
@@ -1048,7 +1046,7 @@ static int scan_root(mparse *s)
         case R_VERSION: rc = scan_num(s, 1, &s->version); break;
         case R_STEP: rc = scan_num(s, 1, &s->step); break;
         case R_WORLD: rc = scan_num(s, 1, &s->world_size); break;
-        case R_COMMON: rc = scan_hex(s, 1, &common, &s->common_k); s->m->common_hash = common; break;
+        case R_COMMON: rc = scan_hex(s, 1, &s->m->common_hash, &s->common_k); break;
         case R_MODEL_ONLY: rc = scan_model_only(s); break;
         case R_FILES: rc = scan_files(s); break;
         case R_TENSORS: rc = scan_tensors(s); break;
