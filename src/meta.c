@@ -1,6 +1,7 @@
 /*
  * meta.c -- metadata.json of a step directory, parsed and validated into
- * the model of meta.h (files without metadata.json: meta_plain.c).
+ * the model of meta.h (files without metadata.json: meta_plain.c), read
+ * with the strict scanner of the safetensors header (st_json.h).
  * Format: docs/checkpoint.md.
  */
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
@@ -9,10 +10,10 @@
 
 #include "hash.h"
 #include "io.h"
+#include "st_json.h"
 #include "stepdir.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,41 +121,6 @@ int shs__parse_hex64(uint64_t *out, const char *s)
     return 0;
 }
 
-/* json helpers: a non-negative integer below 2^63 */
-static int get_u64(const json_t *o, const char *key, uint64_t *out)
-{
-    json_t *v = json_object_get(o, key);
-    if (!json_is_integer(v) || json_integer_value(v) < 0)
-        return -1;
-    *out = (uint64_t)json_integer_value(v);
-    return 0;
-}
-
-static int get_hex(const json_t *o, const char *key, uint64_t *out)
-{
-    json_t *v = json_object_get(o, key);
-    return json_is_string(v) ? shs__parse_hex64(out, json_string_value(v)) : -1;
-}
-
-static int get_dims(const json_t *a, size_t ndim, uint64_t **out)
-{
-    if (!json_is_array(a) || json_array_size(a) != ndim)
-        return -1;
-    uint64_t *v = shs__calloc(ndim ? ndim : 1, sizeof *v);
-    if (!v)
-        return -2;
-    for (size_t d = 0; d < ndim; d++) {
-        json_t *x = json_array_get(a, d);
-        if (!json_is_integer(x) || json_integer_value(x) < 0) {
-            shs__free(v);
-            return -1;
-        }
-        v[d] = (uint64_t)json_integer_value(x);
-    }
-    *out = v;
-    return 0;
-}
-
 uint64_t shs__header_hash(const shs_file *f)
 {
     /* streamed: the length prefix and the header are not contiguous in
@@ -201,28 +167,26 @@ char *shs__meta_seal(const char *text, size_t len, size_t *out_len)
 }
 
 /* Version 2: the file's last bytes are the seal, which is also the value
-   of the top-level "metadata_xxh3" (a valid JSON text ending with the
-   seal's closing brace has it as a member of the outermost object, and
-   duplicate keys are refused, so the seal is found without ambiguity). */
-static int check_seal(const char *buf, size_t len, const json_t *root, const char *path)
+   of the top-level "metadata_xxh3" (`value`, NULL when it is not a
+   string): a valid JSON text ending with the seal's closing brace has it
+   as a member of the outermost object, and duplicate keys are refused, so
+   the seal is found without ambiguity.  `buf` is hashed in place, its
+   digits read as '0' and then put back. */
+static int check_seal(char *buf, size_t len, const char *value, const char *path)
 {
     size_t at = len - SEAL_TAIL + sizeof SEAL_KEY - 1;
-    json_t *v = json_object_get(root, "metadata_xxh3");
     uint64_t want;
     if (len < SEAL_TAIL || memcmp(buf + len - SEAL_TAIL, SEAL_KEY, sizeof SEAL_KEY - 1) != 0 ||
         memcmp(buf + len - (sizeof SEAL_END - 1), SEAL_END, sizeof SEAL_END - 1) != 0 ||
-        !json_is_string(v) || strlen(json_string_value(v)) != 16 ||
-        memcmp(json_string_value(v), buf + at, 16) != 0 ||
-        shs__parse_hex64(&want, json_string_value(v)) < 0)
+        !value || strlen(value) != 16 || memcmp(value, buf + at, 16) != 0 ||
+        shs__parse_hex64(&want, value) < 0)
         return shs__err(SHS_ECORRUPT, "%s: version 2 ends with \"metadata_xxh3\", its checksum "
                         "(16 hex digits), as the last key", path);
-    char *copy = shs__malloc(len + 1);
-    if (!copy)
-        return shs__err(SHS_ENOMEM, "out of memory reading %s", path);
-    memcpy(copy, buf, len);
-    memset(copy + at, '0', 16);
-    uint64_t got = shs__xxh3(copy, len);
-    shs__free(copy);
+    char digits[16];
+    memcpy(digits, buf + at, 16);
+    memset(buf + at, '0', 16);
+    uint64_t got = shs__xxh3(buf, len);
+    memcpy(buf + at, digits, 16);
     if (got != want)
         return shs__err(SHS_ECHECKSUM, "%s: the file does not match its metadata_xxh3 checksum",
                         path);
@@ -512,43 +476,654 @@ static const char *first_duplicate(name_ref *v, size_t n)
     return NULL;
 }
 
-#define BAD(...) do { rc = shs__err(SHS_ECORRUPT, __VA_ARGS__); goto fail; } while (0)
-#define OOM() do { rc = shs__err(SHS_ENOMEM, "out of memory reading %s", path); goto fail; } while (0)
+/* ---- reading metadata.json ----
+ *
+ * Two phases.  The scan reads the whole text once with the strict scanner
+ * (st_json.h, metadata.json's dialect) straight into the model, noting for
+ * each value the model needs what kind of JSON value it was (mparse and
+ * the r* records below); it reports only syntax errors, duplicate keys
+ * among them.  The checks then apply every rule in a fixed order.  So a
+ * syntax error anywhere wins over a broken rule, as with a parser building
+ * a tree, and the members of an object may come in any order (a chunk may
+ * name a file listed after it).
+ */
 
-int shs__meta_parse(shs__meta *m, const char *dir)
+/* What kind of JSON value a member held. */
+enum { V_NONE, V_UINT, V_NEG, V_REAL, V_OTHER, V_STR, V_ARR, V_OBJ, V_TRUE, V_FALSE };
+/* A string as a checksum: absent, 16 hex digits, or anything else. */
+enum { H_NONE, H_OK, H_BAD };
+
+typedef struct jnum {
+    uint64_t v;               /* V_UINT: the value; V_NEG: its magnitude */
+    uint8_t k;
+} jnum;
+
+typedef struct rfile {
+    jnum rank, size;
+    uint8_t obj, name_k, hh_k;
+} rfile;
+
+typedef struct rchunk {
+    jnum file, b0, b1, block;
+    size_t off_n, shape_n, br_n, nblocks, bad_block;
+    uint8_t obj, key_k, off_k, off_ok, shape_k, shape_ok, br_k, hash_k, blocks_k;
+} rchunk;
+
+typedef struct rtensor {
+    const char *kind, *dtype; /* in the arena */
+    size_t shape_n;
+    rchunk *rc;
+    size_t cap;
+    uint8_t obj, kind_k, dtype_k, shape_k, shape_ok, chunks_k;
+} rtensor;
+
+typedef struct rblob {
+    jnum rank, file, b0, b1;
+    size_t br_n;
+    uint8_t obj, name_k, key_k, br_k, hash_k;
+} rblob;
+
+typedef struct mparse {
+    shs__json js;
+    shs__meta *m;
+    int root_k;               /* V_OBJ, or V_ARR for a top-level array */
+    const char *format, *seal; /* in the arena */
+    jnum version, step, world_size;
+    uint8_t format_k, seal_k, common_k, model_only_k, files_k, tensors_k, blobs_k;
+    rfile *rf;
+    rtensor *rt;
+    rblob *rb;
+    size_t cap_f, cap_t, cap_b;
+} mparse;
+
+#define DUP_MSG_MAX 64
+
+static int oom(mparse *s)
+{
+    return shs__err(SHS_ENOMEM, "out of memory reading %s", s->js.fname);
+}
+
+/* Grow *v (n used, *cap allocated, elements of `size` bytes, the new ones
+   zeroed) to hold n + 1. */
+static int grow(void **v, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 16;
+    void *p = shs__realloc(*v, c * size);
+    if (!p)
+        return -1;
+    memset((char *)p + *cap * size, 0, (c - *cap) * size);
+    *v = p;
+    *cap = c;
+    return 0;
+}
+
+/* After '{' or '[': 1 when the container is empty (and closed). */
+static int closes_at_once(shs__json *js, char close)
+{
+    js->p++;
+    shs__json_skip_ws(js);
+    if (js->p < js->end && *js->p == close) {
+        js->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* Whether the next value starts with `c` (whitespace before it skipped). */
+static int at(shs__json *js, char c)
+{
+    shs__json_skip_ws(js);
+    return js->p < js->end && *js->p == c;
+}
+
+/* The next member's key of object `obj` whose known keys are `names`:
+   *which is its index, or -1 for another key (kept in the arena for the
+   duplicate check; the caller skips its value).  A known key seen twice
+   is a syntax error, as is any repeated key. */
+static int member(mparse *s, uint32_t obj, const char *const *names, int n, uint32_t *seen,
+                  int *which)
+{
+    shs__json *js = &s->js;
+    size_t mark = js->arena_len;
+    shs__json_skip_ws(js);
+    const char *kp = js->p, *k;
+    size_t len;
+    int rc = shs__json_key(js, &k, &len);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < n; i++) {
+        if (strlen(names[i]) != len || memcmp(names[i], k, len) != 0)
+            continue;
+        if (*seen & (1u << i)) {
+            char what[DUP_MSG_MAX];
+            snprintf(what, sizeof what, "duplicate key '%s'", names[i]);
+            js->p = kp;
+            return shs__json_syntax_err(js, what);
+        }
+        *seen |= 1u << i;
+        js->arena_len = mark;
+        *which = i;
+        return SHS_OK;
+    }
+    *which = -1;
+    return shs__json_note_key(js, obj, k, len);
+}
+
+/* Any value, read as a number (V_OTHER when it is none, then skipped).
+   `depth`: the nesting of the container holding it. */
+static int scan_num(mparse *s, int depth, jnum *out)
+{
+    shs__json *js = &s->js;
+    if (!at(js, '-') && !(js->p < js->end && *js->p >= '0' && *js->p <= '9')) {
+        out->k = V_OTHER;
+        return shs__json_skip_value(js, depth);
+    }
+    const char *start = js->p;
+    int u;
+    int rc = shs__json_number(js, &u, &out->v);
+    if (rc < 0)
+        return rc;
+    out->k = V_UINT;
+    if (!u) {
+        out->k = V_NEG;
+        for (const char *q = start; q < js->p; q++)
+            if (*q == '.' || *q == 'e' || *q == 'E')
+                out->k = V_REAL;
+        if (out->k == V_NEG && out->v == 0)
+            out->k = V_UINT; /* "-0": the integer 0, as jansson read it */
+    }
+    return SHS_OK;
+}
+
+/* Any value, read as a string: decoded into the arena (the caller may
+   take the arena back) or skipped (V_OTHER). */
+static int scan_str(mparse *s, int depth, const char **out, uint8_t *k)
+{
+    shs__json *js = &s->js;
+    size_t len;
+    if (!at(js, '"')) {
+        *k = V_OTHER;
+        return shs__json_skip_value(js, depth);
+    }
+    *k = V_STR;
+    return shs__json_string(js, out, &len);
+}
+
+/* A string held only as a copy (*out, caller frees with the model). */
+static int scan_strdup(mparse *s, int depth, char **out, uint8_t *k)
+{
+    size_t mark = s->js.arena_len;
+    const char *v;
+    int rc = scan_str(s, depth, &v, k);
+    if (rc == SHS_OK && *k == V_STR && !(*out = shs__strdup(v)))
+        rc = oom(s);
+    s->js.arena_len = mark;
+    return rc;
+}
+
+/* Any value, read as a checksum. */
+static int scan_hex(mparse *s, int depth, uint64_t *out, uint8_t *k)
+{
+    size_t mark = s->js.arena_len;
+    const char *v;
+    uint8_t sk;
+    int rc = scan_str(s, depth, &v, &sk);
+    *k = rc == SHS_OK && sk == V_STR && shs__parse_hex64(out, v) == 0 ? H_OK : H_BAD;
+    s->js.arena_len = mark;
+    return rc;
+}
+
+/* Any value, read as an array of numbers: *k V_ARR or V_OTHER, *n its
+   length, *ok whether every element is an integer >= 0.  The first `cap`
+   values go to v (when not NULL), their kinds to nums (when not NULL). */
+static int scan_nums(mparse *s, int depth, uint8_t *k, size_t *n, uint8_t *ok, uint64_t *v,
+                     jnum *nums, size_t cap)
+{
+    shs__json *js = &s->js;
+    int rc;
+    *n = 0;
+    *ok = 1;
+    if (!at(js, '[')) {
+        *k = V_OTHER;
+        return shs__json_skip_value(js, depth);
+    }
+    *k = V_ARR;
+    if (closes_at_once(js, ']'))
+        return SHS_OK;
+    for (;;) {
+        jnum x;
+        if ((rc = scan_num(s, depth + 1, &x)) < 0)
+            return rc;
+        if (x.k != V_UINT)
+            *ok = 0;
+        if (*n < cap) {
+            if (v)
+                v[*n] = x.v;
+            if (nums)
+                nums[*n] = x;
+        }
+        ++*n;
+        if ((rc = shs__json_next_member(js, ']')) <= 0)
+            return rc;
+    }
+}
+
+/* Dimensions: an array of integers, kept when it can be a shape. */
+static int scan_dims(mparse *s, int depth, uint8_t *k, size_t *n, uint8_t *ok, uint64_t **out)
+{
+    uint64_t v[SHS_MAX_DIMS];
+    int rc = scan_nums(s, depth, k, n, ok, v, NULL, SHS_MAX_DIMS);
+    if (rc < 0 || *k != V_ARR || *n > SHS_MAX_DIMS)
+        return rc;
+    if (!(*out = shs__malloc((*n ? *n : 1) * sizeof **out)))
+        return oom(s);
+    memcpy(*out, v, *n * sizeof *v);
+    return SHS_OK;
+}
+
+static const char *const k_file_keys[] = { "name", "rank", "size", "header_xxh3" };
+
+static int scan_file(mparse *s, size_t i)
+{
+    shs__json *js = &s->js;
+    shs__mfile *f = &s->m->f[i];
+    rfile *r = &s->rf[i];
+    uint32_t obj = ++js->next_obj, seen = 0;
+    int rc, which;
+    r->obj = 1;
+    if (closes_at_once(js, '}'))
+        return SHS_OK;
+    for (;;) {
+        if ((rc = member(s, obj, k_file_keys, 4, &seen, &which)) < 0)
+            return rc;
+        switch (which) {
+        case 0: rc = scan_strdup(s, 3, &f->name, &r->name_k); break;
+        case 1: rc = scan_num(s, 3, &r->rank); break;
+        case 2: rc = scan_num(s, 3, &r->size); break;
+        case 3: rc = scan_hex(s, 3, &f->header_hash, &r->hh_k); break;
+        default: rc = shs__json_skip_value(js, 3);
+        }
+        if (rc < 0 || (rc = shs__json_next_member(js, '}')) <= 0)
+            return rc;
+    }
+}
+
+static int scan_files(mparse *s)
+{
+    shs__json *js = &s->js;
+    int rc;
+    if (!at(js, '[')) {
+        s->files_k = V_OTHER;
+        return shs__json_skip_value(js, 1);
+    }
+    s->files_k = V_ARR;
+    if (closes_at_once(js, ']'))
+        return SHS_OK;
+    for (;;) {
+        size_t cf = s->cap_f;
+        if (grow((void **)&s->m->f, &cf, s->m->nf, sizeof *s->m->f) < 0 ||
+            grow((void **)&s->rf, &s->cap_f, s->m->nf, sizeof *s->rf) < 0)
+            return oom(s);
+        size_t i = s->m->nf++;
+        if (at(js, '{'))
+            rc = scan_file(s, i);
+        else
+            rc = shs__json_skip_value(js, 2);
+        if (rc < 0 || (rc = shs__json_next_member(js, ']')) <= 0)
+            return rc;
+    }
+}
+
+/* "xxh3_blocks": checksums into c->blocks, the index of the first that
+   is not one in r->bad_block (SIZE_MAX: none). */
+static int scan_blocks(mparse *s, shs__mchunk *c, rchunk *r)
+{
+    shs__json *js = &s->js;
+    size_t cap = 0;
+    int rc;
+    r->bad_block = SIZE_MAX;
+    if (!at(js, '[')) {
+        r->blocks_k = V_OTHER;
+        return shs__json_skip_value(js, 5);
+    }
+    r->blocks_k = V_ARR;
+    if (closes_at_once(js, ']'))
+        return SHS_OK;
+    for (;;) {
+        uint64_t h = 0;
+        uint8_t k;
+        if ((rc = scan_hex(s, 6, &h, &k)) < 0)
+            return rc;
+        if (k != H_OK && r->bad_block == SIZE_MAX)
+            r->bad_block = r->nblocks;
+        if (grow((void **)&c->blocks, &cap, r->nblocks, sizeof *c->blocks) < 0)
+            return oom(s);
+        c->blocks[r->nblocks++] = h;
+        if ((rc = shs__json_next_member(js, ']')) <= 0)
+            return rc;
+    }
+}
+
+static const char *const k_chunk_keys[] = { "offset", "shape",      "file", "key",
+                                             "byte_range", "xxh3", "xxh3_block",
+                                             "xxh3_blocks" };
+
+static int scan_chunk(mparse *s, shs__mchunk *c, rchunk *r)
+{
+    shs__json *js = &s->js;
+    uint32_t obj = ++js->next_obj, seen = 0;
+    int rc, which;
+    r->obj = 1;
+    r->bad_block = SIZE_MAX;
+    if (closes_at_once(js, '}'))
+        return SHS_OK;
+    for (;;) {
+        if ((rc = member(s, obj, k_chunk_keys, 8, &seen, &which)) < 0)
+            return rc;
+        switch (which) {
+        case 0: rc = scan_dims(s, 5, &r->off_k, &r->off_n, &r->off_ok, &c->off); break;
+        case 1: rc = scan_dims(s, 5, &r->shape_k, &r->shape_n, &r->shape_ok, &c->shape); break;
+        case 2: rc = scan_num(s, 5, &r->file); break;
+        case 3: rc = scan_strdup(s, 5, &c->key, &r->key_k); break;
+        case 4: {
+            jnum b[2] = { { 0, V_NONE }, { 0, V_NONE } };
+            uint8_t ok;
+            rc = scan_nums(s, 5, &r->br_k, &r->br_n, &ok, NULL, b, 2);
+            r->b0 = b[0];
+            r->b1 = b[1];
+            break;
+        }
+        case 5: rc = scan_hex(s, 5, &c->hash, &r->hash_k); break;
+        case 6: rc = scan_num(s, 5, &r->block); break;
+        case 7: rc = scan_blocks(s, c, r); break;
+        default: rc = shs__json_skip_value(js, 5);
+        }
+        if (rc < 0 || (rc = shs__json_next_member(js, '}')) <= 0)
+            return rc;
+    }
+}
+
+static int scan_chunks(mparse *s, shs__mtensor *t, rtensor *r)
+{
+    shs__json *js = &s->js;
+    int rc;
+    if (!at(js, '[')) {
+        r->chunks_k = V_OTHER;
+        return shs__json_skip_value(js, 3);
+    }
+    r->chunks_k = V_ARR;
+    if (closes_at_once(js, ']'))
+        return SHS_OK;
+    for (;;) {
+        size_t cc = r->cap;
+        if (grow((void **)&t->c, &cc, t->nc, sizeof *t->c) < 0 ||
+            grow((void **)&r->rc, &r->cap, t->nc, sizeof *r->rc) < 0)
+            return oom(s);
+        size_t k = t->nc++;
+        if (at(js, '{'))
+            rc = scan_chunk(s, &t->c[k], &r->rc[k]);
+        else
+            rc = shs__json_skip_value(js, 4);
+        if (rc < 0 || (rc = shs__json_next_member(js, ']')) <= 0)
+            return rc;
+    }
+}
+
+static const char *const k_tensor_keys[] = { "kind", "dtype", "shape", "chunks" };
+
+static int scan_tensor(mparse *s, shs__mtensor *t, rtensor *r)
+{
+    shs__json *js = &s->js;
+    uint32_t obj = ++js->next_obj, seen = 0;
+    int rc, which;
+    r->obj = 1;
+    if (closes_at_once(js, '}'))
+        return SHS_OK;
+    for (;;) {
+        if ((rc = member(s, obj, k_tensor_keys, 4, &seen, &which)) < 0)
+            return rc;
+        switch (which) {
+        case 0: rc = scan_str(s, 3, &r->kind, &r->kind_k); break;
+        case 1: rc = scan_str(s, 3, &r->dtype, &r->dtype_k); break;
+        case 2: rc = scan_dims(s, 3, &r->shape_k, &r->shape_n, &r->shape_ok, &t->gshape); break;
+        case 3: rc = scan_chunks(s, t, r); break;
+        default: rc = shs__json_skip_value(js, 3);
+        }
+        if (rc < 0 || (rc = shs__json_next_member(js, '}')) <= 0)
+            return rc;
+    }
+}
+
+static int scan_tensors(mparse *s)
+{
+    shs__json *js = &s->js;
+    shs__meta *m = s->m;
+    int rc;
+    if (!at(js, '{')) {
+        s->tensors_k = V_OTHER;
+        return shs__json_skip_value(js, 1);
+    }
+    s->tensors_k = V_OBJ;
+    if (closes_at_once(js, '}'))
+        return SHS_OK;
+    for (;;) {
+        size_t ct = s->cap_t;
+        if (grow((void **)&m->t, &ct, m->nt, sizeof *m->t) < 0 ||
+            grow((void **)&s->rt, &s->cap_t, m->nt, sizeof *s->rt) < 0)
+            return oom(s);
+        shs__mtensor *t = &m->t[m->nt];
+        size_t mark = js->arena_len;
+        const char *name;
+        size_t len;
+        if ((rc = shs__json_key(js, &name, &len)) < 0)
+            return rc;
+        t->name = shs__strdup(name);
+        js->arena_len = mark;
+        if (!t->name)
+            return oom(s);
+        m->nt++;
+        if (at(js, '{'))
+            rc = scan_tensor(s, t, &s->rt[m->nt - 1]);
+        else
+            rc = shs__json_skip_value(js, 2);
+        if (rc < 0 || (rc = shs__json_next_member(js, '}')) <= 0)
+            return rc;
+    }
+}
+
+static const char *const k_blob_keys[] = { "name", "rank", "file", "key", "byte_range",
+                                            "xxh3" };
+
+static int scan_blob(mparse *s, shs__mblob *b, rblob *r)
+{
+    shs__json *js = &s->js;
+    uint32_t obj = ++js->next_obj, seen = 0;
+    int rc, which;
+    r->obj = 1;
+    if (closes_at_once(js, '}'))
+        return SHS_OK;
+    for (;;) {
+        if ((rc = member(s, obj, k_blob_keys, 6, &seen, &which)) < 0)
+            return rc;
+        switch (which) {
+        case 0: rc = scan_strdup(s, 3, &b->name, &r->name_k); break;
+        case 1: rc = scan_num(s, 3, &r->rank); break;
+        case 2: rc = scan_num(s, 3, &r->file); break;
+        case 3: rc = scan_strdup(s, 3, &b->key, &r->key_k); break;
+        case 4: {
+            jnum v[2] = { { 0, V_NONE }, { 0, V_NONE } };
+            uint8_t ok;
+            rc = scan_nums(s, 3, &r->br_k, &r->br_n, &ok, NULL, v, 2);
+            r->b0 = v[0];
+            r->b1 = v[1];
+            break;
+        }
+        case 5: rc = scan_hex(s, 3, &b->hash, &r->hash_k); break;
+        default: rc = shs__json_skip_value(js, 3);
+        }
+        if (rc < 0 || (rc = shs__json_next_member(js, '}')) <= 0)
+            return rc;
+    }
+}
+
+static int scan_blobs(mparse *s)
+{
+    shs__json *js = &s->js;
+    shs__meta *m = s->m;
+    int rc;
+    if (!at(js, '[')) {
+        s->blobs_k = V_OTHER;
+        return shs__json_skip_value(js, 1);
+    }
+    s->blobs_k = V_ARR;
+    if (closes_at_once(js, ']'))
+        return SHS_OK;
+    for (;;) {
+        size_t cb = s->cap_b;
+        if (grow((void **)&m->b, &cb, m->nb, sizeof *m->b) < 0 ||
+            grow((void **)&s->rb, &s->cap_b, m->nb, sizeof *s->rb) < 0)
+            return oom(s);
+        size_t i = m->nb++;
+        if (at(js, '{'))
+            rc = scan_blob(s, &m->b[i], &s->rb[i]);
+        else
+            rc = shs__json_skip_value(js, 2);
+        if (rc < 0 || (rc = shs__json_next_member(js, ']')) <= 0)
+            return rc;
+    }
+}
+
+enum { R_FORMAT, R_VERSION, R_STEP, R_WORLD, R_COMMON, R_MODEL_ONLY, R_FILES, R_TENSORS,
+       R_BLOBS, R_SEAL, R_N };
+static const char *const k_root_keys[R_N] = { "format", "version", "step", "world_size",
+                                              "common_xxh3", "model_only", "files",
+                                              "tensors", "blobs", "metadata_xxh3" };
+
+static int scan_model_only(mparse *s)
+{
+    shs__json *js = &s->js;
+    if (at(js, 't')) {
+        s->model_only_k = V_TRUE;
+        return shs__json_literal(js, "true", 4);
+    }
+    if (at(js, 'f')) {
+        s->model_only_k = V_FALSE;
+        return shs__json_literal(js, "false", 5);
+    }
+    s->model_only_k = V_OTHER;
+    return shs__json_skip_value(js, 1);
+}
+
+/* Phase one: the whole text, syntax errors only. */
+static int scan_root(mparse *s)
+{
+    shs__json *js = &s->js;
+    int rc, which;
+    size_t bad = shs__utf8_check((const unsigned char *)js->start, (size_t)(js->end - js->start));
+    if (bad != (size_t)(js->end - js->start)) {
+        js->p = js->start + bad;
+        return shs__json_syntax_err(js, "not UTF-8");
+    }
+    shs__json_skip_ws(js);
+    if (at(js, '[')) {
+        s->root_k = V_ARR;
+        if ((rc = shs__json_skip_value(js, 0)) < 0)
+            return rc;
+        goto end;
+    }
+    if (!at(js, '{'))
+        return shs__json_syntax_err(js, js->p < js->end ? "'{' or '[' expected"
+                                                        : "empty file, '{' or '[' expected");
+    s->root_k = V_OBJ;
+    uint32_t obj = ++js->next_obj, seen = 0;
+    if (closes_at_once(js, '}'))
+        goto end;
+    for (;;) {
+        if ((rc = member(s, obj, k_root_keys, R_N, &seen, &which)) < 0)
+            return rc;
+        switch (which) {
+        case R_FORMAT: rc = scan_str(s, 1, &s->format, &s->format_k); break;
+        case R_VERSION: rc = scan_num(s, 1, &s->version); break;
+        case R_STEP: rc = scan_num(s, 1, &s->step); break;
+        case R_WORLD: rc = scan_num(s, 1, &s->world_size); break;
+        case R_COMMON: rc = scan_hex(s, 1, &s->m->common_hash, &s->common_k); break;
+        case R_MODEL_ONLY: rc = scan_model_only(s); break;
+        case R_FILES: rc = scan_files(s); break;
+        case R_TENSORS: rc = scan_tensors(s); break;
+        case R_BLOBS: rc = scan_blobs(s); break;
+        case R_SEAL: rc = scan_str(s, 1, &s->seal, &s->seal_k); break;
+        default: rc = shs__json_skip_value(js, 1);
+        }
+        if (rc < 0 || (rc = shs__json_next_member(js, '}')) < 0)
+            return rc;
+        if (rc == 0)
+            break;
+    }
+end:
+    shs__json_skip_ws(js);
+    if (js->p != js->end)
+        return shs__json_syntax_err(js, "end of file expected");
+    const struct nested_key *d = shs__json_nested_dup(js);
+    if (d)
+        return shs__err(SHS_ECORRUPT, "%s: invalid JSON: duplicate key '%.*s' in an object",
+                        js->fname, (int)(d->len > 200 ? 200 : d->len), d->key);
+    return SHS_OK;
+}
+
+#define BAD(...) do { rc = shs__err(SHS_ECORRUPT, __VA_ARGS__); goto done; } while (0)
+#define OOM() do { rc = shs__err(SHS_ENOMEM, "out of memory reading %s", path); goto done; } while (0)
+
+static int cmp_str_ptr(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Tensor names are the keys of "tensors": one repeated is a syntax error,
+   reported before any rule. */
+static int check_tensor_names(const shs__meta *m, const char *path)
 {
     int rc = SHS_OK;
-    json_t *root = NULL;
-    char *buf = NULL;
+    const char **v = shs__malloc((m->nt + 1) * sizeof *v);
+    if (!v)
+        return shs__err(SHS_ENOMEM, "out of memory reading %s", path);
+    for (size_t i = 0; i < m->nt; i++)
+        v[i] = m->t[i].name;
+    qsort(v, m->nt, sizeof *v, cmp_str_ptr);
+    for (size_t i = 1; i < m->nt && rc == SHS_OK; i++)
+        if (strcmp(v[i - 1], v[i]) == 0)
+            rc = shs__err(SHS_ECORRUPT, "%s: invalid JSON: duplicate key '%s' in \"tensors\"",
+                          path, v[i]);
+    shs__free(v);
+    return rc;
+}
+
+/* Phase two: every rule, in a fixed order, on what the scan found. */
+static int check_meta(mparse *s, const char *dir, const char *path)
+{
+    shs__meta *m = s->m;
     name_ref *names = NULL;
-    size_t len;
-    memset(m, 0, sizeof *m);
-    char *path = shs__path_join(dir, "metadata.json");
-    if (!path)
-        return shs__err(SHS_ENOMEM, "out of memory");
-    if ((rc = shs__read_file_nofollow(&buf, &len, path, META_MAX)) < 0)
-        goto fail;
-    json_error_t jerr;
-    root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        BAD("%s: invalid JSON at line %d: %s", path, jerr.line, jerr.text);
-    if (!json_is_object(root))
+    int rc = check_tensor_names(m, path);
+    if (rc < 0)
+        return rc;
+    if (s->root_k != V_OBJ)
         BAD("%s: not a JSON object", path);
-    json_t *fmt = json_object_get(root, "format");
-    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "shardsafe.checkpoint") != 0)
+    if (s->format_k != V_STR || strcmp(s->format, "shardsafe.checkpoint") != 0)
         BAD("%s: \"format\" must be \"shardsafe.checkpoint\"", path);
-    uint64_t ver, step, ws;
-    if (get_u64(root, "version", &ver) || ver < 1 || ver > SHS__META_VERSION)
+    uint64_t ver = s->version.v, step = s->step.v, ws = s->world_size.v;
+    if (s->version.k != V_UINT || ver < 1 || ver > SHS__META_VERSION)
         BAD("%s: unsupported \"version\" (this build reads versions 1 to %d)", path,
             SHS__META_VERSION);
     m->version = (int)ver;
     if (ver >= 2) {
-        if (get_hex(root, "common_xxh3", &m->common_hash) < 0)
+        if (s->common_k != H_OK)
             BAD("%s: \"common_xxh3\" (16 hex digits) is required in version 2", path);
         m->has_common_hash = 1;
+    } else {
+        m->common_hash = 0;
     }
-    if (get_u64(root, "step", &step) || get_u64(root, "world_size", &ws) || ws < 1 ||
-        ws > (1u << 24))
+    if (s->step.k != V_UINT || s->world_size.k != V_UINT || ws < 1 || ws > (1u << 24))
         BAD("%s: \"step\" and \"world_size\" must be positive integers", path);
     if (step >= (uint64_t)SHS__STEP_LIMIT)
         BAD("%s: \"step\" %llu is not below 10^18 (step directory names hold 18 digits)", path,
@@ -559,27 +1134,21 @@ int shs__meta_parse(shs__meta *m, const char *dir)
             (unsigned long long)step, (long long)dstep);
     m->step = (int64_t)step;
     m->world_size = (int)ws;
-    json_t *mo = json_object_get(root, "model_only");
-    if (mo && !json_is_boolean(mo))
+    if (s->model_only_k != V_NONE && s->model_only_k != V_TRUE && s->model_only_k != V_FALSE)
         BAD("%s: \"model_only\" must be true or false", path);
-    m->model_only = mo && json_is_true(mo);
-    json_t *files = json_object_get(root, "files");
-    if (!json_is_array(files))
+    m->model_only = s->model_only_k == V_TRUE;
+    if (s->files_k != V_ARR)
         BAD("%s: \"files\" must be an array", path);
-    size_t nf = json_array_size(files);
-    m->f = shs__calloc(nf ? nf : 1, sizeof *m->f);
-    names = shs__calloc(nf + 1, sizeof *names);
-    if (!m->f || !names)
+    if ((!m->f && !(m->f = shs__calloc(1, sizeof *m->f))) ||
+        !(names = shs__calloc(m->nf + 1, sizeof *names)))
         OOM();
-    m->nf = nf; /* only now: shs__meta_free walks m->f[0..nf) */
     for (size_t i = 0; i < m->nf; i++) {
-        json_t *f = json_array_get(files, i);
-        json_t *name = json_object_get(f, "name");
-        uint64_t rank, nrank, nworld;
-        if (!json_is_object(f) || !json_is_string(name) || get_u64(f, "rank", &rank) ||
-            rank >= ws)
+        shs__mfile *f = &m->f[i];
+        const rfile *r = &s->rf[i];
+        uint64_t rank = r->rank.v, nrank, nworld;
+        if (!r->obj || r->name_k != V_STR || r->rank.k != V_UINT || rank >= ws)
             BAD("%s: files[%zu] needs a \"name\" and a \"rank\" below world_size", path, i);
-        const char *fname = json_string_value(name);
+        const char *fname = f->name;
         if (!plain_file_name(fname))
             BAD("%s: files[%zu]: '%s' is not a plain file name inside the checkpoint directory",
                 path, i, fname);
@@ -589,187 +1158,190 @@ int shs__meta_parse(shs__meta *m, const char *dir)
                 "%llu with world_size %llu", path, i, fname, (unsigned long long)nrank,
                 (unsigned long long)nworld, (unsigned long long)rank, (unsigned long long)ws);
         if (ver >= 2) {
-            if (get_hex(f, "header_xxh3", &m->f[i].header_hash) < 0 ||
-                get_u64(f, "size", &m->f[i].size))
+            if (r->hh_k != H_OK || r->size.k != V_UINT)
                 BAD("%s: files[%zu] ('%s') needs \"size\" and \"header_xxh3\" (16 hex digits)",
                     path, i, fname);
-            m->f[i].has_header_hash = 1;
+            f->size = r->size.v;
+            f->has_header_hash = 1;
+        } else {
+            f->header_hash = 0;
         }
-        if (!(m->f[i].name = shs__strdup(fname)))
-            OOM();
-        m->f[i].rank = (int)rank;
-        names[i] = (name_ref){ m->f[i].name, 0, i };
+        f->rank = (int)rank;
+        names[i] = (name_ref){ f->name, 0, i };
     }
     const char *dup = first_duplicate(names, m->nf);
     if (dup)
         BAD("%s: file '%s' listed twice", path, dup);
-    json_t *tensors = json_object_get(root, "tensors");
-    if (!json_is_object(tensors))
+    if (s->tensors_k != V_OBJ)
         BAD("%s: \"tensors\" must be an object", path);
-    m->t = shs__calloc(json_object_size(tensors) + 1, sizeof *m->t);
-    if (!m->t)
+    if (!m->t && !(m->t = shs__calloc(1, sizeof *m->t)))
         OOM();
-    const char *tname;
-    json_t *tv;
-    json_object_foreach(tensors, tname, tv) {
-        shs__mtensor *t = &m->t[m->nt];
-        if (!(t->name = shs__strdup(tname)))
-            OOM();
-        m->nt++;
-        json_t *kind = json_object_get(tv, "kind"), *dt = json_object_get(tv, "dtype");
-        json_t *shape = json_object_get(tv, "shape"), *chunks = json_object_get(tv, "chunks");
-        if (!json_is_object(tv) || !json_is_string(kind) || !json_is_string(dt) ||
-            !json_is_array(shape) || !json_is_array(chunks))
+    for (size_t i = 0; i < m->nt; i++) {
+        shs__mtensor *t = &m->t[i];
+        const rtensor *r = &s->rt[i];
+        const char *tname = t->name;
+        if (!r->obj || r->kind_k != V_STR || r->dtype_k != V_STR || r->shape_k != V_ARR ||
+            r->chunks_k != V_ARR)
             BAD("%s: tensor '%s' needs \"kind\", \"dtype\", \"shape\" and \"chunks\"", path, tname);
-        if (strcmp(json_string_value(kind), "model") == 0)
+        if (strcmp(r->kind, "model") == 0)
             t->kind = SHS_KIND_MODEL;
-        else if (strcmp(json_string_value(kind), "opt") == 0)
+        else if (strcmp(r->kind, "opt") == 0)
             t->kind = SHS_KIND_OPTIMIZER;
         else
-            BAD("%s: tensor '%s': unknown kind '%s'", path, tname, json_string_value(kind));
-        const char *ds = json_string_value(dt);
-        if (shs_dtype_parse(&t->dtype, ds, strlen(ds)) < 0)
-            BAD("%s: tensor '%s': unknown dtype '%s'", path, tname, ds);
-        t->ndim = json_array_size(shape);
+            BAD("%s: tensor '%s': unknown kind '%s'", path, tname, r->kind);
+        if (shs_dtype_parse(&t->dtype, r->dtype, strlen(r->dtype)) < 0)
+            BAD("%s: tensor '%s': unknown dtype '%s'", path, tname, r->dtype);
+        t->ndim = r->shape_n;
         if (t->ndim > SHS_MAX_DIMS)
             BAD("%s: tensor '%s': too many dimensions", path, tname);
-        int r = get_dims(shape, t->ndim, &t->gshape);
-        if (r == -2)
-            OOM();
-        if (r < 0)
+        if (!r->shape_ok)
             BAD("%s: tensor '%s': bad shape", path, tname);
         uint64_t gbytes;
         if (shs_tensor_nbytes(&gbytes, t->dtype, t->ndim, t->gshape) < 0)
             BAD("%s: tensor '%s': shape overflows", path, tname);
-        size_t nc = json_array_size(chunks);
-        t->c = shs__calloc(nc ? nc : 1, sizeof *t->c);
-        if (!t->c)
+        if (!t->c && !(t->c = shs__calloc(1, sizeof *t->c)))
             OOM();
-        t->nc = nc; /* only now, as m->nf above */
         for (size_t k = 0; k < t->nc; k++) {
-            json_t *cj = json_array_get(chunks, k);
             shs__mchunk *c = &t->c[k];
-            json_t *key = json_object_get(cj, "key");
-            json_t *br = json_object_get(cj, "byte_range");
-            uint64_t file;
-            if (!json_is_object(cj) || !json_is_string(key) || get_u64(cj, "file", &file) ||
-                file >= m->nf || !json_is_array(br) || json_array_size(br) != 2)
+            const rchunk *q = &r->rc[k];
+            uint64_t file = q->file.v;
+            if (!q->obj || q->key_k != V_STR || q->file.k != V_UINT || file >= m->nf ||
+                q->br_k != V_ARR || q->br_n != 2)
                 BAD("%s: tensor '%s': chunk %zu needs \"file\", \"key\", \"byte_range\"", path,
                     tname, k);
             /* data files hold each chunk under the tensor's own name */
-            if (strcmp(json_string_value(key), tname) != 0)
+            if (strcmp(c->key, tname) != 0)
                 BAD("%s: tensor '%s': chunk %zu has key '%s', not the tensor's name", path,
-                    tname, k, json_string_value(key));
+                    tname, k, c->key);
             c->file = (uint32_t)file;
-            if ((r = get_dims(json_object_get(cj, "offset"), t->ndim, &c->off)) == -2 ||
-                (r == 0 && (r = get_dims(json_object_get(cj, "shape"), t->ndim, &c->shape)) == -2))
-                OOM();
-            if (r < 0)
+            if (q->off_k != V_ARR || q->off_n != t->ndim || !q->off_ok || q->shape_k != V_ARR ||
+                q->shape_n != t->ndim || !q->shape_ok)
                 BAD("%s: tensor '%s': chunk %zu: bad offset or shape", path, tname, k);
             for (size_t d = 0; d < t->ndim; d++)
                 if (c->off[d] > t->gshape[d] || c->shape[d] > t->gshape[d] - c->off[d])
                     BAD("%s: tensor '%s': chunk %zu lies outside the tensor", path, tname, k);
-            json_t *b0 = json_array_get(br, 0), *b1 = json_array_get(br, 1);
-            if (!json_is_integer(b0) || !json_is_integer(b1) || json_integer_value(b0) < 0 ||
-                json_integer_value(b1) < json_integer_value(b0))
+            if (q->b0.k != V_UINT || q->b1.k != V_UINT || q->b1.v < q->b0.v)
                 BAD("%s: tensor '%s': chunk %zu: bad byte_range", path, tname, k);
-            c->b0 = (uint64_t)json_integer_value(b0);
-            c->b1 = (uint64_t)json_integer_value(b1);
+            c->b0 = q->b0.v;
+            c->b1 = q->b1.v;
             uint64_t cbytes;
             if (shs_tensor_nbytes(&cbytes, t->dtype, t->ndim, c->shape) < 0 ||
                 cbytes != c->b1 - c->b0)
                 BAD("%s: tensor '%s': chunk %zu: byte_range does not match its shape", path,
                     tname, k);
-            if (!(c->key = shs__strdup(json_string_value(key))))
-                OOM();
-            if (get_hex(cj, "xxh3", &c->hash) < 0)
+            if (q->hash_k != H_OK)
                 BAD("%s: tensor '%s': chunk %zu: \"xxh3\" (16 hex digits) is required", path,
                     tname, k);
             c->has_hash = 1;
-            json_t *bs = json_object_get(cj, "xxh3_block"), *bl = json_object_get(cj, "xxh3_blocks");
-            if (bs || bl) {
-                uint64_t b = json_is_integer(bs) ? (uint64_t)json_integer_value(bs) : 0;
+            if (q->block.k != V_NONE || q->blocks_k != V_NONE) {
+                uint64_t b = q->block.k == V_UINT ? q->block.v : 0;
                 uint64_t n = c->b1 - c->b0;
-                if (b < 4096 || b > (1u << 30) || (b & (b - 1)) || !json_is_array(bl) ||
-                    json_array_size(bl) != (n + b - 1) / b)
+                if (b < 4096 || b > (1u << 30) || (b & (b - 1)) || q->blocks_k != V_ARR ||
+                    q->nblocks != (n + b - 1) / b)
                     BAD("%s: tensor '%s': chunk %zu: \"xxh3_block\" must be a power of two "
                         "from 4096 and \"xxh3_blocks\" hold one checksum per block", path, tname,
                         k);
-                c->block = b;
-                c->nblocks = json_array_size(bl);
-                if (!(c->blocks = shs__calloc(c->nblocks + 1, sizeof *c->blocks)))
+                if (q->bad_block != SIZE_MAX)
+                    BAD("%s: tensor '%s': chunk %zu: block checksum %zu must be 16 hex "
+                        "digits", path, tname, k, q->bad_block);
+                if (!c->blocks && !(c->blocks = shs__calloc(1, sizeof *c->blocks)))
                     OOM();
-                for (size_t q = 0; q < c->nblocks; q++) {
-                    json_t *x = json_array_get(bl, q);
-                    if (!json_is_string(x) ||
-                        shs__parse_hex64(&c->blocks[q], json_string_value(x)) < 0)
-                        BAD("%s: tensor '%s': chunk %zu: block checksum %zu must be 16 hex "
-                            "digits", path, tname, k, q);
-                }
+                c->block = b;
+                c->nblocks = q->nblocks;
             }
         }
         if ((rc = check_tiling(t, path)) < 0)
-            goto fail;
+            goto done;
     }
     qsort(m->t, m->nt, sizeof *m->t, cmp_mtensor);
-    json_t *blobs = json_object_get(root, "blobs");
-    if ((blobs || ver >= 2) && !json_is_array(blobs))
+    if ((s->blobs_k != V_NONE || ver >= 2) && s->blobs_k != V_ARR)
         BAD("%s: \"blobs\" must be an array", path);
-    size_t nb = blobs ? json_array_size(blobs) : 0;
-    m->b = shs__calloc(nb ? nb : 1, sizeof *m->b);
     shs__free(names);
-    names = shs__calloc(nb + 1, sizeof *names);
-    if (!m->b || !names)
+    names = NULL;
+    if ((!m->b && !(m->b = shs__calloc(1, sizeof *m->b))) ||
+        !(names = shs__calloc(m->nb + 1, sizeof *names)))
         OOM();
-    m->nb = nb; /* only now, as m->nf above */
     for (size_t i = 0; i < m->nb; i++) {
-        json_t *bj = json_array_get(blobs, i);
         shs__mblob *b = &m->b[i];
-        json_t *name = json_object_get(bj, "name"), *key = json_object_get(bj, "key");
-        json_t *br = json_object_get(bj, "byte_range");
-        uint64_t rank, file;
-        if (!json_is_object(bj) || !json_is_string(name) || !json_is_string(key) ||
-            get_u64(bj, "rank", &rank) || rank >= ws || get_u64(bj, "file", &file) ||
-            file >= m->nf || !json_is_array(br) || json_array_size(br) != 2 ||
-            !json_is_integer(json_array_get(br, 0)) || !json_is_integer(json_array_get(br, 1)) ||
-            get_hex(bj, "xxh3", &b->hash) < 0)
+        const rblob *r = &s->rb[i];
+        uint64_t rank = r->rank.v, file = r->file.v;
+        if (!r->obj || r->name_k != V_STR || r->key_k != V_STR || r->rank.k != V_UINT ||
+            rank >= ws || r->file.k != V_UINT || file >= m->nf || r->br_k != V_ARR ||
+            r->br_n != 2 || (r->b0.k != V_UINT && r->b0.k != V_NEG) ||
+            (r->b1.k != V_UINT && r->b1.k != V_NEG) || r->hash_k != H_OK)
             BAD("%s: blobs[%zu] is malformed (it needs \"name\", \"rank\", \"file\", \"key\", "
                 "\"byte_range\" and \"xxh3\")", path, i);
-        if (!*json_string_value(name) ||
-            strcmp(json_string_value(name), json_string_value(key)) != 0)
+        if (!*b->name || strcmp(b->name, b->key) != 0)
             BAD("%s: blobs[%zu]: blob '%s' is stored under key '%s', not its own name", path, i,
-                json_string_value(name), json_string_value(key));
+                b->name, b->key);
         if ((uint64_t)m->f[file].rank != rank)
             BAD("%s: blobs[%zu]: blob '%s' of rank %llu is in a file of rank %d", path, i,
-                json_string_value(name), (unsigned long long)rank, m->f[file].rank);
+                b->name, (unsigned long long)rank, m->f[file].rank);
         b->rank = (int)rank;
         b->file = (uint32_t)file;
-        b->b0 = (uint64_t)json_integer_value(json_array_get(br, 0));
-        b->b1 = (uint64_t)json_integer_value(json_array_get(br, 1));
-        if (json_integer_value(json_array_get(br, 0)) < 0 || b->b1 < b->b0)
+        if (r->b0.k == V_NEG || r->b1.k == V_NEG || r->b1.v < r->b0.v)
             BAD("%s: blobs[%zu]: bad byte_range", path, i);
-        if (!(b->name = shs__strdup(json_string_value(name))) ||
-            !(b->key = shs__strdup(json_string_value(key))))
-            OOM();
+        b->b0 = r->b0.v;
+        b->b1 = r->b1.v;
         names[i] = (name_ref){ b->name, b->rank, i };
     }
     if ((dup = first_duplicate(names, m->nb)))
         BAD("%s: blob '%s' is listed twice for one rank", path, dup);
+done:
+    shs__free(names);
+    return rc;
+}
+
+#undef OOM
+#undef BAD
+
+/* The bytes of <dir>/metadata.json (kept apart from the parse: how the
+   file is opened is a matter of its own): never read through a link. */
+static int meta_read(const char *path, char **buf, size_t *len)
+{
+    return shs__read_file_nofollow(buf, len, path, META_MAX);
+}
+
+int shs__meta_parse(shs__meta *m, const char *dir)
+{
+    int rc = SHS_OK;
+    char *buf = NULL;
+    size_t len = 0;
+    mparse s;
+    memset(&s, 0, sizeof s);
+    memset(m, 0, sizeof *m);
+    char *path = shs__path_join(dir, "metadata.json");
+    if (!path)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    if ((rc = meta_read(path, &buf, &len)) < 0)
+        goto done;
+    s.m = m;
+    s.js.p = s.js.start = buf;
+    s.js.end = buf + len;
+    s.js.fname = path;
+    s.js.meta = 1;
+    if (!(s.js.arena = shs__malloc(len + 1))) {
+        rc = shs__err(SHS_ENOMEM, "out of memory reading %s", path);
+        goto done;
+    }
+    if ((rc = scan_root(&s)) < 0 || (rc = check_meta(&s, dir, path)) < 0)
+        goto done;
     /* the seal last: a file edited by hand is told what rule it breaks
        before it is told that it was edited */
-    if (ver >= 2 && (rc = check_seal(buf, len, root, path)) < 0)
-        goto fail;
-    json_decref(root);
-    shs__free(names);
+    if (m->version >= 2)
+        rc = check_seal(buf, len, s.seal_k == V_STR ? s.seal : NULL, path);
+done:
+    for (size_t i = 0; i < s.cap_t; i++)
+        shs__free(s.rt[i].rc);
+    shs__free(s.rt);
+    shs__free(s.rf);
+    shs__free(s.rb);
+    shs__free(s.js.nk);
+    shs__free(s.js.arena);
     shs__free(buf);
     shs__free(path);
-    return SHS_OK;
-fail:
-    json_decref(root);
-    shs__free(names);
-    shs__free(buf);
-    shs__free(path);
-    shs__meta_free(m);
+    if (rc < 0)
+        shs__meta_free(m);
     return rc;
 }
 
@@ -804,6 +1376,3 @@ int shs__meta_check_file(const shs__meta *m, const char *dir, uint32_t fi, const
                         "checksum (header_xxh3 in metadata.json)", dir, e->name);
     return SHS_OK;
 }
-
-#undef OOM
-#undef BAD

@@ -29,17 +29,17 @@ static int parse_uint_array(shs__hdr_parser *ps, const char *tname, const char *
 {
     int rc;
     *count = 0;
-    ps->p++; /* '[' */
+    ps->js.p++; /* '[' */
     shs__hdr_skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == ']') {
-        ps->p++;
+    if (ps->js.p < ps->js.end && *ps->js.p == ']') {
+        ps->js.p++;
         return SHS_OK;
     }
     for (;;) {
         shs__hdr_skip_ws(ps);
-        if (ps->p >= ps->end)
+        if (ps->js.p >= ps->js.end)
             return shs__hdr_syntax_err(ps, "unexpected end of header");
-        char c = *ps->p;
+        char c = *ps->js.p;
         if (c == '-' || (c >= '0' && c <= '9')) {
             int is_uint;
             uint64_t v;
@@ -48,12 +48,12 @@ static int parse_uint_array(shs__hdr_parser *ps, const char *tname, const char *
             if (!is_uint)
                 defer(ps, SHS_ESCHEMA,
                       "%s: tensor '%s': %s must hold non-negative integers below 2^64",
-                      ps->fname, tname, field);
+                      ps->js.fname, tname, field);
             if (ps->n_shapes == ps->cap_shapes) {
                 size_t cap = ps->cap_shapes ? ps->cap_shapes * 2 : 1024;
                 uint64_t *s = shs__realloc(ps->shapes, cap * sizeof *s);
                 if (!s)
-                    return shs__err(SHS_ENOMEM, "%s: out of memory parsing header", ps->fname);
+                    return shs__err(SHS_ENOMEM, "%s: out of memory parsing header", ps->js.fname);
                 ps->shapes = s;
                 ps->cap_shapes = cap;
             }
@@ -61,7 +61,7 @@ static int parse_uint_array(shs__hdr_parser *ps, const char *tname, const char *
             (*count)++;
         } else {
             defer(ps, SHS_ESCHEMA, "%s: tensor '%s': %s must hold integers",
-                  ps->fname, tname, field);
+                  ps->js.fname, tname, field);
             if ((rc = shs__hdr_skip_value(ps, 3)) < 0)
                 return rc;
         }
@@ -88,16 +88,16 @@ static int parse_tensor(shs__hdr_parser *ps, shs__st_tensor *t)
     const char *extra[MAX_EXTRA];
     size_t extra_len[MAX_EXTRA], n_extra = 0;
     shs__hdr_skip_ws(ps);
-    if (ps->p >= ps->end)
+    if (ps->js.p >= ps->js.end)
         return shs__hdr_syntax_err(ps, "unexpected end of header");
-    if (*ps->p != '{') {
-        defer(ps, SHS_ESCHEMA, "%s: tensor '%s': value must be an object", ps->fname, name);
+    if (*ps->js.p != '{') {
+        defer(ps, SHS_ESCHEMA, "%s: tensor '%s': value must be an object", ps->js.fname, name);
         return shs__hdr_skip_value(ps, 1);
     }
-    ps->p++;
+    ps->js.p++;
     shs__hdr_skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == '}') {
-        ps->p++;
+    if (ps->js.p < ps->js.end && *ps->js.p == '}') {
+        ps->js.p++;
         goto check;
     }
     for (;;) {
@@ -107,7 +107,7 @@ static int parse_tensor(shs__hdr_parser *ps, shs__st_tensor *t)
            "shape"); the arena has room for every string of the header */
         if ((rc = shs__hdr_key(ps, &kstart, &klen)) < 0)
             return rc;
-        if (ps->p >= ps->end)
+        if (ps->js.p >= ps->js.end)
             return shs__hdr_syntax_err(ps, "unexpected end of header");
         unsigned field = 0;
         if (klen == 5 && memcmp(kstart, "dtype", 5) == 0)
@@ -118,12 +118,12 @@ static int parse_tensor(shs__hdr_parser *ps, shs__st_tensor *t)
             field = F_OFFSETS;
         if (field && (seen & field))
             defer(ps, SHS_EDUPLICATE, "%s: tensor '%s': duplicate field '%.*s'",
-                  ps->fname, name, (int)klen, kstart);
+                  ps->js.fname, name, (int)klen, kstart);
         seen |= field;
         if (field == F_DTYPE) {
-            if (*ps->p != '"') {
+            if (*ps->js.p != '"') {
                 defer(ps, SHS_ESCHEMA, "%s: tensor '%s': dtype must be a string",
-                      ps->fname, name);
+                      ps->js.fname, name);
                 if ((rc = shs__hdr_skip_value(ps, 2)) < 0)
                     return rc;
             } else {
@@ -134,15 +134,15 @@ static int parse_tensor(shs__hdr_parser *ps, shs__st_tensor *t)
                 shs_dtype dt;
                 if (shs_dtype_parse(&dt, ds, dlen) < 0)
                     defer(ps, SHS_EDTYPE, "%s: tensor '%s': unknown dtype \"%.*s\"",
-                          ps->fname, name, dlen > 40 ? 40 : (int)dlen, ds);
+                          ps->js.fname, name, dlen > 40 ? 40 : (int)dlen, ds);
                 else
                     t->info.dtype = dt;
             }
         } else if (field == F_SHAPE || field == F_OFFSETS) {
             const char *fname = field == F_SHAPE ? "shape" : "data_offsets";
-            if (*ps->p != '[') {
+            if (*ps->js.p != '[') {
                 defer(ps, SHS_ESCHEMA, "%s: tensor '%s': %s must be an array",
-                      ps->fname, name, fname);
+                      ps->js.fname, name, fname);
                 if ((rc = shs__hdr_skip_value(ps, 2)) < 0)
                     return rc;
             } else {
@@ -152,14 +152,14 @@ static int parse_tensor(shs__hdr_parser *ps, shs__st_tensor *t)
                 if (field == F_SHAPE) {
                     if (n > SHS_MAX_DIMS)
                         defer(ps, SHS_ESCHEMA, "%s: tensor '%s': %zu dimensions (at most %d)",
-                              ps->fname, name, n, SHS_MAX_DIMS);
+                              ps->js.fname, name, n, SHS_MAX_DIMS);
                     t->shape_at = at;
                     t->info.ndim = n;
                 } else {
                     if (n != 2)
                         defer(ps, SHS_ESCHEMA,
                               "%s: tensor '%s': data_offsets must hold exactly 2 integers, not %zu",
-                              ps->fname, name, n);
+                              ps->js.fname, name, n);
                     else {
                         t->begin = ps->shapes[at];
                         t->end = ps->shapes[at + 1];
@@ -173,10 +173,10 @@ static int parse_tensor(shs__hdr_parser *ps, shs__st_tensor *t)
             for (size_t i = 0; i < n_extra; i++)
                 if (extra_len[i] == klen && memcmp(extra[i], kstart, klen) == 0)
                     defer(ps, SHS_EDUPLICATE, "%s: tensor '%s': duplicate field '%s'",
-                          ps->fname, name, kstart);
+                          ps->js.fname, name, kstart);
             if (n_extra == MAX_EXTRA)
                 defer(ps, SHS_ESCHEMA, "%s: tensor '%s': more than %d unknown fields",
-                      ps->fname, name, MAX_EXTRA);
+                      ps->js.fname, name, MAX_EXTRA);
             else {
                 extra[n_extra] = kstart;
                 extra_len[n_extra++] = klen;
@@ -192,7 +192,7 @@ static int parse_tensor(shs__hdr_parser *ps, shs__st_tensor *t)
     }
 check:
     if ((seen & (F_DTYPE | F_SHAPE | F_OFFSETS)) != (F_DTYPE | F_SHAPE | F_OFFSETS))
-        defer(ps, SHS_ESCHEMA, "%s: tensor '%s': missing field '%s'", ps->fname, name,
+        defer(ps, SHS_ESCHEMA, "%s: tensor '%s': missing field '%s'", ps->js.fname, name,
               !(seen & F_DTYPE) ? "dtype" : !(seen & F_SHAPE) ? "shape" : "data_offsets");
     return SHS_OK;
 }
@@ -201,44 +201,44 @@ static int parse_metadata(shs__hdr_parser *ps)
 {
     int rc;
     shs__hdr_skip_ws(ps);
-    if (ps->p >= ps->end)
+    if (ps->js.p >= ps->js.end)
         return shs__hdr_syntax_err(ps, "unexpected end of header");
-    if (*ps->p == 'n') {
+    if (*ps->js.p == 'n') {
         /* "__metadata__": null is Option::None in the reference */
         return shs__hdr_literal(ps, "null", 4);
     }
-    if (*ps->p != '{') {
-        defer(ps, SHS_ESCHEMA, "%s: __metadata__ must be an object of strings", ps->fname);
+    if (*ps->js.p != '{') {
+        defer(ps, SHS_ESCHEMA, "%s: __metadata__ must be an object of strings", ps->js.fname);
         return shs__hdr_skip_value(ps, 1);
     }
     ps->has_meta = 1;
-    ps->p++;
+    ps->js.p++;
     shs__hdr_skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == '}') {
-        ps->p++;
+    if (ps->js.p < ps->js.end && *ps->js.p == '}') {
+        ps->js.p++;
         return SHS_OK;
     }
     for (;;) {
         shs__st_meta e;
         if ((rc = shs__hdr_key(ps, &e.key, &e.key_len)) < 0)
             return rc;
-        if (ps->p >= ps->end)
+        if (ps->js.p >= ps->js.end)
             return shs__hdr_syntax_err(ps, "unexpected end of header");
-        if (*ps->p == '"') {
+        if (*ps->js.p == '"') {
             if ((rc = shs__hdr_string(ps, &e.value, &e.value_len)) < 0)
                 return rc;
             if (ps->n_meta == ps->cap_meta) {
                 size_t cap = ps->cap_meta ? ps->cap_meta * 2 : 8;
                 shs__st_meta *m = shs__realloc(ps->meta, cap * sizeof *m);
                 if (!m)
-                    return shs__err(SHS_ENOMEM, "%s: out of memory parsing header", ps->fname);
+                    return shs__err(SHS_ENOMEM, "%s: out of memory parsing header", ps->js.fname);
                 ps->meta = m;
                 ps->cap_meta = cap;
             }
             ps->meta[ps->n_meta++] = e;
         } else {
             defer(ps, SHS_ESCHEMA, "%s: __metadata__ value of '%s' must be a string",
-                  ps->fname, e.key);
+                  ps->js.fname, e.key);
             if ((rc = shs__hdr_skip_value(ps, 2)) < 0)
                 return rc;
         }
@@ -261,13 +261,13 @@ static int cmp_nested_key(const void *a, const void *b)
    error too (the reference keeps the last silently). */
 static void check_nested_keys(shs__hdr_parser *ps)
 {
-    if (ps->n_nk < 2)
+    if (ps->js.n_nk < 2)
         return;
-    qsort(ps->nk, ps->n_nk, sizeof *ps->nk, cmp_nested_key);
-    for (size_t i = 1; i < ps->n_nk; i++)
-        if (cmp_nested_key(&ps->nk[i - 1], &ps->nk[i]) == 0) {
+    qsort(ps->js.nk, ps->js.n_nk, sizeof *ps->js.nk, cmp_nested_key);
+    for (size_t i = 1; i < ps->js.n_nk; i++)
+        if (cmp_nested_key(&ps->js.nk[i - 1], &ps->js.nk[i]) == 0) {
             defer(ps, SHS_EDUPLICATE, "%s: duplicate key '%s' in an object inside an unknown "
-                  "field", ps->fname, ps->nk[i].key);
+                  "field", ps->js.fname, ps->js.nk[i].key);
             return;
         }
 }
@@ -276,14 +276,14 @@ static int parse_header(shs__hdr_parser *ps)
 {
     int rc;
     shs__hdr_skip_ws(ps);
-    if (ps->p >= ps->end)
+    if (ps->js.p >= ps->js.end)
         return shs__hdr_syntax_err(ps, "empty header");
-    if (*ps->p != '{')
+    if (*ps->js.p != '{')
         return shs__hdr_syntax_err(ps, "a safetensors header must be a JSON object");
-    ps->p++;
+    ps->js.p++;
     shs__hdr_skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == '}') {
-        ps->p++;
+    if (ps->js.p < ps->js.end && *ps->js.p == '}') {
+        ps->js.p++;
         goto done;
     }
     for (;;) {
@@ -293,7 +293,7 @@ static int parse_header(shs__hdr_parser *ps)
             return rc;
         if (name_len == 12 && memcmp(name, "__metadata__", 12) == 0) {
             if (ps->seen_meta)
-                defer(ps, SHS_EDUPLICATE, "%s: duplicate key '__metadata__'", ps->fname);
+                defer(ps, SHS_EDUPLICATE, "%s: duplicate key '__metadata__'", ps->js.fname);
             ps->seen_meta = 1;
             if ((rc = parse_metadata(ps)) < 0)
                 return rc;
@@ -301,10 +301,10 @@ static int parse_header(shs__hdr_parser *ps)
             if (ps->n_tensors == ps->cap_tensors) {
                 size_t cap = ps->cap_tensors ? ps->cap_tensors * 2 : 64;
                 if (cap > UINT32_MAX - 1)
-                    return shs__err(SHS_ESCHEMA, "%s: too many tensors", ps->fname);
+                    return shs__err(SHS_ESCHEMA, "%s: too many tensors", ps->js.fname);
                 shs__st_tensor *t = shs__realloc(ps->tensors, cap * sizeof *t);
                 if (!t)
-                    return shs__err(SHS_ENOMEM, "%s: out of memory parsing header", ps->fname);
+                    return shs__err(SHS_ENOMEM, "%s: out of memory parsing header", ps->js.fname);
                 ps->tensors = t;
                 ps->cap_tensors = cap;
             }
@@ -320,7 +320,7 @@ static int parse_header(shs__hdr_parser *ps)
             if (rc < 0)
                 return rc;
             if (rc == 0)
-                defer(ps, SHS_EDUPLICATE, "%s: duplicate tensor name '%s'", ps->fname, name);
+                defer(ps, SHS_EDUPLICATE, "%s: duplicate tensor name '%s'", ps->js.fname, name);
             if ((rc = parse_tensor(ps, t)) < 0)
                 return rc;
         }
@@ -332,7 +332,7 @@ static int parse_header(shs__hdr_parser *ps)
     }
 done:
     shs__hdr_skip_ws(ps);
-    if (ps->p != ps->end)
+    if (ps->js.p != ps->js.end)
         return shs__hdr_syntax_err(ps, "trailing characters after the header object");
     check_nested_keys(ps);
     if (ps->deferred)
@@ -366,7 +366,7 @@ int shs__st_cmp_meta(const void *a, const void *b)
 
 static int validate(shs_file *f, shs__hdr_parser *ps)
 {
-    const char *fname = ps->fname;
+    const char *fname = ps->js.fname;
     int rc;
     /* Duplicate metadata keys belong to the schema checks, which come
        before the data checks. */
@@ -451,10 +451,10 @@ int shs__st_parse_header(shs_file *f, const char *fname)
     if (!f->arena)
         return shs__err(SHS_ENOMEM, "%s: out of memory for a %llu-byte header", fname,
                         (unsigned long long)f->header_len);
-    ps.p = ps.start = f->header;
-    ps.end = f->header + f->header_len;
-    ps.fname = fname;
-    ps.arena = f->arena;
+    ps.js.p = ps.js.start = f->header;
+    ps.js.end = f->header + f->header_len;
+    ps.js.fname = fname;
+    ps.js.arena = f->arena;
     /* Estimate the tensor count so the name table rarely grows: an entry
        takes at least ~50 bytes of JSON. */
     if ((rc = shs__namemap_init(&ps.names, f->header_len / 64 + 8)) < 0)
@@ -472,10 +472,10 @@ int shs__st_parse_header(shs_file *f, const char *fname)
     f->names = ps.names;
     for (size_t i = 0; i < f->n_tensors; i++)
         f->tensors[i].info.shape = f->shapes + f->tensors[i].shape_at;
-    shs__free(ps.nk);
+    shs__free(ps.js.nk);
     return SHS_OK;
 done:
-    shs__free(ps.nk);
+    shs__free(ps.js.nk);
     shs__free(ps.tensors);
     shs__free(ps.shapes);
     shs__free(ps.meta);

@@ -1,17 +1,30 @@
 /*
- * st_json.c -- the strict JSON scanner of the safetensors reader (see
- * st_parse.h): strings with every escape, numbers with serde_json's range,
- * literals, and any value skipped without recursion.  It accepts exactly
- * what serde_json accepts and reports the first syntax error by byte.
+ * st_json.c -- the strict JSON scanner (st_json.h) of the safetensors
+ * header and of metadata.json: strings with every escape, numbers with
+ * serde_json's range, literals, and any value skipped without recursion.
+ * In the safetensors dialect it accepts exactly what serde_json accepts;
+ * both dialects report the first syntax error by byte.
  */
-#include "st_parse.h"
+#include "st_json.h"
 
+#include <stdlib.h>
 #include <string.h>
 
-#define MAX_DEPTH 128 /* serde_json: the 128th nested container fails */
+#define MAX_DEPTH 128       /* serde_json: the 128th nested container fails */
+#define META_MAX_DEPTH 2049 /* jansson: the 2049th nested container fails */
 
-int shs__hdr_syntax_err(shs__hdr_parser *ps, const char *what)
+/* The end of the input, in the words of its dialect. */
+#define END_OF(ps) ((ps)->meta ? "unexpected end of file" : "unexpected end of header")
+
+int shs__json_syntax_err(shs__json *ps, const char *what)
 {
+    if (ps->meta) {
+        size_t line = 1;
+        for (const char *q = ps->start; q < ps->p; q++)
+            line += *q == '\n';
+        return shs__err(SHS_ECORRUPT, "%s: invalid JSON at line %zu: %s (byte %zu)", ps->fname,
+                        line, what, (size_t)(ps->p - ps->start));
+    }
     return shs__err(SHS_EJSON, "%s: header is not valid JSON: %s at byte %zu",
                     ps->fname, what, (size_t)(ps->p - ps->start));
 }
@@ -24,15 +37,15 @@ static int hexval(char c)
     return -1;
 }
 
-static int read_hex4(shs__hdr_parser *ps, uint32_t *out)
+static int read_hex4(shs__json *ps, uint32_t *out)
 {
     if (ps->end - ps->p < 4)
-        return shs__hdr_syntax_err(ps, "truncated \\u escape");
+        return shs__json_syntax_err(ps, "truncated \\u escape");
     uint32_t v = 0;
     for (int i = 0; i < 4; i++) {
         int h = hexval(ps->p[i]);
         if (h < 0)
-            return shs__hdr_syntax_err(ps, "invalid \\u escape");
+            return shs__json_syntax_err(ps, "invalid \\u escape");
         v = (v << 4) | (uint32_t)h;
     }
     ps->p += 4;
@@ -46,7 +59,7 @@ static int read_hex4(shs__hdr_parser *ps, uint32_t *out)
  * at them; decoded text is never longer than its encoding plus quotes, so
  * the arena sized like the header cannot overflow.
  */
-int shs__hdr_string(shs__hdr_parser *ps, const char **out, size_t *out_len)
+int shs__json_string(shs__json *ps, const char **out, size_t *out_len)
 {
     const char *p = ps->p + 1;
     const char *end = ps->end;
@@ -66,7 +79,7 @@ int shs__hdr_string(shs__hdr_parser *ps, const char **out, size_t *out_len)
         }
         if (p >= end) {
             ps->p = p;
-            return shs__hdr_syntax_err(ps, "unterminated string");
+            return shs__json_syntax_err(ps, "unterminated string");
         }
         unsigned char c = (unsigned char)*p;
         if (c == '"') {
@@ -75,13 +88,13 @@ int shs__hdr_string(shs__hdr_parser *ps, const char **out, size_t *out_len)
         }
         if (c < 0x20) {
             ps->p = p;
-            return shs__hdr_syntax_err(ps, "control character in string");
+            return shs__json_syntax_err(ps, "control character in string");
         }
         /* escape */
         p++;
         if (p >= end) {
             ps->p = p;
-            return shs__hdr_syntax_err(ps, "unterminated escape");
+            return shs__json_syntax_err(ps, "unterminated escape");
         }
         char e = *p++;
         char buf[4];
@@ -103,18 +116,22 @@ int shs__hdr_string(shs__hdr_parser *ps, const char **out, size_t *out_len)
                 return rc;
             p = ps->p;
             if (cp >= 0xDC00 && cp <= 0xDFFF)
-                return shs__hdr_syntax_err(ps, "lone low surrogate in \\u escape");
+                return shs__json_syntax_err(ps, "lone low surrogate in \\u escape");
             if (cp >= 0xD800 && cp <= 0xDBFF) {
                 uint32_t lo;
                 if (end - p < 2 || p[0] != '\\' || p[1] != 'u')
-                    return shs__hdr_syntax_err(ps, "lone high surrogate in \\u escape");
+                    return shs__json_syntax_err(ps, "lone high surrogate in \\u escape");
                 ps->p = p + 2;
                 if ((rc = read_hex4(ps, &lo)) < 0)
                     return rc;
                 p = ps->p;
                 if (lo < 0xDC00 || lo > 0xDFFF)
-                    return shs__hdr_syntax_err(ps, "high surrogate not followed by a low surrogate");
+                    return shs__json_syntax_err(ps, "high surrogate not followed by a low surrogate");
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            if (cp == 0 && ps->meta) {
+                ps->p = p - 6;
+                return shs__json_syntax_err(ps, "\\u0000 in a string");
             }
             if (cp < 0x80) {
                 buf[0] = (char)cp;
@@ -138,7 +155,7 @@ int shs__hdr_string(shs__hdr_parser *ps, const char **out, size_t *out_len)
         }
         default:
             ps->p = p - 1;
-            return shs__hdr_syntax_err(ps, "invalid escape");
+            return shs__json_syntax_err(ps, "invalid escape");
         }
         if (dst) {
             memcpy(dst + n, buf, blen);
@@ -218,7 +235,7 @@ static int overflows_f64(const char *ip, const char *ie, const char *fp,
  * integer that fits in 64 bits (the only numbers a header may use), with
  * its value in *val.  A number beyond the f64 range is a syntax error.
  */
-int shs__hdr_number(shs__hdr_parser *ps, int *is_uint, uint64_t *val)
+int shs__json_number(shs__json *ps, int *is_uint, uint64_t *val)
 {
     const char *p = ps->p, *end = ps->end, *start = ps->p;
     const char *ip, *ie, *fp = NULL, *fe = NULL, *ep = NULL, *ee = NULL;
@@ -230,14 +247,14 @@ int shs__hdr_number(shs__hdr_parser *ps, int *is_uint, uint64_t *val)
     }
     if (p >= end || *p < '0' || *p > '9') {
         ps->p = p;
-        return shs__hdr_syntax_err(ps, "invalid number");
+        return shs__json_syntax_err(ps, "invalid number");
     }
     ip = p;
     if (*p == '0') {
         p++;
         if (p < end && *p >= '0' && *p <= '9') {
             ps->p = p;
-            return shs__hdr_syntax_err(ps, "leading zero in number");
+            return shs__json_syntax_err(ps, "leading zero in number");
         }
     } else {
         while (p < end && *p >= '0' && *p <= '9') {
@@ -255,7 +272,7 @@ int shs__hdr_number(shs__hdr_parser *ps, int *is_uint, uint64_t *val)
         p++;
         if (p >= end || *p < '0' || *p > '9') {
             ps->p = p;
-            return shs__hdr_syntax_err(ps, "invalid fraction");
+            return shs__json_syntax_err(ps, "invalid fraction");
         }
         fp = p;
         while (p < end && *p >= '0' && *p <= '9')
@@ -269,7 +286,7 @@ int shs__hdr_number(shs__hdr_parser *ps, int *is_uint, uint64_t *val)
             eneg = *p++ == '-';
         if (p >= end || *p < '0' || *p > '9') {
             ps->p = p;
-            return shs__hdr_syntax_err(ps, "invalid exponent");
+            return shs__json_syntax_err(ps, "invalid exponent");
         }
         ep = p;
         while (p < end && *p >= '0' && *p <= '9')
@@ -278,8 +295,12 @@ int shs__hdr_number(shs__hdr_parser *ps, int *is_uint, uint64_t *val)
     }
     if ((big || frac) && overflows_f64(ip, ie, fp, fe, eneg, ep, ee)) {
         ps->p = start;
-        return shs__hdr_syntax_err(ps, "number out of range (beyond the f64 range, "
+        return shs__json_syntax_err(ps, "number out of range (beyond the f64 range, "
                               "which serde_json refuses)");
+    }
+    if (ps->meta && !frac && (big || v > (uint64_t)INT64_MAX + (uint64_t)neg)) {
+        ps->p = start;
+        return shs__json_syntax_err(ps, "integer out of range (beyond int64)");
     }
     ps->p = p;
     *is_uint = !neg && !big && !frac;
@@ -287,29 +308,29 @@ int shs__hdr_number(shs__hdr_parser *ps, int *is_uint, uint64_t *val)
     return SHS_OK;
 }
 
-int shs__hdr_literal(shs__hdr_parser *ps, const char *lit, size_t n)
+int shs__json_literal(shs__json *ps, const char *lit, size_t n)
 {
     if ((size_t)(ps->end - ps->p) < n || memcmp(ps->p, lit, n) != 0)
-        return shs__hdr_syntax_err(ps, "invalid literal");
+        return shs__json_syntax_err(ps, "invalid literal");
     ps->p += n;
     return SHS_OK;
 }
 
 /* A member's key and its ':' (whitespace around both skipped).  With
    `key` NULL the key is only checked, not decoded. */
-int shs__hdr_key(shs__hdr_parser *ps, const char **key, size_t *len)
+int shs__json_key(shs__json *ps, const char **key, size_t *len)
 {
     int rc;
-    shs__hdr_skip_ws(ps);
+    shs__json_skip_ws(ps);
     if (ps->p >= ps->end || *ps->p != '"')
-        return shs__hdr_syntax_err(ps, "expected a string key");
-    if ((rc = shs__hdr_string(ps, key, len)) < 0)
+        return shs__json_syntax_err(ps, "expected a string key");
+    if ((rc = shs__json_string(ps, key, len)) < 0)
         return rc;
-    shs__hdr_skip_ws(ps);
+    shs__json_skip_ws(ps);
     if (ps->p >= ps->end || *ps->p != ':')
-        return shs__hdr_syntax_err(ps, "expected ':'");
+        return shs__json_syntax_err(ps, "expected ':'");
     ps->p++;
-    shs__hdr_skip_ws(ps);
+    shs__json_skip_ws(ps);
     return SHS_OK;
 }
 
@@ -317,29 +338,32 @@ int shs__hdr_key(shs__hdr_parser *ps, const char **key, size_t *len)
  * Skip any JSON value, checking its syntax, without recursion.  `depth` is
  * the nesting depth of the container holding the value.
  */
-int shs__hdr_skip_value(shs__hdr_parser *ps, int depth)
+int shs__json_skip_value(shs__json *ps, int depth)
 {
     /* stack[i] is '{' or '[' for each open container of this value, and
        obj[i] the id of an open object (for its keys' duplicate check) */
-    char stack[MAX_DEPTH];
-    uint32_t obj[MAX_DEPTH];
+    char stack[META_MAX_DEPTH];
+    uint32_t obj[META_MAX_DEPTH];
+    int max_depth = ps->meta ? META_MAX_DEPTH : MAX_DEPTH;
     int top = 0;
     int rc;
     for (;;) {
-        shs__hdr_skip_ws(ps);
+        shs__json_skip_ws(ps);
         if (ps->p >= ps->end)
-            return shs__hdr_syntax_err(ps, "unexpected end of header");
+            return shs__json_syntax_err(ps, END_OF(ps));
         char c = *ps->p;
         /* a value */
         if (c == '{' || c == '[') {
-            if (depth + top + 1 >= MAX_DEPTH)
+            if (depth + top + 1 >= max_depth && ps->meta)
+                return shs__json_syntax_err(ps, "nested more than 2048 levels deep");
+            if (depth + top + 1 >= max_depth)
                 return shs__err(SHS_ENESTING,
                                 "%s: header JSON nested more than %d levels deep at byte %zu",
                                 ps->fname, MAX_DEPTH - 1, (size_t)(ps->p - ps->start));
             obj[top] = ++ps->next_obj;
             stack[top++] = c;
             ps->p++;
-            shs__hdr_skip_ws(ps);
+            shs__json_skip_ws(ps);
             if (ps->p < ps->end && *ps->p == (c == '{' ? '}' : ']')) {
                 ps->p++;
                 top--;
@@ -349,32 +373,32 @@ int shs__hdr_skip_value(shs__hdr_parser *ps, int depth)
                 goto object_key;
             continue;
         } else if (c == '"') {
-            if ((rc = shs__hdr_string(ps, NULL, NULL)) < 0)
+            if ((rc = shs__json_string(ps, NULL, NULL)) < 0)
                 return rc;
         } else if (c == '-' || (c >= '0' && c <= '9')) {
             int u;
             uint64_t v;
-            if ((rc = shs__hdr_number(ps, &u, &v)) < 0)
+            if ((rc = shs__json_number(ps, &u, &v)) < 0)
                 return rc;
         } else if (c == 't') {
-            if ((rc = shs__hdr_literal(ps, "true", 4)) < 0)
+            if ((rc = shs__json_literal(ps, "true", 4)) < 0)
                 return rc;
         } else if (c == 'f') {
-            if ((rc = shs__hdr_literal(ps, "false", 5)) < 0)
+            if ((rc = shs__json_literal(ps, "false", 5)) < 0)
                 return rc;
         } else if (c == 'n') {
-            if ((rc = shs__hdr_literal(ps, "null", 4)) < 0)
+            if ((rc = shs__json_literal(ps, "null", 4)) < 0)
                 return rc;
         } else {
-            return shs__hdr_syntax_err(ps, "expected a value");
+            return shs__json_syntax_err(ps, "expected a value");
         }
     after_value:
         for (;;) {
             if (top == 0)
                 return SHS_OK;
-            shs__hdr_skip_ws(ps);
+            shs__json_skip_ws(ps);
             if (ps->p >= ps->end)
-                return shs__hdr_syntax_err(ps, "unexpected end of header");
+                return shs__json_syntax_err(ps, END_OF(ps));
             char close = stack[top - 1] == '{' ? '}' : ']';
             if (*ps->p == close) {
                 ps->p++;
@@ -382,7 +406,7 @@ int shs__hdr_skip_value(shs__hdr_parser *ps, int depth)
                 continue;
             }
             if (*ps->p != ',')
-                return shs__hdr_syntax_err(ps, "expected ',' or a closing bracket");
+                return shs__json_syntax_err(ps, "expected ',' or a closing bracket");
             ps->p++;
             if (stack[top - 1] == '{')
                 goto object_key;
@@ -392,17 +416,10 @@ int shs__hdr_skip_value(shs__hdr_parser *ps, int depth)
     object_key: {
         const char *k = NULL;
         size_t klen = 0;
-        if ((rc = shs__hdr_key(ps, &k, &klen)) < 0)
+        if ((rc = shs__json_key(ps, &k, &klen)) < 0)
             return rc;
-        if (ps->n_nk == ps->cap_nk) {
-            size_t cap = ps->cap_nk ? ps->cap_nk * 2 : 16;
-            struct nested_key *nk = shs__realloc(ps->nk, cap * sizeof *nk);
-            if (!nk)
-                return shs__err(SHS_ENOMEM, "%s: out of memory parsing header", ps->fname);
-            ps->nk = nk;
-            ps->cap_nk = cap;
-        }
-        ps->nk[ps->n_nk++] = (struct nested_key){ obj[top - 1], (uint32_t)klen, k };
+        if ((rc = shs__json_note_key(ps, obj[top - 1], k, klen)) < 0)
+            return rc;
     }
     }
 }
@@ -410,17 +427,53 @@ int shs__hdr_skip_value(shs__hdr_parser *ps, int depth)
 /* After a member of an object (close '}') or an element of an array
    (close ']'): 1 when another follows (',' consumed), 0 when the
    container closed, or an error. */
-int shs__hdr_next_member(shs__hdr_parser *ps, char close)
+int shs__json_next_member(shs__json *ps, char close)
 {
-    shs__hdr_skip_ws(ps);
+    shs__json_skip_ws(ps);
     if (ps->p >= ps->end)
-        return shs__hdr_syntax_err(ps, "unexpected end of header");
+        return shs__json_syntax_err(ps, END_OF(ps));
     if (*ps->p == close) {
         ps->p++;
         return 0;
     }
     if (*ps->p != ',')
-        return shs__hdr_syntax_err(ps, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+        return shs__json_syntax_err(ps, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
     ps->p++;
     return 1;
+}
+
+int shs__json_note_key(shs__json *ps, uint32_t obj, const char *key, size_t len)
+{
+    if (ps->n_nk == ps->cap_nk) {
+        size_t cap = ps->cap_nk ? ps->cap_nk * 2 : 16;
+        struct nested_key *nk = shs__realloc(ps->nk, cap * sizeof *nk);
+        if (!nk)
+            return shs__err(SHS_ENOMEM, "%s: out of memory parsing %s", ps->fname,
+                            ps->meta ? "it" : "header");
+        ps->nk = nk;
+        ps->cap_nk = cap;
+    }
+    ps->nk[ps->n_nk++] = (struct nested_key){ obj, (uint32_t)len, key };
+    return SHS_OK;
+}
+
+static int cmp_nested_key(const void *a, const void *b)
+{
+    const struct nested_key *x = a, *y = b;
+    if (x->obj != y->obj)
+        return x->obj < y->obj ? -1 : 1;
+    if (x->len != y->len)
+        return x->len < y->len ? -1 : 1;
+    return memcmp(x->key, y->key, x->len);
+}
+
+const struct nested_key *shs__json_nested_dup(shs__json *ps)
+{
+    if (ps->n_nk < 2)
+        return NULL;
+    qsort(ps->nk, ps->n_nk, sizeof *ps->nk, cmp_nested_key);
+    for (size_t i = 1; i < ps->n_nk; i++)
+        if (cmp_nested_key(&ps->nk[i - 1], &ps->nk[i]) == 0)
+            return &ps->nk[i];
+    return NULL;
 }

@@ -6,7 +6,8 @@
  *                pread of the header and mmap of the data, reads, slices;
  *   st_header.c  checks 4-8: UTF-8, then the safetensors schema of the
  *                header and the layout of the data it describes;
- *   st_json.c    the strict JSON scanner under st_header.c (check 5).
+ *   st_json.c    the strict JSON scanner under st_header.c (check 5),
+ *                shared with metadata.json (st_json.h).
  *
  * The check order (the reference implementation's, huggingface/
  * safetensors, which parses with serde_json):
@@ -36,6 +37,7 @@
 
 #include "internal.h"
 #include "namemap.h"
+#include "st_json.h"
 
 typedef struct shs__st_tensor {
     shs_tensor_info info;
@@ -71,10 +73,7 @@ struct shs_file {
 /* ---- the parser (st_json.c scans, st_header.c interprets) ---- */
 
 typedef struct shs__hdr_parser {
-    const char *p, *end, *start;
-    const char *fname;
-    char *arena;
-    size_t arena_len;
+    shs__json js;            /* the scanner: position, arena, nested keys */
     /* growable arrays */
     shs__st_tensor *tensors;
     size_t n_tensors, cap_tensors;
@@ -87,47 +86,41 @@ typedef struct shs__hdr_parser {
     /* first schema-level error, reported only if the syntax is clean */
     int deferred;
     char deferred_msg[512];
-    /* keys of objects nested in ignored values, checked for duplicates
-       after the parse (rare: only unknown fields hold such objects) */
-    struct nested_key {
-        uint32_t obj;
-        uint32_t len;
-        const char *key;
-    } *nk;
-    size_t n_nk, cap_nk;
-    uint32_t next_obj;
 } shs__hdr_parser;
 
+/* The scanner of st_json.h on the header (serde_json's dialect). */
 static inline void shs__hdr_skip_ws(shs__hdr_parser *ps)
 {
-    while (ps->p < ps->end &&
-           (*ps->p == ' ' || *ps->p == '\n' || *ps->p == '\r' || *ps->p == '\t'))
-        ps->p++;
+    shs__json_skip_ws(&ps->js);
 }
-
-/* SHS_EJSON naming the file, `what` and the byte offset of ps->p. */
-int shs__hdr_syntax_err(shs__hdr_parser *ps, const char *what);
-/* A string at ps->p (which is at '"').  With `out` non-NULL the decoded
-   bytes go to the arena, NUL-terminated, and *out / *out_len point at
-   them; with `out` NULL the string is only checked. */
-int shs__hdr_string(shs__hdr_parser *ps, const char **out, size_t *out_len);
-/* A number at ps->p.  *is_uint is set when it is a plain non-negative
-   integer that fits in 64 bits (the only numbers a header may use), with
-   its value in *val.  A number beyond the f64 range is a syntax error. */
-int shs__hdr_number(shs__hdr_parser *ps, int *is_uint, uint64_t *val);
-/* The literal `lit` (n bytes) at ps->p. */
-int shs__hdr_literal(shs__hdr_parser *ps, const char *lit, size_t n);
-/* A member's key and its ':' (whitespace around both skipped).  With
-   `key` NULL the key is only checked, not decoded. */
-int shs__hdr_key(shs__hdr_parser *ps, const char **key, size_t *len);
-/* Skip any JSON value, checking its syntax (and recording the keys of its
-   objects for the duplicate check), without recursion.  `depth` is the
-   nesting depth of the container holding the value. */
-int shs__hdr_skip_value(shs__hdr_parser *ps, int depth);
-/* After a member of an object (close '}') or an element of an array
-   (close ']'): 1 when another follows (',' consumed), 0 when the
-   container closed, or an error. */
-int shs__hdr_next_member(shs__hdr_parser *ps, char close);
+static inline int shs__hdr_syntax_err(shs__hdr_parser *ps, const char *what)
+{
+    return shs__json_syntax_err(&ps->js, what);
+}
+static inline int shs__hdr_string(shs__hdr_parser *ps, const char **out, size_t *out_len)
+{
+    return shs__json_string(&ps->js, out, out_len);
+}
+static inline int shs__hdr_number(shs__hdr_parser *ps, int *is_uint, uint64_t *val)
+{
+    return shs__json_number(&ps->js, is_uint, val);
+}
+static inline int shs__hdr_literal(shs__hdr_parser *ps, const char *lit, size_t n)
+{
+    return shs__json_literal(&ps->js, lit, n);
+}
+static inline int shs__hdr_key(shs__hdr_parser *ps, const char **key, size_t *len)
+{
+    return shs__json_key(&ps->js, key, len);
+}
+static inline int shs__hdr_skip_value(shs__hdr_parser *ps, int depth)
+{
+    return shs__json_skip_value(&ps->js, depth);
+}
+static inline int shs__hdr_next_member(shs__hdr_parser *ps, char close)
+{
+    return shs__json_next_member(&ps->js, close);
+}
 
 /* ---- st_header.c ---- */
 

@@ -770,6 +770,207 @@ static void test_hostile_layout(void **state)
     free(dir);
 }
 
+/* ------------------------------------------------------------------ */
+/* JSON edges of metadata.json: what its reader accepts and refuses     */
+/* beyond the schema (the rules jansson applied before the strict       */
+/* scanner replaced it).  Version 1, so that a text edit needs no seal.  */
+/* ------------------------------------------------------------------ */
+
+/* Every object of `v` rebuilt with its members in reverse order. */
+static json_t *reversed(json_t *v)
+{
+    if (json_is_array(v)) {
+        json_t *a = json_array();
+        for (size_t i = 0; i < json_array_size(v); i++)
+            json_array_append_new(a, reversed(json_array_get(v, i)));
+        return a;
+    }
+    if (!json_is_object(v))
+        return json_incref(v);
+    const char *keys[64];
+    size_t n = 0;
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x) {
+        assert_true(n < 64);
+        keys[n++] = k;
+    }
+    json_t *o = json_object();
+    while (n--)
+        json_object_set_new(o, keys[n], reversed(json_object_get(v, keys[n])));
+    return o;
+}
+
+/* `s` with its first `find` replaced by `repl` (caller frees). */
+static char *text_splice(const char *s, const char *find, const char *repl)
+{
+    const char *at = strstr(s, find);
+    if (!at)
+        fail_msg("'%s' not found in metadata.json", find);
+    size_t a = (size_t)(at - s), f = strlen(find), r = strlen(repl), n = strlen(s);
+    char *out = malloc(n - f + r + 1);
+    assert_non_null(out);
+    memcpy(out, s, a);
+    memcpy(out + a, repl, r);
+    memcpy(out + a + r, at + f, n - a - f + 1);
+    return out;
+}
+
+/* `text` as metadata.json of `dir`: verify accepts it (needle NULL) or
+   refuses it as corrupt with a message naming metadata.json and `needle`. */
+static void expect_meta_text(const char *dir, const char *text, const char *needle,
+                             const char *what)
+{
+    assert_int_equal(tu_write_file(tu_path(dir, "metadata.json"), text, strlen(text)), 0);
+    int rc = shs_checkpoint_verify(dir);
+    if (!needle) {
+        if (rc != SHS_OK)
+            fail_msg("%s: verify gave %d (%s), expected OK", what, rc, shs_last_error());
+        return;
+    }
+    if (rc != SHS_ECORRUPT || !strstr(shs_last_error(), needle) ||
+        !strstr(shs_last_error(), "metadata.json"))
+        fail_msg("%s: verify gave %d (%s), expected SHS_ECORRUPT naming metadata.json and "
+                 "'%s'", what, rc, shs_last_error(), needle);
+}
+
+/* `text` with `len` brackets of nesting in an unknown first member. */
+static char *nested_member(const char *text, size_t len)
+{
+    size_t n = strlen(text);
+    char *out = malloc(n + 2 * len + 16);
+    assert_non_null(out);
+    size_t k = 0;
+    memcpy(out, "{\"x\":", 5);
+    k = 5;
+    memset(out + k, '[', len);
+    k += len;
+    memset(out + k, ']', len);
+    k += len;
+    out[k++] = ',';
+    memcpy(out + k, text + 1, n); /* the NUL too */
+    return out;
+}
+
+static void edit_blob_negative_end(json_t *r)
+{
+    json_array_set_new(json_object_get(json_array_get(json_object_get(r, "blobs"), 0),
+                                       "byte_range"),
+                       1, json_integer(-1));
+}
+
+static void test_hostile_json_edges(void **state)
+{
+    (void)state;
+    char *dir = make_ckpt("hj", 5, 1.0f, NULL);
+    char *mp = strdup(tu_path(dir, "metadata.json"));
+    json_t *r = read_json(mp);
+    json_object_set_new(r, "version", json_integer(1));
+    json_object_del(r, "metadata_xxh3");
+    char *t = json_dumps(r, JSON_COMPACT);
+    assert_non_null(t);
+    expect_meta_text(dir, t, NULL, "version 1 as written");
+
+    /* members in any order: "files" after the chunks naming them, keys of
+       every object reversed */
+    json_t *rev = reversed(r);
+    char *s = json_dumps(rev, JSON_COMPACT);
+    assert_true(strstr(s, "\"tensors\"") < strstr(s, "\"files\""));
+    expect_meta_text(dir, s, NULL, "members reversed");
+    free(s);
+    json_decref(rev);
+
+    /* escapes: the tensor "w" and its chunk's key spelled "\u0077" */
+    char *a = text_splice(t, "\"w\":{", "\"\\u0077\":{");
+    s = text_splice(a, "\"key\":\"w\"", "\"key\":\"\\u0077\"");
+    expect_meta_text(dir, s, NULL, "escaped name");
+    shs_checkpoint *ck;
+    size_t wi;
+    TU_OK(shs_checkpoint_open(&ck, dir));
+    TU_OK(shs_checkpoint_find(&wi, ck, "w"));
+    shs_checkpoint_close(ck);
+    free(s);
+    free(a);
+    /* ... but not "\u0000" (a name is a C string), nor bytes that are not
+       UTF-8 */
+    s = text_splice(t, "\"key\":\"w\"", "\"key\":\"w\\u0000\"");
+    expect_meta_text(dir, s, "u0000", "\\u0000 in a key");
+    free(s);
+    s = text_splice(t, "\"key\":\"w\"", "\"key\":\"w\xff\"");
+    expect_meta_text(dir, s, "UTF-8", "invalid UTF-8");
+    free(s);
+
+    /* nesting in an unknown member: 2048 containers with the top-level
+       object, not one more */
+    s = nested_member(t, 2047);
+    expect_meta_text(dir, s, NULL, "2048 levels");
+    free(s);
+    s = nested_member(t, 2048);
+    expect_meta_text(dir, s, "nested", "2049 levels");
+    free(s);
+
+    /* integers only where integers are required, and within int64 */
+    s = text_splice(t, "\"step\":5", "\"step\":5e0");
+    expect_meta_text(dir, s, "step", "step 5e0");
+    free(s);
+    s = text_splice(t, "\"step\":5", "\"step\":5.0");
+    expect_meta_text(dir, s, "step", "step 5.0");
+    free(s);
+    s = text_splice(t, "\"step\":5", "\"step\":9223372036854775808");
+    expect_meta_text(dir, s, "int64", "step 2^63");
+    free(s);
+    s = text_splice(t, "{", "{\"x\":-9223372036854775809,");
+    expect_meta_text(dir, s, "int64", "-2^63-1 in an unknown member");
+    free(s);
+    s = text_splice(t, "{", "{\"x\":[9223372036854775807,-9223372036854775808,1e308,-0.5],");
+    expect_meta_text(dir, s, NULL, "int64 bounds and reals in an unknown member");
+    free(s);
+    s = text_splice(t, "\"rank\":0", "\"rank\":-0");
+    expect_meta_text(dir, s, NULL, "rank -0 (the integer 0)");
+    free(s);
+
+    /* nothing before or after the object but whitespace */
+    size_t n = strlen(t);
+    s = malloc(n + 8);
+    assert_non_null(s);
+    snprintf(s, n + 8, "%s \n\t\r", t);
+    expect_meta_text(dir, s, NULL, "trailing whitespace");
+    snprintf(s, n + 8, "%s x", t);
+    expect_meta_text(dir, s, "end of file expected", "trailing garbage");
+    snprintf(s, n + 8, "%s{}", t);
+    expect_meta_text(dir, s, "end of file expected", "two objects");
+    snprintf(s, n + 8, "\xef\xbb\xbf%s", t);
+    expect_meta_text(dir, s, "expected", "byte order mark");
+    free(s);
+
+    /* a repeated key anywhere: at the top, among tensor names, inside an
+       unknown member */
+    s = text_splice(t, "{", "{\"x\":1,\"x\":1,");
+    expect_meta_text(dir, s, "duplicate key", "unknown key twice");
+    free(s);
+    s = text_splice(t, "\"tensors\":{", "\"tensors\":{\"w\":{},");
+    expect_meta_text(dir, s, "duplicate key", "tensor name twice");
+    free(s);
+    s = text_splice(t, "{", "{\"x\":[{\"a\":{},\"b\":1,\"a\":2}],");
+    expect_meta_text(dir, s, "duplicate key", "a key twice inside an unknown member");
+    free(s);
+    s = text_splice(t, "\"rank\":0", "\"rank\":0,\"rank\":0");
+    expect_meta_text(dir, s, "duplicate key", "rank twice");
+    free(s);
+    s = text_splice(t, "\"step\":5", "\"step\":5,\"x\":{\"a\":1},\"y\":{\"a\":1}");
+    expect_meta_text(dir, s, NULL, "one key in two objects");
+    free(s);
+
+    expect_meta_text(dir, t, NULL, "version 1 again");
+    free(t);
+    json_decref(r);
+    free(mp);
+    free(dir);
+
+    /* a blob's byte range ending at a negative offset */
+    expect_bad_layout("hj_blob_end", edit_blob_negative_end, "byte_range");
+}
+
 /* Bytes the loader reads besides chunk data: common.json and the
    safetensors headers.  A change that keeps them valid (a step counter, a
    header's __metadata__) must still fail the load, not resume silently. */
@@ -1731,6 +1932,7 @@ int main(void)
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_hostile_metadata),
         cmocka_unit_test(test_hostile_layout),
+        cmocka_unit_test(test_hostile_json_edges),
         cmocka_unit_test(test_hostile_load_checks),
         cmocka_unit_test(test_step_limits),
         cmocka_unit_test(test_hostile_data_files),
