@@ -3,7 +3,8 @@
 # benchmark, print the markdown results table and write bench/results.md.
 #
 # TARGET_DIR (default $TMPDIR or /tmp) gets a temporary subdirectory for the
-# ~1 GiB files (about 3.2 GiB free needed); it is removed at the end.
+# ~1 GiB files (about 5 GiB free needed); it is removed at the end.
+# BENCH_NOTE="..." adds a note to results.md; BENCH_POWERLOSS (see section 9).
 # Progress and the raw output go to stderr; the raw log is kept in
 # build-bench/bench-raw.log.
 set -euo pipefail
@@ -25,7 +26,7 @@ fi
 log "building (Release) in $BUILD"
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSHS_BUILD_TESTS=OFF >"$BUILD.cmake.log" 2>&1 ||
     { cat "$BUILD.cmake.log" >&2; exit 1; }
-cmake --build "$BUILD" --target bench_io bench_ckpt bench_plan -j "$(nproc)" >"$BUILD.cmake.log" 2>&1 ||
+cmake --build "$BUILD" --target bench_io bench_ckpt bench_plan bench_read bench_meta shardsafe_cli -j "$(nproc)" >"$BUILD.cmake.log" 2>&1 ||
     { cat "$BUILD.cmake.log" >&2; exit 1; }
 rm -f "$BUILD.cmake.log"
 
@@ -44,6 +45,11 @@ step() { nice -n "$NICE" "$@" | tee -a "$RAW" >&2; }
 
 "$PY" "$ROOT/bench/report.py" machine "$WORK" start >>"$RAW"
 printf '@@ {"mode":"machine","key":"nice","value":%d,"unit":"","label":""}\n' "$NICE" >>"$RAW"
+# BENCH_NOTE: a free-text note for results.md (e.g. what else ran on the machine)
+if [ -n "${BENCH_NOTE:-}" ]; then
+    "$PY" -c 'import json, sys; print("@@ " + json.dumps({"mode": "machine", "key": "note",
+        "value": sys.argv[1], "unit": "", "label": ""}))' "$BENCH_NOTE" >>"$RAW"
+fi
 
 log "bench_io write (shs_save_file vs write(2), with and without fsync)"
 step "$BUILD/bench_io" write "$WORK"
@@ -95,6 +101,24 @@ step "$BUILD/bench_ckpt" incremental "$WORK"
 log "bench_ckpt resume (shs_manager_load vs memcpy)"
 step "$BUILD/bench_ckpt" resume "$WORK"
 
+# Section 7: the public read API against the manager's load; then
+# `shardsafe diff` of the two checkpoints bench_read leaves (4-rank and
+# 3-rank saves of the same values: different chunkings, so diff reads all).
+log "bench_read (shs_checkpoint_read vs shs_manager_load, whole and a 4 -> 3 box)"
+step "$BUILD/bench_read" "$WORK/read"
+log "shardsafe diff --full of two 1 GiB checkpoints (4 vs 3 ranks) vs cmp"
+step "$ROOT/bench/bench_diff.sh" "$BUILD/shardsafe" "$WORK/read/read4" "$WORK/read/read3" "$WORK"
+rm -rf "$WORK/read"
+
+# Section 8: open of a metadata.json (parse + validate), one process each.
+log "bench_meta ranks 16384 (16,384 ranks x 3 files)"
+step "$BUILD/bench_meta" ranks 16384
+for n in 10000 100000 1000000; do
+    log "bench_meta overlap $n / stagger $n (hostile box layouts)"
+    step "$BUILD/bench_meta" overlap "$n"
+    step "$BUILD/bench_meta" stagger "$n"
+done
+
 # Section 5: distributed (MPI), its own build with -DSHS_WITH_MPI=ON.
 if command -v mpirun >/dev/null 2>&1; then
     MB=$ROOT/build-bench-mpi
@@ -126,6 +150,22 @@ log "bench_plan save (save plan, 16,384 ranks x 1,000 chunks)"
 step "$BUILD/bench_plan" save
 log "bench_plan load (load plan, 16,384 -> 8,192 ranks, balanced and not)"
 step "$BUILD/bench_plan" load
+
+# Section 9: the long power-loss sweep, a correctness test, not a timing:
+# it needs the test build (scripts/build.sh build), so it runs only when
+# that binary exists (BENCH_POWERLOSS=path to another one, or "" to skip).
+# ~70 s.  Last, so that it disturbs no benchmark.
+PL=${BENCH_POWERLOSS-$ROOT/build/tests/test_powerloss}
+if [ -n "$PL" ] && [ -x "$PL" ]; then
+    log "SHS_POWERLOSS_LONG=1 $PL (long power-loss sweep)"
+    pl_rc=0
+    (cd "$WORK" && SHS_POWERLOSS_LONG=1 nice -n "$NICE" /usr/bin/time -v "$PL") \
+        >"$WORK/powerloss.log" 2>&1 || pl_rc=$?
+    "$PY" "$ROOT/bench/report.py" powerloss "$WORK/powerloss.log" "$pl_rc" "$PL" |
+        tee -a "$RAW" >&2
+else
+    log "no test build at ${PL:-(BENCH_POWERLOSS empty)}: section 9 (power-loss sweep) skipped"
+fi
 
 "$PY" "$ROOT/bench/report.py" machine "$WORK" end >>"$RAW"
 "$PY" "$ROOT/bench/report.py" render "$RAW" "bench/run.sh${1:+ $1}" >"$OUT.tmp"
