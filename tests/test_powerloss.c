@@ -696,7 +696,7 @@ static int run_once(const scenario *sc, const char *sp, long cut_at, int journal
         /* the scenario takes the path it is meant to test */
         if (rc != SHS_OK)
             fail_msg("%s: the save without a power cut failed: %s", sc->name, shs_last_error());
-        shs_save_stats st;
+        shs_save_stats st = SHS_SAVE_STATS_INIT;
         TU_OK(shs_manager_last_save(m, &st));
         if (sc->incremental && st.bytes_linked == 0)
             fail_msg("%s: nothing was hard-linked", sc->name);
