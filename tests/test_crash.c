@@ -932,5 +932,5 @@ int main(void)
         cmocka_unit_test(test_kill9_at_start),
         cmocka_unit_test(test_kill9_during_saves),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_GROUP(tests, NULL, NULL);
 }

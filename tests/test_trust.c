@@ -823,5 +823,5 @@ int main(void)
         cmocka_unit_test(test_alloc_json_through_hook),
         cmocka_unit_test(test_collectives_local_oom),
     };
-    return cmocka_run_group_tests(tests, tu_setup_root, tu_teardown_root);
+    return TU_RUN_GROUP(tests, tu_setup_root, tu_teardown_root);
 }
