@@ -45,7 +45,7 @@ int shs__common_write(const char *dir, const shs_progress *p, int do_fsync)
         rc = shs__err(SHS_ENOMEM, "out of memory writing common.json");
         goto done;
     }
-    text = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+    text = shs__json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     path = shs__path_join(dir, "common.json");
     if (!text || !path) {
         rc = shs__err(SHS_ENOMEM, "out of memory writing common.json");
@@ -55,7 +55,7 @@ int shs__common_write(const char *dir, const shs_progress *p, int do_fsync)
     text[n] = '\n'; /* json_dumps leaves room only for the NUL: rewrite it */
     rc = shs__write_file(path, text, n + 1, do_fsync);
 done:
-    free(text);
+    shs__free(text);
     shs__free(path);
     json_decref(o);
     return rc;
@@ -74,7 +74,12 @@ int shs__common_read_ex(shs_progress *p, const char *dir, unsigned *flags)
     if ((rc = shs__read_file_nofollow(&buf, &len, path, COMMON_MAX)) < 0)
         goto fail;
     json_error_t jerr;
-    o = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    int oom = 0;
+    o = shs__json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr, &oom);
+    if (oom) {
+        rc = shs__err(SHS_ENOMEM, "%s: out of memory reading it", path);
+        goto fail;
+    }
     if (!o || !json_is_object(o))
         BAD("%s: not a JSON object (%s)", path, o ? "wrong type" : jerr.text);
     static const char *const ints[] = { "epoch_num", "step_num", "global_step",

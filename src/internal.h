@@ -73,6 +73,16 @@ void shs__buf_release(shs__buf *b);
 
 /* Append `s` (len bytes) as a JSON string literal with serde_json's
    escaping: \" \\ \b \f \n \r \t, other control bytes as \u00xx. */
+/* failed allocations of the calling thread so far (tells an out-of-memory
+   jansson parse from a syntax error) */
+unsigned long shs__alloc_failures(void);
+struct json_t;
+/* json_dumps() that fails whole on out of memory (shs__free the result) */
+char *shs__json_dumps(const struct json_t *json, size_t flags);
+/* json_loadb() that fails (NULL, *oom = 1) if an allocation failed in it */
+struct json_error_t;
+struct json_t *shs__json_loadb(const char *buf, size_t len, size_t flags,
+                               struct json_error_t *err, int *oom);
 int shs__json_escape(shs__buf *b, const char *s, size_t len);
 
 /* Validate UTF-8 (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).

@@ -207,7 +207,13 @@ int shs__meta_from_hf_index(shs__meta *m, const char *index_path)
     int rc = shs__read_file(&text, &len, index_path, INDEX_MAX);
     if (rc < 0)
         return rc;
-    if (!(root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je))) {
+    int oom = 0;
+    root = shs__json_loadb(text, len, JSON_REJECT_DUPLICATES, &je, &oom);
+    if (oom) {
+        rc = shs__err(SHS_ENOMEM, "%s: out of memory reading it", index_path);
+        goto done;
+    }
+    if (!root) {
         rc = shs__err(SHS_ECORRUPT, "%s: not valid JSON: %s (line %d)", index_path, je.text,
                       je.line);
         goto done;

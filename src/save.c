@@ -443,11 +443,13 @@ static int save_local(const shs_state *st, const shs__save_req *req, const char 
     root = json_object();
     json_t *jfiles = json_array(), *jt = json_object(), *jb = json_array();
     int bad = !root || !jfiles || !jt || !jb;
-    if (!bad)
-        bad = json_object_set_new(root, "files", jfiles) ||
-              json_object_set_new(root, "tensors", jt) ||
-              json_object_set_new(root, "blobs", jb);
-    else {
+    if (!bad) {
+        /* each set_new takes its value even when it fails: no short
+           circuit, or the values after a failed one leak */
+        bad = json_object_set_new(root, "files", jfiles) != 0;
+        bad |= json_object_set_new(root, "tensors", jt) != 0;
+        bad |= json_object_set_new(root, "blobs", jb) != 0;
+    } else {
         json_decref(jfiles);
         json_decref(jt);
         json_decref(jb);
@@ -534,8 +536,12 @@ static int merge_fragments(json_t *out, const char *texts, const size_t *lens, i
     int rc = SHS_OK;
     for (int r = 0; r < world && rc == SHS_OK; r++) {
         json_error_t jerr;
-        json_t *f = json_loadb(texts + at, lens[r], JSON_REJECT_DUPLICATES, &jerr);
+        int oom = 0;
+        json_t *f = shs__json_loadb(texts + at, lens[r], JSON_REJECT_DUPLICATES, &jerr, &oom);
         at += lens[r];
+        if (oom)
+            return shs__err(SHS_ENOMEM, "%s: out of memory reading the metadata of rank %d",
+                            save_path, r);
         if (!f)
             return shs__err(SHS_ECORRUPT, "%s: metadata of rank %d is invalid: %s", save_path, r,
                             jerr.text);
@@ -618,10 +624,10 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
     if (rc < 0)
         goto done;
     /* metadata.json is written last: a directory holding it is complete */
-    char *plain = json_dumps(root, JSON_INDENT(1) | JSON_COMPACT);
+    char *plain = shs__json_dumps(root, JSON_INDENT(1) | JSON_COMPACT);
     size_t tlen = 0;
     text = plain ? shs__meta_seal(plain, strlen(plain), &tlen) : NULL;
-    free(plain);
+    shs__free(plain);
     mpath = shs__path_join(tmp, "metadata.json");
     target = shs__step_dir_path(req->save_path, req->step);
     tracker = shs__tracker_path(req->save_path);
@@ -706,7 +712,7 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
         rc = save_local(st, req, tmp, skip, &frag, &s);
     if (!req->layout_cache)
         shs__free(skip);
-    if (rc == SHS_OK && !(text = json_dumps(frag, JSON_COMPACT)))
+    if (rc == SHS_OK && !(text = shs__json_dumps(frag, JSON_COMPACT)))
         rc = shs__err(SHS_ENOMEM, "out of memory");
     /* allocated before the agreement: no rank may fail alone between the
        collectives below */
@@ -747,7 +753,7 @@ fail:
     if (me == root && tmp)
         shs__rmtree(tmp);
 done:
-    free(text);
+    shs__free(text);
     shs__free(written);
     json_decref(frag);
     shs__free(all);

@@ -131,5 +131,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bitflip),
     };
-    return cmocka_run_group_tests(tests, tu_setup_root, tu_teardown_root);
+    return TU_RUN_GROUP(tests, tu_setup_root, tu_teardown_root);
 }

@@ -1948,5 +1948,5 @@ int main(void)
         cmocka_unit_test(test_fault_injection_resave),
         cmocka_unit_test(test_leftovers_cleaned),
     };
-    return cmocka_run_group_tests(tests, tu_setup_root, tu_teardown_root);
+    return TU_RUN_GROUP(tests, tu_setup_root, tu_teardown_root);
 }

@@ -566,5 +566,5 @@ int main(void)
         cmocka_unit_test(test_remove_and_clean),
         cmocka_unit_test(test_hostile_metadata),
     };
-    return cmocka_run_group_tests(tests, tu_setup_root, tu_teardown_root);
+    return TU_RUN_GROUP(tests, tu_setup_root, tu_teardown_root);
 }

@@ -153,5 +153,5 @@ int main(void)
         cmocka_unit_test(test_allgather_bytes_nomem_agrees),
         cmocka_unit_test(test_agree_keeps_local_failure),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_GROUP(tests, NULL, NULL);
 }

@@ -1000,5 +1000,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_yaml_ownership, setup, teardown),
         cmocka_unit_test_setup_teardown(test_yaml_oom, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_GROUP(tests, NULL, NULL);
 }

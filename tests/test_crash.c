@@ -23,12 +23,26 @@
  * Crashes pile up: every iteration continues in the same save path (the
  * parent prunes directories well below the loaded step to bound disk use).
  *
+ * A random delay lands between saves or while files are written most of
+ * the time, rarely in the short windows of a replacement, a retention
+ * delete or a tracker update.  So one iteration in three is aimed: the
+ * child SIGKILLs itself right after the k-th (random k) io call of one
+ * kind -- a file opened in a .tmp-iteration_* directory, a rename to a
+ * .trash-* or .replaced-* name, the tracker's temporary file opened --
+ * through the io seam.  Every kill is classified by what it left in the
+ * save path (.tmp- directory: killed while writing; .trash- / .replaced-:
+ * while replacing or deleting; tracker temp file: while updating the
+ * tracker; nothing: between saves), the counts are printed, and a default
+ * run (>= 20 iterations) fails if some kind was never seen.
+ *
  * Environment: SHS_CRASH_ITERS (default 100), SHS_CRASH_SEED (default: time
  * and pid; printed), SHS_CRASH_KEEP=1 keeps the save path.  On a failure
  * the seed, iteration, what was expected and an `ls -la` of the save path
  * are printed, and the save path is kept.
  */
 #include "testutil.h"
+
+#include "io.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -252,9 +266,57 @@ static void child_report(int recfd, int errfd, int64_t step, int64_t gen)
         child_fail(errfd, "cannot write the record file", SHS_EIO);
 }
 
-static void child_main(const char *save_path, int recfd, int errfd, int64_t start,
-                       int async, int incremental, uint64_t seed)
+/* Aimed kills: the child dies right after the k-th io call of one kind. */
+enum { AIM_NONE, AIM_WRITE, AIM_REPLACE, AIM_TRACKER, AIM_N };
+static int g_aim;
+static long g_aim_left;
+
+static const char *base_name(const char *path)
 {
+    const char *b = strrchr(path, '/');
+    return b ? b + 1 : path;
+}
+
+static void aim_hit(int kind)
+{
+    if (g_aim == kind && --g_aim_left == 0)
+        kill(getpid(), SIGKILL); /* the whole process, from any thread */
+}
+
+static int aim_open(const char *path, int flags, mode_t mode)
+{
+    int fd = shs__io_posix.open(path, flags, mode);
+    if (fd >= 0 && (flags & (O_WRONLY | O_RDWR))) {
+        if (strstr(path, "/.tmp-iteration_"))
+            aim_hit(AIM_WRITE);
+        else if (strncmp(base_name(path), TU_TRACKER ".tmp.", sizeof TU_TRACKER + 4) == 0)
+            aim_hit(AIM_TRACKER);
+    }
+    return fd;
+}
+
+static int aim_rename(const char *from, const char *to)
+{
+    int rc = shs__io_posix.rename(from, to);
+    if (rc == 0 && (strncmp(base_name(to), ".trash-", 7) == 0 ||
+                    strncmp(base_name(to), ".replaced-", 10) == 0))
+        aim_hit(AIM_REPLACE);
+    return rc;
+}
+
+static shs__io_ops g_aim_ops;
+
+static void child_main(const char *save_path, int recfd, int errfd, int64_t start,
+                       int async, int incremental, uint64_t seed, int aim, long aim_k)
+{
+    if (aim != AIM_NONE) {
+        g_aim = aim;
+        g_aim_left = aim_k;
+        g_aim_ops = shs__io_posix;
+        g_aim_ops.open = aim_open;
+        g_aim_ops.rename = aim_rename;
+        shs__io_set(&g_aim_ops);
+    }
     tstate ts;
     shs_config c;
     shs_manager *m = NULL;
@@ -322,7 +384,7 @@ typedef struct run {
     const char *save_path;
     /* statistics */
     long n_none, n_saves, n_resaves_seen, n_ahead, n_tmp_left, n_trash_left,
-        n_trk_tmp_left, n_exchange_dirs;
+        n_trk_tmp_left, n_exchange_dirs, n_nothing_left;
 } run;
 
 static void dump_dir(const char *path)
@@ -374,7 +436,8 @@ static void count_leftovers(run *r, long *tmp, long *trash, long *trk)
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, ".tmp-", 5) == 0)
             (*tmp)++;
-        else if (strncmp(e->d_name, ".trash-", 7) == 0)
+        else if (strncmp(e->d_name, ".trash-", 7) == 0 ||
+                 strncmp(e->d_name, ".replaced-", 10) == 0)
             (*trash)++;
         else if (strncmp(e->d_name, TU_TRACKER ".", sizeof TU_TRACKER) == 0)
             (*trk)++;
@@ -481,6 +544,7 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
     r->n_tmp_left += lt > 0;
     r->n_trash_left += ltr > 0;
     r->n_trk_tmp_left += lk > 0;
+    r->n_nothing_left += lt == 0 && ltr == 0 && lk == 0;
 
     /* 1. a manager on the save path removes the leftovers */
     tstate ts;
@@ -496,6 +560,7 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
         struct dirent *e;
         while ((e = readdir(d))) {
             if (strncmp(e->d_name, ".tmp-", 5) == 0 || strncmp(e->d_name, ".trash-", 7) == 0 ||
+                strncmp(e->d_name, ".replaced-", 10) == 0 ||
                 strncmp(e->d_name, TU_TRACKER ".", sizeof TU_TRACKER) == 0) {
                 closedir(d);
                 FAILF(r, "leftover %s remains after shs_manager_create", e->d_name);
@@ -717,7 +782,7 @@ static void test_kill9_during_saves(void **unused)
     g_rng = seed;
     int64_t loaded_step = -1, loaded_gen = -1;
     double t0 = now_s();
-    long n_child_saves = 0, n_kill_before_any = 0;
+    long n_child_saves = 0, n_kill_before_any = 0, n_aimed = 0, n_aim_missed = 0;
     for (long it = 0; it < iters; it++) {
         r.iter = it;
         alarm(120); /* a hang anywhere in an iteration fails the test */
@@ -729,8 +794,12 @@ static void test_kill9_during_saves(void **unused)
         int64_t start = loaded_step < 0 ? 1 : loaded_step + 1;
         uint64_t child_seed = rnd();
         long delay;
+        int aim = it % 3 == 2 ? 1 + (int)((it / 3) % (AIM_N - 1)) : AIM_NONE;
+        long aim_k = 1 + (long)(rnd() % (aim == AIM_WRITE ? 12 : 3));
         double u = rnd01();
-        if (u < 0.15)
+        if (aim != AIM_NONE)
+            delay = 40 * scale_us; /* a fallback: the child kills itself first */
+        else if (u < 0.15)
             delay = 5 + (long)(rnd01() * 500);                  /* 5 us .. 0.5 ms */
         else if (u < 0.3)
             delay = 500 + (long)(rnd01() * (double)scale_us);   /* within the 1st save */
@@ -742,15 +811,30 @@ static void test_kill9_during_saves(void **unused)
         assert_true(pid >= 0);
         if (pid == 0) {
             alarm(0);
-            child_main(save_path, recfd, errfd, start, async, incremental, child_seed);
+            child_main(save_path, recfd, errfd, start, async, incremental, child_seed, aim,
+                       aim_k);
             _exit(4);
         }
         close(recfd);
         close(errfd);
-        sleep_us(delay);
-        kill(pid, SIGKILL);
         int status = 0;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        pid_t got = 0;
+        if (aim == AIM_NONE) {
+            sleep_us(delay);
+        } else {
+            n_aimed++;
+            for (long waited = 0; waited < delay && got == 0; waited += 200) {
+                sleep_us(200);
+                while ((got = waitpid(pid, &status, WNOHANG)) < 0 && errno == EINTR) {
+                }
+            }
+            if (got == 0)
+                n_aim_missed++;
+        }
+        if (got == 0) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+            }
         }
         if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) {
             size_t elen = 0;
@@ -787,8 +871,20 @@ static void test_kill9_during_saves(void **unused)
            iters, el, n_child_saves, n_kill_before_any, (long long)loaded_step,
            (long long)loaded_gen, r.n_tmp_left, r.n_trash_left, r.n_trk_tmp_left,
            r.n_exchange_dirs, r.n_ahead, r.n_resaves_seen, r.n_none);
-    if (iters >= 20)
+    printf("crash test: what the kills left: .tmp-iteration_* (killed writing) %ld, .trash-* / "
+           ".replaced-* (killed replacing or deleting) %ld, tracker temp file (killed updating "
+           "the tracker) %ld, nothing (killed between saves) %ld; %ld kills aimed at an io "
+           "call, %ld of them fell back to the timer\n",
+           r.n_tmp_left, r.n_trash_left, r.n_trk_tmp_left, r.n_nothing_left, n_aimed,
+           n_aim_missed);
+    if (iters >= 20) {
         assert_true(loaded_step > 0); /* the test made progress at all */
+        /* the kills landed inside saves, in every phase */
+        assert_true(r.n_tmp_left > 0);
+        assert_true(r.n_trash_left > 0);
+        assert_true(r.n_trk_tmp_left > 0);
+        assert_true(r.n_nothing_left > 0);
+    }
     if (!getenv("SHS_CRASH_KEEP") || strcmp(getenv("SHS_CRASH_KEEP"), "1") != 0)
         tu_rmtree(base);
     free(save_path);
@@ -812,7 +908,7 @@ static void test_kill9_at_start(void **unused)
         pid_t pid = fork();
         assert_true(pid >= 0);
         if (pid == 0)
-            child_main(save_path, -1, -1, 1, k % 2, 0, (uint64_t)k + 1);
+            child_main(save_path, -1, -1, 1, k % 2, 0, (uint64_t)k + 1, AIM_NONE, 0);
         sleep_us(k * 300);
         kill(pid, SIGKILL);
         int status;
@@ -836,5 +932,5 @@ int main(void)
         cmocka_unit_test(test_kill9_at_start),
         cmocka_unit_test(test_kill9_during_saves),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_GROUP(tests, NULL, NULL);
 }

@@ -980,12 +980,14 @@ static void test_random_f16(void **state)
             fail_msg("F16 0x%04X: got %a, _Float16 gives %a", i, (double)got,
                      (double)want);
     }
-#else
-    print_message("no _Float16 in this compiler: skipped the cross-check\n");
 #endif
     free(in);
     free(in64);
     free(out);
+#ifndef __FLT16_MAX__
+    print_message("no _Float16 in this compiler: the cross-check did not run\n");
+    TU_SKIP();
+#endif
 }
 
 /* F32 -> BF16 reference by distances, computed in double. */
@@ -1306,5 +1308,5 @@ int main(void)
         cmocka_unit_test(test_lengths),
         cmocka_unit_test(test_convert_errors),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_GROUP(tests, NULL, NULL);
 }

@@ -720,5 +720,5 @@ int main(void)
         cmocka_unit_test(test_writer_offsets_past_4g),
         cmocka_unit_test(test_bad_args),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return TU_RUN_GROUP(tests, setup, teardown);
 }

@@ -1218,5 +1218,5 @@ int main(void)
     int rc = _cmocka_run_group_tests("hostile", t, n, group_setup,
                                      group_teardown);
     free(t);
-    return rc;
+    return tu_exit_code(rc);
 }

@@ -1219,5 +1219,5 @@ int main(void)
         cmocka_unit_test(test_callback_protocol),
         cmocka_unit_test(test_runs_large_offsets),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_GROUP(tests, NULL, NULL);
 }

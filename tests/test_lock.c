@@ -476,5 +476,5 @@ int main(void)
         cmocka_unit_test(test_details_write_fails),
         cmocka_unit_test(test_lock_oom),
     };
-    return cmocka_run_group_tests(tests, tu_setup_root, tu_teardown_root);
+    return TU_RUN_GROUP(tests, tu_setup_root, tu_teardown_root);
 }

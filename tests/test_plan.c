@@ -1282,5 +1282,5 @@ int main(void)
         cmocka_unit_test(test_load_reference),
         cmocka_unit_test(test_load_gaps),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_GROUP(tests, NULL, NULL);
 }

@@ -982,7 +982,7 @@ int main(void)
         cmocka_unit_test(test_resave_exchange),
         cmocka_unit_test(test_resave_two_renames),
     };
-    int rc = cmocka_run_group_tests(tests, tu_setup_root, tu_teardown_root);
+    int rc = TU_RUN_GROUP(tests, tu_setup_root, tu_teardown_root);
     pthread_mutex_lock(&g.mu);
     model_reset();
     pthread_mutex_unlock(&g.mu);

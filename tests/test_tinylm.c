@@ -615,5 +615,5 @@ int main(void) {
       cmocka_unit_test(test_schedule_values),
       cmocka_unit_test(test_sched_json),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return TU_RUN_GROUP(tests, NULL, NULL);
 }

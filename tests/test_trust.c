@@ -8,6 +8,7 @@
 #include "io.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -585,6 +586,45 @@ static void test_alloc_sweep(void **state)
     }
 }
 
+/* jansson's allocations (the metadata trees a save builds) go through the
+   hook too: the sweep above then also fails inside json_* calls. */
+static void test_alloc_json_through_hook(void **state)
+{
+    (void)state;
+    tu_failalloc_install();
+    tu_failalloc_arm(1000000);
+    json_t *o = json_pack("{s:i, s:s}", "step", 3, "name", "a longer string value");
+    long made = tu_failalloc_count(), live = tu_failalloc_live();
+    assert_non_null(o);
+    json_decref(o);
+    long live_after = tu_failalloc_live();
+    tu_failalloc_arm(1); /* the first allocation fails: json_object() too */
+    json_t *none = json_object();
+    tu_failalloc_arm(0);
+    tu_failalloc_uninstall();
+    assert_true(made > 0);
+    assert_true(live > 0);
+    assert_int_equal(live_after, 0);
+    assert_null(none);
+
+    /* a save builds its metadata with jansson: count the allocations a
+       save makes, then those left when json_object() is made to fail */
+    char *sp = tu_subdir("allocjson");
+    tu_small s;
+    tu_small_make(&s, 9.0f, 1);
+    tu_failalloc_install();
+    tu_failalloc_arm(1000000);
+    TU_OK(alloc_op(AS_SAVE, sp, &s));
+    long with_json = tu_failalloc_count();
+    tu_failalloc_arm(0);
+    assert_int_equal(tu_failalloc_live(), 0);
+    tu_failalloc_uninstall();
+    print_message("a save makes %ld allocations through the hook\n", with_json);
+    assert_true(with_json > 0);
+    shs_state_free(s.st);
+    tu_rmtree(sp);
+    free(sp);
+}
 
 /* ------------------------------------------------------------------ */
 /* point 8: two ranks as threads; allocations fail on rank 1 only     */
@@ -780,7 +820,8 @@ int main(void)
         cmocka_unit_test(test_remove_clean_take_lock),
         cmocka_unit_test(test_io_sweep),
         cmocka_unit_test(test_alloc_sweep),
+        cmocka_unit_test(test_alloc_json_through_hook),
         cmocka_unit_test(test_collectives_local_oom),
     };
-    return cmocka_run_group_tests(tests, tu_setup_root, tu_teardown_root);
+    return TU_RUN_GROUP(tests, tu_setup_root, tu_teardown_root);
 }

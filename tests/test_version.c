@@ -232,5 +232,5 @@ int main(void)
         cmocka_unit_test(test_comm_create_version),
         cmocka_unit_test(test_state_add_tensor_version),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RUN_GROUP(tests, NULL, NULL);
 }

@@ -22,6 +22,20 @@ void *tu_read_file(const char *path, size_t *len);
 /* "<dir>/<name>" in a static rotating buffer (8 slots). */
 const char *tu_path(const char *dir, const char *name);
 
+/* Skipping: cmocka's skip() alone lets the program exit 0, which ctest
+   reports as passed.  TU_SKIP() counts the skip, and TU_RUN_GROUP makes
+   the program exit 77 (SKIP_RETURN_CODE: "skipped") when nothing failed
+   but something was skipped. */
+extern int tu_skipped;
+#define TU_SKIP()                                                                     \
+    do {                                                                              \
+        tu_skipped++;                                                                 \
+        skip();                                                                       \
+    } while (0)
+#define TU_RUN_GROUP(tests, setup, teardown)                                          \
+    tu_exit_code(cmocka_run_group_tests(tests, setup, teardown))
+int tu_exit_code(int failed);
+
 /* Allocator that fails the N-th allocation (counting from 1) once armed. */
 void tu_failalloc_install(void);
 void tu_failalloc_arm(long fail_at);   /* 0 = never fail */

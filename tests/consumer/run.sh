@@ -88,6 +88,12 @@ fi
 grep -q "component 'nosuch': no such component" "$tmp/bad.log" || { cat "$tmp/bad.log" >&2; fail "message"; }
 
 if [[ ! -e $pcdir/shardsafe-mpi.pc ]]; then
+  # an MPI backend that was built but not installed is a failure, not a
+  # build without MPI (CI builds with -DSHS_WITH_MPI=ON)
+  if compgen -G "$SHS_BUILD_DIR/libshardsafe_mpi.so*" >/dev/null ||
+     grep -q '^SHS_WITH_MPI:STRING=ON$' "$SHS_BUILD_DIR/CMakeCache.txt" 2>/dev/null; then
+    fail "this build has the MPI backend, but the install has no shardsafe-mpi.pc"
+  fi
   # built without MPI: asking for the component says so
   if cmake -S "$SHS_SOURCE_DIR/tests/consumer/mpi" -B "$tmp/build-mpi" \
        -DCMAKE_PREFIX_PATH="$P" >"$tmp/mpi.log" 2>&1; then
