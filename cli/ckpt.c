@@ -15,12 +15,6 @@
 #include <sys/stat.h>
 
 
-int cli_is_leftover_name(const char *name)
-{
-    return strncmp(name, ".tmp-", 5) == 0 || strncmp(name, ".trash-", 7) == 0 ||
-           strncmp(name, CLI_TRACKER ".tmp.", sizeof CLI_TRACKER + 4) == 0;
-}
-
 static int is_regular(const char *dir, const char *name)
 {
     char *p = cli_fmt("%s/%s", dir, name);
@@ -47,9 +41,9 @@ int cli_is_save_path(const char *path)
     int found = 0;
     struct dirent *e;
     while (!found && (e = readdir(d))) {
-        if (strcmp(e->d_name, CLI_TRACKER) == 0) {
+        if (shs_savepath_entry_kind(e->d_name) == SHS_ENTRY_TRACKER) {
             found = 1;
-        } else if (shs_checkpoint_step_of_name(e->d_name) >= 0) {
+        } else if (shs_savepath_entry_kind(e->d_name) == SHS_ENTRY_STEP) {
             char *p = cli_fmt("%s/%s", path, e->d_name);
             found = p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
             free(p);
@@ -227,10 +221,12 @@ int cli_save_scan(cli_save *s, const char *path)
     struct dirent *e;
     int oom = 0;
     while (!oom && (e = readdir(d))) {
-        int64_t step = shs_checkpoint_step_of_name(e->d_name);
-        int left = cli_is_leftover_name(e->d_name);
-        if (step < 0 && !left)
+        /* the library's naming rules, so that ls and prune see the save
+           path as saves, loads and shs_checkpoint_clean do */
+        shs_savepath_entry kind = shs_savepath_entry_kind(e->d_name);
+        if (kind != SHS_ENTRY_STEP && kind != SHS_ENTRY_LEFTOVER)
             continue;
+        int64_t step = kind == SHS_ENTRY_STEP ? shs_checkpoint_step_of_name(e->d_name) : -1;
         cli_entry en;
         memset(&en, 0, sizeof en);
         en.step = step;

@@ -265,8 +265,6 @@ const char *cli_strip_path(const char *msg, const char *path);
 /* ---- save paths and step directories (ckpt.c) ---- */
 #define CLI_TRACKER "latest_checkpointed_iteration.txt"
 
-/* ".tmp-*", ".trash-*" or the tracker's temporary file. */
-int cli_is_leftover_name(const char *name);
 /* A directory holding a regular metadata.json. */
 int cli_is_step_dir(const char *path);
 /* A directory that is not a step directory and holds the tracker or an
