@@ -288,9 +288,11 @@ static void verify_save_path(vctx *c, const char *path)
     size_t n_committed = 0;
     for (size_t i = 0; i < s.n_steps; i++) {
         if (!s.steps[i].committed) {
-            cli_warn("%s: incomplete step directory (no metadata.json or common.json), not "
-                     "verified",
-                     s.steps[i].path);
+            /* the reason ls and inspect give */
+            char *why = cli_step_problem(s.steps[i].path);
+            cli_warn("%s: incomplete step directory, not verified (%s)", s.steps[i].path,
+                     why ? why : "no metadata.json or common.json");
+            free(why);
             continue;
         }
         n_committed++;
