@@ -2,6 +2,7 @@
 # checkpoint: each case is built from a good saved step and the three
 # commands must name the same file and the same reason.  inspect and ls
 # never read tensor data, so a bad checksum is verify's alone (checked).
+# Also: verify notes a version-1 metadata.json (weaker checksum coverage).
 . "$(dirname "$0")/lib.bash"
 
 : "${SHS_BUILD_DIR:?SHS_BUILD_DIR must name the build directory}"
@@ -95,5 +96,40 @@ has "$WORK/out" "$DATA" "flip: verify names the file"
 has "$WORK/out" "checksum" "flip: verify names the checksum"
 expect 1 "flip: verify of the save path fails" "$SHS_BIN" verify "$WORK/flip"
 has "$WORK/out" "checksum" "flip: verify of the save path names the checksum"
+
+# ---- metadata.json version 1: verify passes it and says what it covers less ----
+NOTE="note: metadata.json version 1: common.json, headers and metadata.json itself are not covered by checksums"
+expect 0 "a version-2 step verifies" "$SHS_BIN" verify "$SP/$STEP"
+lacks "$WORK/out" "note:" "no version note for version 2"
+fresh v1
+# converted to version 1: the version-2 keys and the seal removed (the
+# format of tests/cli/reseal.py, docs/checkpoint.md)
+"$PY" - "$WORK/v1/$STEP/metadata.json" <<'PYEOF'
+import json, sys
+p = sys.argv[1]
+m = json.load(open(p))
+assert m["version"] == 2 and "metadata_xxh3" in m and "common_xxh3" in m, sorted(m)
+m["version"] = 1
+del m["metadata_xxh3"], m["common_xxh3"]
+for f in m["files"]:
+    del f["size"], f["header_xxh3"]
+json.dump(m, open(p, "w"))
+PYEOF
+expect 0 "a version-1 step verifies" "$SHS_BIN" verify "$WORK/v1/$STEP"
+has "$WORK/out" "OK $WORK/v1/$STEP (checkpoint step 20" "version 1: the OK line"
+has "$WORK/out" "$NOTE" "version 1: verify notes the weaker coverage"
+expect 0 "a version-1 step verifies quietly" "$SHS_BIN" verify -q "$WORK/v1/$STEP"
+lacks "$WORK/out" "note:" "-q prints no note"
+expect 0 "verify --json of a save path with a version-1 step" "$SHS_BIN" verify --json "$WORK/v1"
+py "--json: format_version 1 for the converted step, 2 for the other" <<PYEOF
+import json
+d = json.load(open("$WORK/out"))
+v = {r["path"].rsplit("/", 1)[1]: r["format_version"] for r in d["results"] if r["kind"] == "checkpoint"}
+assert v == {"iteration_00000010": 2, "$STEP": 1}, v
+PYEOF
+expect 0 "verify of the version-1 save path (text)" "$SHS_BIN" verify "$WORK/v1"
+has "$WORK/out" "$NOTE" "version 1 note in a save path's verify"
+[ "$(grep -c "^note:" "$WORK/out")" -eq 1 ] && pass "one note, for the version-1 step only" ||
+    fail "expected exactly one note: $(cat "$WORK/out")"
 
 finish
