@@ -15,12 +15,6 @@
 #include <sys/stat.h>
 
 
-int cli_is_leftover_name(const char *name)
-{
-    return strncmp(name, ".tmp-", 5) == 0 || strncmp(name, ".trash-", 7) == 0 ||
-           strncmp(name, CLI_TRACKER ".tmp.", sizeof CLI_TRACKER + 4) == 0;
-}
-
 static int is_regular(const char *dir, const char *name)
 {
     char *p = cli_fmt("%s/%s", dir, name);
@@ -30,26 +24,74 @@ static int is_regular(const char *dir, const char *name)
     return ok;
 }
 
+static int holds_save_entries(const char *path);
+
 int cli_is_step_dir(const char *path)
 {
     struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && is_regular(path, "metadata.json");
+    char *buf = NULL, *mp = NULL;
+    int yes = 0;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        goto done;
+    /* The library's decision (shs_checkpoint_resolve): a directory that
+       is a step directory by its name or its common.json but lacks
+       metadata.json is damaged (SHS_ECORRUPT), never a plain folder; one
+       it resolves to itself is a step directory when it holds
+       metadata.json in any form (a directory there is a broken step). */
+    size_t cap = strlen(path) + 64;
+    if (!(buf = malloc(cap)))
+        goto done;
+    int rc = shs_checkpoint_resolve(buf, cap, path, -1);
+    if (rc == SHS_ECORRUPT) {
+        /* (also what a save path with a dangling tracker gives) */
+        yes = !holds_save_entries(path);
+    } else if (rc == SHS_OK && strcmp(buf, path) == 0) {
+        mp = cli_fmt("%s/metadata.json", path);
+        yes = mp && lstat(mp, &st) == 0;
+    }
+done:
+    free(buf);
+    free(mp);
+    return yes;
 }
 
-int cli_is_save_path(const char *path)
+char *cli_step_problem(const char *dir)
+{
+    shs_checkpoint *ck = NULL;
+    char *why = NULL;
+    if (shs_checkpoint_open(&ck, dir) != SHS_OK) {
+        why = cli_fmt("%s", shs_last_error());
+        goto done;
+    }
+    for (size_t i = 0; !why && i < shs_checkpoint_file_count(ck); i++) {
+        const char *name = shs_checkpoint_file_name(ck, i);
+        char *fp = cli_fmt("%s/%s", dir, name);
+        struct stat st;
+        if (fp && stat(fp, &st) != 0)
+            why = cli_fmt("%s: missing file '%s' named in metadata.json", dir, name);
+        free(fp);
+    }
+    shs_progress prog;
+    if (!why && shs_checkpoint_progress(&prog, ck) != SHS_OK)
+        why = cli_fmt("%s", shs_last_error());
+done:
+    shs_checkpoint_close(ck);
+    return why;
+}
+
+/* A directory holding the tracker or a step directory. */
+static int holds_save_entries(const char *path)
 {
     struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode) || cli_is_step_dir(path))
-        return 0;
     DIR *d = opendir(path);
     if (!d)
         return 0;
     int found = 0;
     struct dirent *e;
     while (!found && (e = readdir(d))) {
-        if (strcmp(e->d_name, CLI_TRACKER) == 0) {
+        if (shs_savepath_entry_kind(e->d_name) == SHS_ENTRY_TRACKER) {
             found = 1;
-        } else if (shs_checkpoint_step_of_name(e->d_name) >= 0) {
+        } else if (shs_savepath_entry_kind(e->d_name) == SHS_ENTRY_STEP) {
             char *p = cli_fmt("%s/%s", path, e->d_name);
             found = p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
             free(p);
@@ -57,6 +99,13 @@ int cli_is_save_path(const char *path)
     }
     closedir(d);
     return found;
+}
+
+int cli_is_save_path(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && !cli_is_step_dir(path) &&
+           holds_save_entries(path);
 }
 
 /* ------------------------------------------------------------------ */
@@ -227,10 +276,12 @@ int cli_save_scan(cli_save *s, const char *path)
     struct dirent *e;
     int oom = 0;
     while (!oom && (e = readdir(d))) {
-        int64_t step = shs_checkpoint_step_of_name(e->d_name);
-        int left = cli_is_leftover_name(e->d_name);
-        if (step < 0 && !left)
+        /* the library's naming rules, so that ls and prune see the save
+           path as saves, loads and shs_checkpoint_clean do */
+        shs_savepath_entry kind = shs_savepath_entry_kind(e->d_name);
+        if (kind != SHS_ENTRY_STEP && kind != SHS_ENTRY_LEFTOVER)
             continue;
+        int64_t step = kind == SHS_ENTRY_STEP ? shs_checkpoint_step_of_name(e->d_name) : -1;
         cli_entry en;
         memset(&en, 0, sizeof en);
         en.step = step;
@@ -311,6 +362,7 @@ void cli_save_release(cli_save *s)
     for (size_t i = 0; i < s->n_steps; i++) {
         free(s->steps[i].name);
         free(s->steps[i].path);
+        free(s->steps[i].problem);
     }
     for (size_t i = 0; i < s->n_leftovers; i++) {
         free(s->leftovers[i].name);

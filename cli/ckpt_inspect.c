@@ -140,7 +140,7 @@ static int push(json_t *a, json_t *v)
     return !v || json_array_append_new(a, v) < 0;
 }
 
-static int print_json(const char *dir, const view *v, json_t *common)
+static int print_json(const char *dir, const view *v, json_t *common, int status)
 {
     const shs_checkpoint *ck = v->ck;
     json_t *doc = cli_json_new(), *files = json_array(), *ts = json_array(), *bl = json_array();
@@ -200,7 +200,7 @@ static int print_json(const char *dir, const view *v, json_t *common)
         json_decref(doc);
         doc = NULL;
     }
-    return cli_json_print(doc, CLI_OK, CLI_FAIL);
+    return cli_json_print(doc, status, CLI_FAIL);
 }
 
 static void put_esc(const char *s)
@@ -339,11 +339,17 @@ int cli_inspect_checkpoint(const char *dir, int json)
     if (shs_checkpoint_progress(&prog, ck) == SHS_OK) {
         if (!(common = progress_json(&prog)))
             cli_warn("common.json: out of memory");
-    } else {
-        cli_warn("%s", shs_last_error());
     }
-    int rc = json ? print_json(dir, &v, common)
+    /* what ls and verify name too: a damaged step fails inspect */
+    char *problem = cli_step_problem(dir);
+    int status = problem ? CLI_FAIL : CLI_OK;
+    if (problem)
+        cli_err("%s", problem);
+    free(problem);
+    int rc = json ? print_json(dir, &v, common, status)
                   : cli_g.quiet ? CLI_OK : print_text(dir, &v, common);
+    if (rc == CLI_OK)
+        rc = status;
     json_decref(common);
     view_release(&v);
     shs_checkpoint_close(ck);

@@ -265,10 +265,13 @@ const char *cli_strip_path(const char *msg, const char *path);
 /* ---- save paths and step directories (ckpt.c) ---- */
 #define CLI_TRACKER "latest_checkpointed_iteration.txt"
 
-/* ".tmp-*", ".trash-*" or the tracker's temporary file. */
-int cli_is_leftover_name(const char *name);
-/* A directory holding a regular metadata.json. */
+/* A step directory as the library decides (shs_checkpoint_resolve),
+   damaged ones (no metadata.json) included. */
 int cli_is_step_dir(const char *path);
+/* What is wrong with step directory `dir` without reading tensor data:
+   the library's open (metadata.json), a data file it names missing, or
+   its common.json; NULL when nothing is (or out of memory).  Free it. */
+char *cli_step_problem(const char *dir);
 /* A directory that is not a step directory and holds the tracker or an
    iteration_* / step-* directory. */
 int cli_is_save_path(const char *path);
@@ -279,6 +282,7 @@ typedef struct cli_entry {
     char *path;           /* save_path/name */
     int64_t step;         /* -1 for leftovers */
     int committed;        /* a committed step (library), and this directory complete */
+    char *problem;        /* ls: cli_step_problem of a step directory, or NULL */
     int latest;           /* the committed directory the tracker names */
     uint64_t bytes;       /* sum of the sizes of its files (recursive) */
     uint64_t files;       /* number of files */

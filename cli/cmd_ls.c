@@ -1,7 +1,8 @@
 /*
  * cmd_ls.c -- `shardsafe ls SAVE_PATH [--json]`: the step directories of a
  * save path, their state and size, the tracker and the leftovers of
- * failed saves.  Reads directory entries and stat() only.
+ * failed saves.  Reads directory entries, stat() and each step's
+ * metadata.json and common.json (through the library), never tensor data.
  */
 #include "cli.h"
 
@@ -13,13 +14,17 @@ static const char k_help[] =
     "Usage: shardsafe ls SAVE_PATH\n"
     "\n"
     "List the step directories of a save path (iteration_* and step-*, sorted by\n"
-    "step): step, status (committed: metadata.json and common.json present;\n"
-    "incomplete otherwise), size of its files (KiB, MiB, GiB), number of files,\n"
+    "step): step, status (committed: metadata.json and common.json present and\n"
+    "valid, every data file metadata.json names present; damaged: committed but\n"
+    "one of these fails; incomplete otherwise), size of its files (KiB, MiB,\n"
+    "GiB), number of files,\n"
     "age (from the directory's modification time) and 'latest' for the one the\n"
     "tracker (latest_checkpointed_iteration.txt) names.  Leftovers of failed\n"
     "saves (.tmp-*, .trash-*) are listed after them.  A missing or malformed\n"
     "tracker, or one naming a step without a complete directory, is reported as\n"
-    "a warning on stderr.  --json gives the exact numbers.\n"
+    "a warning on stderr, as is the problem of each damaged or incomplete step\n"
+    "(the same as 'shardsafe verify' names; tensor data and checksums are only\n"
+    "read by verify).  --json gives the exact numbers.\n"
     "\n"
     "Options:\n"
     "  -h, --help, --version, -q, --quiet, -v, --verbose, --json\n"
@@ -27,6 +32,11 @@ static const char k_help[] =
     "\n"
     "Exit status: 0 listed (even with warnings), 1 SAVE_PATH cannot be read,\n"
     "2 usage error.\n";
+
+static const char *status_of(const cli_entry *e)
+{
+    return !e->committed ? "incomplete" : e->problem ? "damaged" : "committed";
+}
 
 static json_t *entry_json(const cli_entry *e, int step)
 {
@@ -37,7 +47,9 @@ static json_t *entry_json(const cli_entry *e, int step)
     if (step) {
         bad |= json_object_set_new(o, "step", json_integer(e->step)) < 0;
         bad |= json_object_set_new(o, "status",
-                                   json_string(e->committed ? "committed" : "incomplete")) < 0;
+                                   json_string(status_of(e))) < 0;
+        bad |= json_object_set_new(o, "problem",
+                                   e->problem ? cli_jstr0(e->problem) : json_null()) < 0;
     }
     bad |= json_object_set_new(o, "bytes", cli_ju64(e->bytes)) < 0;
     bad |= json_object_set_new(o, "file_count", cli_ju64(e->files)) < 0;
@@ -124,7 +136,7 @@ static void print_text(const cli_save *s)
             const cli_entry *e = &s->steps[i];
             size_cell(size, sizeof size, e);
             printf("%*lld  %-10s  %*s  %*llu  %-*s  ", (int)ws, (long long)e->step,
-                   e->committed ? "committed" : "incomplete", (int)wsize, size, (int)wf,
+                   status_of(e), (int)wsize, size, (int)wf,
                    (unsigned long long)e->files, (int)wa,
                    cli_human_age(age, sizeof age, e->mtime, now));
             cli_put_escaped(stdout, e->name, strlen(e->name));
@@ -166,6 +178,14 @@ int cli_cmd_ls(int argc, char **argv)
     cli_save s;
     if (cli_save_scan(&s, path) != CLI_OK)
         return CLI_FAIL;
+    for (size_t i = 0; i < s.n_steps; i++) {
+        cli_entry *e = &s.steps[i];
+        e->problem = cli_step_problem(e->path);
+        if (!e->problem && !e->committed)
+            e->problem = cli_fmt("%s: incomplete step directory", e->path);
+        if (e->problem)
+            cli_warn("%s", e->problem);
+    }
     cli_info("ls: %zu step directories, %zu leftovers in %s", s.n_steps, s.n_leftovers, path);
     char *problem = s.n_steps || s.tracker != CLI_TRACKER_MISSING ? cli_save_tracker_problem(&s)
                                                                    : NULL;

@@ -26,8 +26,10 @@ static const char k_help[] =
     "(latest_checkpointed_iteration.txt) names is never removed, even when it\n"
     "is not among the newest N.  Incomplete step directories are left alone\n"
     "(reported).  A malformed tracker makes prune refuse to remove anything.\n"
-    "Do not run it while a training run saves into SAVE_PATH: its .tmp-* directory\n"
-    "is a save in progress.\n"
+    "prune holds the save path's lock (.shardsafe.lock, the one a saving trainer\n"
+    "holds) while it works, and refuses, naming the holder, while another process\n"
+    "holds it.  --dry-run removes nothing and does not take the lock (it warns\n"
+    "when the lock is held).\n"
     "\n"
     "Each step directory is renamed to .trash-iteration_<step>-<random> first, then\n"
     "removed.\n"
@@ -38,7 +40,8 @@ static const char k_help[] =
     "  -h, --help, --version, -q, --quiet, -v, --verbose, --json\n"
     "                 as for every command (see 'shardsafe --help')\n"
     "\n"
-    "Exit status: 0 done, 1 SAVE_PATH is not a save path or a removal failed,\n"
+    "Exit status: 0 done, 1 SAVE_PATH is not a save path, is locked by another\n"
+    "process, or a removal failed,\n"
     "2 usage error.\n";
 
 /* Text lines on stdout, unless -q or --json. */
@@ -78,8 +81,8 @@ static void record(json_t *list, const cli_entry *e, int with_step, int *oom)
 static int remove_step(const char *save_path, const cli_entry *e)
 {
     char canon[40], alt[40];
-    snprintf(canon, sizeof canon, "iteration_%08lld", (long long)e->step);
-    snprintf(alt, sizeof alt, "step-%lld", (long long)e->step);
+    (void)shs_checkpoint_step_dir_name(canon, sizeof canon, e->step, 0);
+    (void)shs_checkpoint_step_dir_name(alt, sizeof alt, e->step, 1);
     if (strcmp(e->name, canon) != 0) {
         char *cp = cli_fmt("%s/%s", save_path, canon);
         struct stat st;
@@ -113,6 +116,17 @@ static void sync_dir(const char *path)
         (void)fsync(fd);
         close(fd);
     }
+}
+
+/* --dry-run removes nothing, so it does not take the lock (it works beside
+   a running trainer); it says so when a holder would make the real prune
+   refuse. */
+static void warn_if_locked(const char *save_path)
+{
+    shs_lock_holder h;
+    if (shs_savepath_lock_holder(&h, save_path) == SHS_OK && h.held)
+        cli_warn("%s is locked by %s: a prune without --dry-run would refuse", save_path,
+                 h.text);
 }
 
 int cli_cmd_prune(int argc, char **argv)
@@ -158,14 +172,27 @@ int cli_cmd_prune(int argc, char **argv)
                 path, CLI_TRACKER);
         return CLI_FAIL;
     }
-    cli_save s;
-    if (cli_save_scan(&s, path) != CLI_OK)
+    /* One writer per save path: the lock is held from the scan to the last
+       removal, so a trainer cannot start saving (its .tmp- would look like
+       a leftover) nor a step be chosen from a listing that is stale. */
+    shs_savepath_lock_handle *lock = NULL;
+    if (dry) {
+        warn_if_locked(path);
+    } else if (shs_savepath_lock(&lock, path) < 0) {
+        cli_err("%s; nothing pruned", shs_last_error());
         return CLI_FAIL;
+    }
+    cli_save s;
+    if (cli_save_scan(&s, path) != CLI_OK) {
+        shs_savepath_unlock(lock);
+        return CLI_FAIL;
+    }
     if (s.tracker == CLI_TRACKER_MALFORMED) {
         char *msg = cli_save_tracker_problem(&s);
         cli_err("%s; refusing to prune (the step to protect is unknown)", msg ? msg : "malformed tracker");
         free(msg);
         cli_save_release(&s);
+        shs_savepath_unlock(lock);
         return CLI_FAIL;
     }
     char *problem = cli_save_tracker_problem(&s);
@@ -263,6 +290,7 @@ int cli_cmd_prune(int argc, char **argv)
     free(clean_why);
     if (!dry)
         sync_dir(path);
+    shs_savepath_unlock(lock);
     if (g_text)
         printf("%s %zu step %s, kept %zu committed\n", dry ? "would remove" : "removed",
                n_removed, n_removed == 1 ? "directory" : "directories", n_kept);

@@ -33,7 +33,9 @@ static const char k_help[] =
     "  OK PATH (N tensors, B bytes)        B is the file size\n"
     "  FAIL PATH: REASON\n"
     "and one per index (OK PATH (index: S shards, T tensors) or FAIL PATH: REASON)\n"
-    "and per step directory (OK DIR (checkpoint step N, F files, B bytes)).\n"
+    "and per step directory (OK DIR (checkpoint step N, F files, B bytes)),\n"
+    "followed by a note when its metadata.json is version 1 (older releases:\n"
+    "common.json, headers and metadata.json itself are not covered by checksums).\n"
     "\n"
     "Options:\n"
     "  --check-finite  also decode floating-point tensors and fail a file that\n"
@@ -263,8 +265,10 @@ static void verify_step(vctx *c, const char *dir)
     }
     shs_checkpoint *ck;
     long long step = -1;
+    int version = 0;
     if (shs_checkpoint_open(&ck, dir) == SHS_OK) {
         step = (long long)shs_checkpoint_step(ck);
+        version = shs_checkpoint_format_version(ck);
         shs_checkpoint_close(ck);
     }
     uint64_t bytes, files, shared;
@@ -273,9 +277,15 @@ static void verify_step(vctx *c, const char *dir)
     jset(c, o, "step", json_integer(step));
     jset(c, o, "file_count", cli_ju64(files));
     jset(c, o, "bytes", cli_ju64(bytes));
-    if (put_ok(dir))
+    jset(c, o, "format_version", json_integer(version));
+    if (put_ok(dir)) {
         printf(" (checkpoint step %lld, %llu files, %llu bytes)\n", step,
                (unsigned long long)files, (unsigned long long)bytes);
+        /* an OK of an older format proves less: say what it did not cover */
+        if (version == 1)
+            printf("note: metadata.json version 1: common.json, headers and metadata.json "
+                   "itself are not covered by checksums\n");
+    }
 }
 
 static void verify_save_path(vctx *c, const char *path)
@@ -288,9 +298,11 @@ static void verify_save_path(vctx *c, const char *path)
     size_t n_committed = 0;
     for (size_t i = 0; i < s.n_steps; i++) {
         if (!s.steps[i].committed) {
-            cli_warn("%s: incomplete step directory (no metadata.json or common.json), not "
-                     "verified",
-                     s.steps[i].path);
+            /* the reason ls and inspect give */
+            char *why = cli_step_problem(s.steps[i].path);
+            cli_warn("%s: incomplete step directory, not verified (%s)", s.steps[i].path,
+                     why ? why : "no metadata.json or common.json");
+            free(why);
             continue;
         }
         n_committed++;

@@ -890,6 +890,11 @@ SHS_API int64_t shs_checkpoint_step(const shs_checkpoint *ckpt);
 SHS_API int shs_checkpoint_world_size(const shs_checkpoint *ckpt);
 /* 1 when the checkpoint has no metadata.json (plain folder, index, file). */
 SHS_API int shs_checkpoint_is_plain(const shs_checkpoint *ckpt);
+/* The version of the opened metadata.json: 2 (what saves write) or 1 (an
+   older release's: common.json, the files' headers and metadata.json
+   itself are not covered by checksums); 0 when there is none (plain
+   folder, index, file). */
+SHS_API int shs_checkpoint_format_version(const shs_checkpoint *ckpt);
 SHS_API size_t shs_checkpoint_file_count(const shs_checkpoint *ckpt);
 /* File names, relative to the folder of shs_checkpoint_path. */
 SHS_API const char *shs_checkpoint_file_name(const shs_checkpoint *ckpt, size_t index);

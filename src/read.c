@@ -244,3 +244,10 @@ int shs_checkpoint_progress(shs_progress *out, const shs_checkpoint *c)
     int rc = shs__meta_check_common(&c->m, c->dir);
     return rc < 0 ? rc : shs__common_read(out, c->dir);
 }
+
+int shs_checkpoint_format_version(const shs_checkpoint *c)
+{
+    /* version is 0 in the model of a plain source; said explicitly so a
+       parser default can never make a plain folder look versioned */
+    return !c || c->m.plain ? 0 : c->m.version;
+}

@@ -253,8 +253,14 @@ json.dump(d, open(p, "w"))
 EOF
 # re-sealed: the common.json rule is what fails, not the checksum of an edit
 "$PY" "$SHS_SOURCE_DIR/tests/cli/reseal.py" "$C/iteration_00000300"
-expect 0 "inspect with an invalid common.json still prints the checkpoint" "$SHS_BIN" inspect "$C/iteration_00000300"
+# a failure (as verify and ls say), though the rest is still printed
+expect 1 "inspect with an invalid common.json still prints the checkpoint, and fails" "$SHS_BIN" inspect "$C/iteration_00000300"
 has "$WORK/out" "common.json: missing or invalid" "invalid common.json: section says so"
+has "$WORK/err" "common.json" "invalid common.json: the error names it"
+expect 1 "verify fails on the invalid common.json too" "$SHS_BIN" verify "$C/iteration_00000300"
+has "$WORK/out" "common.json" "verify names common.json"
+expect 0 "ls lists it" "$SHS_BIN" ls "$C"
+has "$WORK/out" "damaged" "ls calls the step with an invalid common.json damaged"
 has "$WORK/err" "unknown key" "invalid common.json: the warning gives the library's reason"
 
 # prune: step-N and other names of a step, through shs_checkpoint_remove
