@@ -242,205 +242,258 @@ static int commit_dir(const char *tmp, const char *target, const char *save_path
     return do_fsync ? shs__io_fsync_dir(save_path) : SHS_OK;
 }
 
-/*
- * One rank's part of a save: write its files into the temporary directory
- * `tmp` and describe them in a metadata fragment (the "files", "tensors"
- * and "blobs" of metadata.json, with file indices local to this rank).
- */
-static int save_local(const shs_state *st, const shs__save_req *req, const char *tmp,
-                      const uint8_t *skip, json_t **frag_out, shs_save_stats *stats)
-{
-    int rc;
-    char name[360];
-    shs__meta prev = { 0 };
-    int have_prev = 0;
-    out_file *files = NULL;
-    size_t nfiles = 0, capfiles = 0;
-    tensor_out *to = NULL;
-    int *incl = NULL;
-    json_t *root = NULL;
-    shs_save_stats s = { 0 };
-    s.step = req->step;
+/* One rank's save in progress (save_local and its phases). */
+typedef struct local_save {
+    const shs_state *st;
+    const shs__save_req *req;
+    const char *tmp;          /* the temporary step directory */
+    shs__meta prev;           /* the previous step, when have_prev */
+    int have_prev;
+    out_file *files;
+    size_t nfiles, capfiles;
+    tensor_out *to;           /* per tensor: its file, range, checksums */
+    int *incl;                /* per tensor: saved in this step */
+    int *unchanged;           /* per tensor: 1 + its previous file, or 0 */
+    int blob_file;            /* the blobs' file, -1 without blobs */
+    uint64_t *blob_range;     /* b0, b1 of each blob */
+    shs_save_stats s;
+} local_save;
 
-    *frag_out = NULL;
-    to = shs__calloc(st->n + 1, sizeof *to);
-    incl = shs__calloc(st->n + 1, sizeof *incl);
-    if (!to || !incl) {
-        rc = shs__err(SHS_ENOMEM, "out of memory saving step %lld", (long long)req->step);
+/* Which tensors go in (model always, optimizer state when asked, minus
+   `skip`), and the checksum of each local chunk. */
+static int hash_included(local_save *L, const uint8_t *skip)
+{
+    const shs_state *st = L->st;
+    const shs__save_req *req = L->req;
+    for (size_t i = 0; i < st->n; i++) {
+        L->incl[i] = (st->t[i].kind == SHS_KIND_MODEL || req->with_optim) && !(skip && skip[i]);
+        L->to[i].file = SLOT_SKIP;
+        if (!L->incl[i])
+            continue;
+        uint64_t n = st->t[i].nbytes;
+        if (n > SHS__HASH_BLOCK) {
+            if (!(L->to[i].blocks = shs__calloc((size_t)((n + SHS__HASH_BLOCK - 1) /
+                                                         SHS__HASH_BLOCK), 8)))
+                return shs__err(SHS_ENOMEM, "out of memory for block checksums");
+            L->to[i].hash = shs__xxh3_blocks(tensor_src(st, req, i), n, SHS__HASH_BLOCK,
+                                             L->to[i].blocks);
+        } else {
+            L->to[i].hash = shs__xxh3(tensor_src(st, req, i), (size_t)n);
+        }
+        L->s.state_bytes += n;
+    }
+    return SHS_OK;
+}
+
+/* Incremental: previous files whose every tensor is unchanged are
+   hard-linked; other unchanged tensors are marked for a "frozen" file
+   that the next save can link in turn. */
+static int link_unchanged(local_save *L)
+{
+    const shs_state *st = L->st;
+    const shs__save_req *req = L->req;
+    shs__meta *prev = &L->prev;
+    int rc = SHS_OK;
+    int *linkable = NULL;
+    if (req->incremental && req->prev_dir && shs__meta_parse(prev, req->prev_dir) == SHS_OK)
+        L->have_prev = 1;
+    shs__err_clear();
+    if (!L->have_prev)
+        return SHS_OK;
+    L->unchanged = shs__calloc(st->n + 1, sizeof *L->unchanged);
+    linkable = shs__calloc(prev->nf + 1, sizeof *linkable);
+    if (!L->unchanged || !linkable) {
+        rc = shs__err(SHS_ENOMEM, "out of memory planning a save");
         goto done;
     }
-
-    /* what goes in, and the checksum of each local chunk */
-    for (size_t i = 0; i < st->n; i++) {
-        incl[i] = (st->t[i].kind == SHS_KIND_MODEL || req->with_optim) && !(skip && skip[i]);
-        to[i].file = SLOT_SKIP;
-        if (incl[i]) {
-            uint64_t n = st->t[i].nbytes;
-            if (n > SHS__HASH_BLOCK) {
-                if (!(to[i].blocks = shs__calloc((size_t)((n + SHS__HASH_BLOCK - 1) /
-                                                          SHS__HASH_BLOCK), 8))) {
-                    rc = shs__err(SHS_ENOMEM, "out of memory for block checksums");
-                    goto done;
-                }
-                to[i].hash = shs__xxh3_blocks(tensor_src(st, req, i), n, SHS__HASH_BLOCK,
-                                              to[i].blocks);
-            } else {
-                to[i].hash = shs__xxh3(tensor_src(st, req, i), (size_t)n);
-            }
-            s.state_bytes += n;
-        }
+    for (size_t k = 0; k < prev->nf; k++)
+        linkable[k] = prev->f[k].rank == req->rank;
+    for (size_t k = 0; k < prev->nb; k++)
+        linkable[prev->b[k].file] = 0;
+    /* a previous file is linkable when each of its chunks is a tensor
+       of this save with the same content */
+    for (size_t j = 0; j < prev->nt; j++) {
+        const shs__mtensor *pt = &prev->t[j];
+        long i = shs__state_find(st, pt->name, strlen(pt->name));
+        const shs__mchunk *pc = NULL;
+        int same = i >= 0 && L->incl[i] &&
+                   same_as_prev(&st->t[i], pt, &pc, L->to[i].hash, req->rank, prev);
+        if (same)
+            L->unchanged[i] = 1 + (int)pc->file;
+        for (size_t k = 0; k < pt->nc; k++)
+            if (!same || &pt->c[k] != pc)
+                linkable[pt->c[k].file] = 0;
     }
-
-    /* incremental: previous files whose every tensor is unchanged are
-       hard-linked; other unchanged tensors go to a "frozen" file that
-       the next save can link in turn */
-    if (req->incremental && req->prev_dir && shs__meta_parse(&prev, req->prev_dir) == SHS_OK)
-        have_prev = 1;
-    shs__err_clear();
-    int *unchanged = NULL;
-    if (have_prev) {
-        unchanged = shs__calloc(st->n + 1, sizeof *unchanged);
-        int *linkable = shs__calloc(prev.nf + 1, sizeof *linkable);
-        if (!unchanged || !linkable) {
-            shs__free(unchanged);
-            shs__free(linkable);
-            rc = shs__err(SHS_ENOMEM, "out of memory planning a save");
+    for (size_t k = 0; k < prev->nf; k++) {
+        if (!linkable[k])
+            continue;
+        char *from = shs__path_join(req->prev_dir, prev->f[k].name);
+        char *to_path = shs__path_join(L->tmp, prev->f[k].name);
+        int ok = from && to_path && shs__io->link(from, to_path) == 0;
+        shs__free(from);
+        shs__free(to_path);
+        if (!ok)
+            continue; /* e.g. EXDEV: those tensors are written instead */
+        int fi = add_out_file(&L->files, &L->nfiles, &L->capfiles, prev->f[k].name);
+        if (fi < 0) {
+            rc = fi;
             goto done;
         }
-        for (size_t k = 0; k < prev.nf; k++)
-            linkable[k] = prev.f[k].rank == req->rank;
-        for (size_t k = 0; k < prev.nb; k++)
-            linkable[prev.b[k].file] = 0;
-        /* a previous file is linkable when each of its chunks is a tensor
-           of this save with the same content */
-        for (size_t j = 0; j < prev.nt; j++) {
-            const shs__mtensor *pt = &prev.t[j];
-            long i = shs__state_find(st, pt->name, strlen(pt->name));
-            const shs__mchunk *pc = NULL;
-            int same = i >= 0 && incl[i] &&
-                       same_as_prev(&st->t[i], pt, &pc, to[i].hash, req->rank, &prev);
-            if (same)
-                unchanged[i] = 1 + (int)pc->file;
-            for (size_t k = 0; k < pt->nc; k++)
-                if (!same || &pt->c[k] != pc)
-                    linkable[pt->c[k].file] = 0;
-        }
-        for (size_t k = 0; k < prev.nf; k++) {
-            if (!linkable[k])
-                continue;
-            char *from = shs__path_join(req->prev_dir, prev.f[k].name);
-            char *to_path = shs__path_join(tmp, prev.f[k].name);
-            int ok = from && to_path && shs__io->link(from, to_path) == 0;
-            shs__free(from);
-            shs__free(to_path);
-            if (!ok)
-                continue; /* e.g. EXDEV: those tensors are written instead */
-            int fi = add_out_file(&files, &nfiles, &capfiles, prev.f[k].name);
-            if (fi < 0) {
-                rc = fi;
-                shs__free(unchanged);
-                shs__free(linkable);
-                goto done;
-            }
-            files[fi].linked = 1;
-            files[fi].prev_index = k;
-            for (size_t i = 0; i < st->n; i++)
-                if (unchanged[i] == 1 + (int)k)
-                    to[i].file = fi;
-        }
-        shs__free(linkable);
+        L->files[fi].linked = 1;
+        L->files[fi].prev_index = k;
+        for (size_t i = 0; i < st->n; i++)
+            if (L->unchanged[i] == 1 + (int)k)
+                L->to[i].file = fi;
     }
+done:
+    shs__free(linkable);
+    return rc;
+}
 
-    /* the rest: one file per kind, plus one per kind for unchanged data */
+/* The file of every tensor not linked: one file per kind, plus one per
+   kind for unchanged data. */
+static int assign_files(local_save *L)
+{
+    const shs_state *st = L->st;
+    const shs__save_req *req = L->req;
+    char name[360];
     for (size_t i = 0; i < st->n; i++) {
-        if (!incl[i] || to[i].file != SLOT_SKIP)
+        if (!L->incl[i] || L->to[i].file != SLOT_SKIP)
             continue;
         const char *kind = shs__kind_name[st->t[i].kind];
-        int frozen = unchanged && unchanged[i];
+        int frozen = L->unchanged && L->unchanged[i];
         if (frozen)
             snprintf(name, sizeof name, "%s-%s-frozen%08lld-%07d-%07d.safetensors",
                      req->prefix, kind, (long long)req->step, req->rank, req->world_size);
         else
             snprintf(name, sizeof name, "%s-%s-%07d-%07d.safetensors", req->prefix, kind,
                      req->rank, req->world_size);
-        int fi = find_out_file(files, nfiles, name);
-        if (fi >= 0 && files[fi].linked) {
+        int fi = find_out_file(L->files, L->nfiles, name);
+        if (fi >= 0 && L->files[fi].linked) {
             /* a linked file already has the plain name: use a step-tagged one */
             snprintf(name, sizeof name, "%s-%s-s%08lld-%07d-%07d.safetensors", req->prefix,
                      kind, (long long)req->step, req->rank, req->world_size);
-            fi = find_out_file(files, nfiles, name);
+            fi = find_out_file(L->files, L->nfiles, name);
         }
-        if (fi < 0 && (fi = add_out_file(&files, &nfiles, &capfiles, name)) < 0) {
-            rc = fi;
-            shs__free(unchanged);
-            goto done;
-        }
-        to[i].file = fi;
+        if (fi < 0 && (fi = add_out_file(&L->files, &L->nfiles, &L->capfiles, name)) < 0)
+            return fi;
+        L->to[i].file = fi;
     }
-    shs__free(unchanged);
+    return SHS_OK;
+}
 
-    for (size_t fi = 0; fi < nfiles; fi++) {
-        if (files[fi].linked) {
-            /* byte ranges of linked tensors come from the previous metadata */
+/* Write every file not linked; a linked tensor's byte range comes from
+   the previous metadata. */
+static int write_files(local_save *L)
+{
+    const shs_state *st = L->st;
+    int rc;
+    for (size_t fi = 0; fi < L->nfiles; fi++) {
+        if (L->files[fi].linked) {
             for (size_t i = 0; i < st->n; i++) {
-                if (to[i].file != (int)fi)
+                if (L->to[i].file != (int)fi)
                     continue;
-                const shs__mtensor *pt = shs__meta_find(&prev, st->t[i].name);
+                const shs__mtensor *pt = shs__meta_find(&L->prev, st->t[i].name);
                 const shs__mchunk *pc = NULL;
-                same_as_prev(&st->t[i], pt, &pc, to[i].hash, req->rank, &prev);
-                to[i].b0 = pc->b0;
-                to[i].b1 = pc->b1;
-                s.bytes_linked += st->t[i].nbytes;
+                same_as_prev(&st->t[i], pt, &pc, L->to[i].hash, L->req->rank, &L->prev);
+                L->to[i].b0 = pc->b0;
+                L->to[i].b1 = pc->b1;
+                L->s.bytes_linked += st->t[i].nbytes;
             }
             continue;
         }
-        if ((rc = write_one_file(st, req, tmp, &files[fi], (int)fi, to, incl)) < 0)
-            goto done;
+        if ((rc = write_one_file(st, L->req, L->tmp, &L->files[fi], (int)fi, L->to,
+                                 L->incl)) < 0)
+            return rc;
         for (size_t i = 0; i < st->n; i++)
-            if (to[i].file == (int)fi)
-                s.bytes_written += st->t[i].nbytes;
+            if (L->to[i].file == (int)fi)
+                L->s.bytes_written += st->t[i].nbytes;
     }
+    return SHS_OK;
+}
 
-    /* rank-local blobs: one safetensors file of U8 tensors */
-    int blob_file = -1;
-    uint64_t *blob_range = NULL;
-    if (req->n_blobs) {
-        snprintf(name, sizeof name, "%s-state-%07d-%07d.safetensors", req->prefix, req->rank,
-                 req->world_size);
-        char *path = shs__path_join(tmp, name);
-        shs_writer *w = NULL;
-        shs_writer_opts wo = SHS_WRITER_OPTS_INIT;
-        wo.fsync = req->fsync;
-        blob_range = shs__calloc(2 * req->n_blobs, sizeof *blob_range);
-        if (!path || !blob_range)
-            rc = shs__err(SHS_ENOMEM, "out of memory saving blobs");
-        else
-            rc = shs_writer_create(&w, path, &wo);
-        for (size_t k = 0; rc == SHS_OK && k < req->n_blobs; k++) {
-            uint64_t len = req->blobs[k].len;
-            rc = shs_writer_add_tensor(w, req->blobs[k].name, SHS_U8, 1, &len);
-        }
-        for (size_t k = 0; rc == SHS_OK && k < req->n_blobs; k++) {
-            rc = shs_writer_write(w, req->blobs[k].name, req->blobs[k].data, req->blobs[k].len);
-            if (rc == SHS_OK)
-                rc = shs__writer_tensor_range(w, req->blobs[k].name, &blob_range[2 * k],
-                                              &blob_range[2 * k + 1]);
-            s.bytes_written += req->blobs[k].len;
-        }
+/* Rank-local blobs: one safetensors file of U8 tensors. */
+static int write_blobs(local_save *L)
+{
+    const shs__save_req *req = L->req;
+    char name[360];
+    int rc;
+    if (!req->n_blobs)
+        return SHS_OK;
+    snprintf(name, sizeof name, "%s-state-%07d-%07d.safetensors", req->prefix, req->rank,
+             req->world_size);
+    char *path = shs__path_join(L->tmp, name);
+    shs_writer *w = NULL;
+    shs_writer_opts wo = SHS_WRITER_OPTS_INIT;
+    wo.fsync = req->fsync;
+    L->blob_range = shs__calloc(2 * req->n_blobs, sizeof *L->blob_range);
+    if (!path || !L->blob_range)
+        rc = shs__err(SHS_ENOMEM, "out of memory saving blobs");
+    else
+        rc = shs_writer_create(&w, path, &wo);
+    for (size_t k = 0; rc == SHS_OK && k < req->n_blobs; k++) {
+        uint64_t len = req->blobs[k].len;
+        rc = shs_writer_add_tensor(w, req->blobs[k].name, SHS_U8, 1, &len);
+    }
+    for (size_t k = 0; rc == SHS_OK && k < req->n_blobs; k++) {
+        rc = shs_writer_write(w, req->blobs[k].name, req->blobs[k].data, req->blobs[k].len);
         if (rc == SHS_OK)
-            rc = shs_writer_commit(w);
-        shs_writer_free(w);
-        shs__free(path);
-        if (rc == SHS_OK && (blob_file = add_out_file(&files, &nfiles, &capfiles, name)) < 0)
-            rc = blob_file;
-        if (rc < 0) {
-            shs__free(blob_range);
-            goto done;
+            rc = shs__writer_tensor_range(w, req->blobs[k].name, &L->blob_range[2 * k],
+                                          &L->blob_range[2 * k + 1]);
+        L->s.bytes_written += req->blobs[k].len;
+    }
+    if (rc == SHS_OK)
+        rc = shs_writer_commit(w);
+    shs_writer_free(w);
+    shs__free(path);
+    if (rc == SHS_OK &&
+        (L->blob_file = add_out_file(&L->files, &L->nfiles, &L->capfiles, name)) < 0)
+        rc = L->blob_file;
+    return rc;
+}
+
+/* The metadata.json entry of tensor i: its one chunk, with per-block
+   checksums when it is large; NULL when out of memory. */
+static json_t *tensor_entry(const local_save *L, size_t i)
+{
+    const shs__tensor *t = &L->st->t[i];
+    const tensor_out *o = &L->to[i];
+    char hx[17];
+    shs__hex64(hx, o->hash);
+    json_t *chunk = json_pack("{s:o, s:o, s:i, s:s, s:o, s:s}", "offset",
+                              json_dims(t->goff, t->ndim), "shape",
+                              json_dims(t->shape, t->ndim), "file", o->file, "key",
+                              t->name, "byte_range", json_range(o->b0, o->b1), "xxh3",
+                              hx);
+    /* large chunks also get per-block checksums, so a load that needs
+       only part of the chunk checks only the blocks it reads */
+    if (chunk && o->blocks) {
+        json_t *bl = json_array();
+        for (uint64_t q = 0; bl && q * SHS__HASH_BLOCK < t->nbytes; q++) {
+            shs__hex64(hx, o->blocks[q]);
+            if (json_array_append_new(bl, json_string(hx)) < 0) {
+                json_decref(bl);
+                bl = NULL;
+            }
+        }
+        if (!bl || json_object_set_new(chunk, "xxh3_block", json_integer(SHS__HASH_BLOCK)) < 0 ||
+            json_object_set_new(chunk, "xxh3_blocks", bl) < 0) {
+            json_decref(chunk);
+            chunk = NULL;
         }
     }
+    return chunk ? json_pack("{s:s, s:s, s:o, s:[o]}", "kind", shs__kind_name[t->kind],
+                             "dtype", shs_dtype_name(t->dtype), "shape",
+                             json_dims(t->gshape, t->ndim), "chunks", chunk)
+                 : NULL;
+}
 
-    /* this rank's fragment of metadata.json */
-    root = json_object();
+/* This rank's fragment of metadata.json: its files, tensors and blobs. */
+static int describe(local_save *L, json_t **out)
+{
+    const shs__save_req *req = L->req;
+    int rc = SHS_OK;
+    json_t *root = json_object();
     json_t *jfiles = json_array(), *jt = json_object(), *jb = json_array();
     int bad = !root || !jfiles || !jt || !jb;
     if (!bad) {
@@ -454,74 +507,72 @@ static int save_local(const shs_state *st, const shs__save_req *req, const char 
         json_decref(jt);
         json_decref(jb);
     }
-    for (size_t fi = 0; !bad && fi < nfiles; fi++) {
+    for (size_t fi = 0; !bad && fi < L->nfiles; fi++) {
         json_t *e;
-        if ((rc = file_entry(&e, tmp, files[fi].name, req->rank)) < 0) {
-            shs__free(blob_range);
+        if ((rc = file_entry(&e, L->tmp, L->files[fi].name, req->rank)) < 0)
             goto done;
-        }
         bad = json_array_append_new(jfiles, e) < 0;
     }
-    char hx[17];
-    for (size_t i = 0; !bad && i < st->n; i++) {
-        if (!incl[i])
+    for (size_t i = 0; !bad && i < L->st->n; i++) {
+        if (!L->incl[i])
             continue;
-        const shs__tensor *t = &st->t[i];
-        shs__hex64(hx, to[i].hash);
-        json_t *chunk = json_pack("{s:o, s:o, s:i, s:s, s:o, s:s}", "offset",
-                                  json_dims(t->goff, t->ndim), "shape",
-                                  json_dims(t->shape, t->ndim), "file", to[i].file, "key",
-                                  t->name, "byte_range", json_range(to[i].b0, to[i].b1), "xxh3",
-                                  hx);
-        /* large chunks also get per-block checksums, so a load that needs
-           only part of the chunk checks only the blocks it reads */
-        if (chunk && to[i].blocks) {
-            json_t *bl = json_array();
-            for (uint64_t q = 0; bl && q * SHS__HASH_BLOCK < t->nbytes; q++) {
-                shs__hex64(hx, to[i].blocks[q]);
-                if (json_array_append_new(bl, json_string(hx)) < 0) {
-                    json_decref(bl);
-                    bl = NULL;
-                }
-            }
-            if (!bl || json_object_set_new(chunk, "xxh3_block", json_integer(SHS__HASH_BLOCK)) < 0 ||
-                json_object_set_new(chunk, "xxh3_blocks", bl) < 0) {
-                json_decref(chunk);
-                chunk = NULL;
-            }
-        }
-        json_t *e = chunk ? json_pack("{s:s, s:s, s:o, s:[o]}", "kind", shs__kind_name[t->kind],
-                                      "dtype", shs_dtype_name(t->dtype), "shape",
-                                      json_dims(t->gshape, t->ndim), "chunks", chunk)
-                          : NULL;
-        bad = !e || json_object_set_new(jt, t->name, e) < 0;
+        json_t *e = tensor_entry(L, i);
+        bad = !e || json_object_set_new(jt, L->st->t[i].name, e) < 0;
     }
+    char hx[17];
     for (size_t k = 0; !bad && k < req->n_blobs; k++) {
         shs__hex64(hx, shs__xxh3(req->blobs[k].data, req->blobs[k].len));
         json_t *e = json_pack("{s:s, s:i, s:i, s:s, s:o, s:s}", "name", req->blobs[k].name,
-                              "rank", req->rank, "file", blob_file, "key", req->blobs[k].name,
-                              "byte_range", json_range(blob_range[2 * k], blob_range[2 * k + 1]),
+                              "rank", req->rank, "file", L->blob_file, "key", req->blobs[k].name,
+                              "byte_range", json_range(L->blob_range[2 * k],
+                                                       L->blob_range[2 * k + 1]),
                               "xxh3", hx);
         bad = !e || json_array_append_new(jb, e) < 0;
     }
-    shs__free(blob_range);
     if (bad) {
         rc = shs__err(SHS_ENOMEM, "out of memory describing the saved files");
         goto done;
     }
-    *frag_out = root;
+    *out = root;
     root = NULL;
-    *stats = s;
-    rc = SHS_OK;
 done:
     json_decref(root);
-    if (have_prev)
-        shs__meta_free(&prev);
-    shs__free(files);
-    for (size_t i = 0; to && i < st->n; i++)
-        shs__free(to[i].blocks);
-    shs__free(to);
-    shs__free(incl);
+    return rc;
+}
+
+/*
+ * One rank's part of a save: write its files into the temporary directory
+ * `tmp` and describe them in a metadata fragment (the "files", "tensors"
+ * and "blobs" of metadata.json, with file indices local to this rank).
+ */
+static int save_local(const shs_state *st, const shs__save_req *req, const char *tmp,
+                      const uint8_t *skip, json_t **frag_out, shs_save_stats *stats)
+{
+    int rc;
+    local_save L = { .st = st, .req = req, .tmp = tmp, .blob_file = -1 };
+    L.s.step = req->step;
+    *frag_out = NULL;
+    L.to = shs__calloc(st->n + 1, sizeof *L.to);
+    L.incl = shs__calloc(st->n + 1, sizeof *L.incl);
+    if (!L.to || !L.incl) {
+        rc = shs__err(SHS_ENOMEM, "out of memory saving step %lld", (long long)req->step);
+        goto done;
+    }
+    if ((rc = hash_included(&L, skip)) < 0 || (rc = link_unchanged(&L)) < 0 ||
+        (rc = assign_files(&L)) < 0 || (rc = write_files(&L)) < 0 ||
+        (rc = write_blobs(&L)) < 0 || (rc = describe(&L, frag_out)) < 0)
+        goto done;
+    *stats = L.s;
+done:
+    if (L.have_prev)
+        shs__meta_free(&L.prev);
+    shs__free(L.files);
+    for (size_t i = 0; L.to && i < st->n; i++)
+        shs__free(L.to[i].blocks);
+    shs__free(L.to);
+    shs__free(L.incl);
+    shs__free(L.unchanged);
+    shs__free(L.blob_range);
     return rc;
 }
 
@@ -761,3 +812,4 @@ done:
     shs__free(tmp);
     return rc;
 }
+

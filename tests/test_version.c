@@ -220,6 +220,30 @@ static void test_state_add_tensor_version(void **state)
     shs_state_free(s);
 }
 
+static void test_manager_create_version(void **state)
+{
+    (void)state;
+    tu_small s;
+    tu_small_make(&s, 1, 0);
+    shs_config c;
+    shs_config_init(&c);
+    c.enable_save = 0;
+    shs_manager *m = (shs_manager *)&c; /* must be reset to NULL */
+    c.version = SHS_CONFIG_VERSION + 1;
+    assert_int_equal(shs_manager_create(&m, &c, s.st), SHS_EINVAL);
+    assert_null(m);
+    TU_ASSERT_MSG_HAS("shs_manager_create: option struct version 2 is newer than this "
+                      "library (1)");
+    c.version = 0;
+    assert_int_equal(shs_manager_create(&m, &c, s.st), SHS_EINVAL);
+    assert_null(m);
+    TU_ASSERT_MSG_HAS("shs_manager_create: option struct version 0");
+    c.version = 1;
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    shs_manager_free(m);
+    shs_state_free(s.st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -231,6 +255,7 @@ int main(void)
         cmocka_unit_test(test_writer_create_version),
         cmocka_unit_test(test_comm_create_version),
         cmocka_unit_test(test_state_add_tensor_version),
+        cmocka_unit_test(test_manager_create_version),
     };
     return TU_RUN_GROUP(tests, NULL, NULL);
 }
