@@ -5,6 +5,8 @@
  */
 #include "common_json.h"
 
+#include "hash.h"
+
 #include "io.h"
 
 #include <jansson.h>
@@ -17,7 +19,7 @@
 
 #define BAD(...) do { rc = shs__err(SHS_ECORRUPT, __VA_ARGS__); goto fail; } while (0)
 
-int shs__common_write(const char *dir, const shs_progress *p, int do_fsync)
+int shs__common_write(uint64_t *xxh3, const char *dir, const shs_progress *p, int do_fsync)
 {
     json_t *o = json_object();
     int rc = SHS_OK;
@@ -53,6 +55,7 @@ int shs__common_write(const char *dir, const shs_progress *p, int do_fsync)
     }
     size_t n = strlen(text);
     text[n] = '\n'; /* json_dumps leaves room only for the NUL: rewrite it */
+    *xxh3 = shs__xxh3(text, n + 1);
     rc = shs__write_file(path, text, n + 1, do_fsync);
 done:
     shs__free(text);

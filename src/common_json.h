@@ -6,9 +6,10 @@
 
 #include "internal.h"
 
-/* Write <dir>/common.json from p (NULL: all zero), fsynced if do_fsync.
+/* Write <dir>/common.json from p (NULL: all zero), fsynced if do_fsync;
+   *xxh3 gets the checksum of the bytes written (metadata.json records it).
    A non-finite loss_scale is SHS_EINVAL (JSON cannot hold it). */
-int shs__common_write(const char *dir, const shs_progress *p, int do_fsync);
+int shs__common_write(uint64_t *xxh3, const char *dir, const shs_progress *p, int do_fsync);
 
 /* Read and validate <dir>/common.json into *p; *p is unchanged on error.
    The seven keys are required, except consumed_samples (MindSpore

@@ -134,27 +134,14 @@ static int load_dir(shs_manager *m, const char *dir, int source, int weights_onl
     return SHS_OK;
 }
 
-/* Step directory of `step` in the save path (iteration_N, else step-N). */
-static char *step_dir_of(const char *sp, int64_t step)
-{
-    char *dir = shs__step_dir_path(sp, step);
-    if (dir && shs__step_dir_has_metadata(dir) == 0) {
-        char alt[40];
-        shs__step_dir_alt_name(alt, sizeof alt, step);
-        shs__free(dir);
-        dir = shs__path_join(sp, alt);
-    }
-    return dir;
-}
-
 /* The "model_only" marker of a committed step; errors read as "full" (the
    load then reports them). */
 static int step_is_weights_only(const char *sp, int64_t step)
 {
-    char *dir = step_dir_of(sp, step);
+    char *dir = NULL;
     shs__meta meta;
     int r = 0;
-    if (dir && shs__meta_parse(&meta, dir) == SHS_OK) {
+    if (shs__step_dir_find(&dir, sp, step) == SHS_OK && shs__meta_parse(&meta, dir) == SHS_OK) {
         r = meta.model_only;
         shs__meta_free(&meta);
     }
@@ -176,20 +163,25 @@ static int newest_verified(shs_manager *m, const int64_t *steps, size_t n, int64
                            int64_t *out)
 {
     int64_t v = -1;
+    int rc = SHS_OK;
     if (m->comm->rank == 0) {
-        for (size_t i = n; i-- > 0 && v < 0;) {
-            if (steps[i] >= below)
+        for (size_t i = n; i-- > 0 && v < 0 && rc == SHS_OK;) {
+            char *dir = NULL;
+            if (steps[i] >= below || (rc = shs__step_dir_find(&dir, m->save_path, steps[i])) < 0)
                 continue;
-            char *dir = step_dir_of(m->save_path, steps[i]);
-            if (!dir)
-                return shs__err(SHS_ENOMEM, "out of memory");
             if (shs_checkpoint_verify(dir) == SHS_OK)
                 v = steps[i];
             shs__free(dir);
         }
-        shs__err_clear();
+        if (rc == SHS_OK)
+            shs__err_clear();
     }
-    int rc = shs__comm_bcast(m->comm, &v, sizeof v, 0);
+    /* rank 0's own failure reaches every rank before the broadcast */
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", shs_last_error());
+    if ((rc = shs__comm_agree(m->comm, rc, msg)) < 0)
+        return rc;
+    rc = shs__comm_bcast(m->comm, &v, sizeof v, 0);
     *out = v;
     return rc;
 }
@@ -304,8 +296,9 @@ static int load_saved_step(shs_manager *m, const char *sp, int64_t step, char **
 {
     int rc;
     shs__free(*dir);
-    if (!(*dir = step_dir_of(sp, step)))
-        rc = fail_before_load(m, shs__err(SHS_ENOMEM, "out of memory"));
+    *dir = NULL;
+    if ((rc = shs__step_dir_find(dir, sp, step)) < 0)
+        rc = fail_before_load(m, rc);
     else
         rc = load_dir(m, *dir, SHS_LOAD_SAVE_PATH, step_is_weights_only(sp, step), progress,
                       res);

@@ -657,23 +657,17 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
     }
     if ((rc = merge_fragments(root, texts, lens, world, req->save_path)) < 0)
         goto done;
-    if ((rc = shs__common_write(tmp, req->progress, req->fsync)) < 0)
+    /* version 2: common.json's checksum (of the bytes just written), and
+       metadata.json sealed by its own ("metadata_xxh3", the last key) */
+    uint64_t common_hash = 0;
+    char hx[17];
+    if ((rc = shs__common_write(&common_hash, tmp, req->progress, req->fsync)) < 0)
         goto done;
-    /* version 2: common.json's checksum, and metadata.json sealed by its
-       own ("metadata_xxh3", the last key) */
-    char *cpath = shs__path_join(tmp, "common.json"), *ctext = NULL, hx[17];
-    size_t clen = 0;
-    rc = cpath ? shs__read_file(&ctext, &clen, cpath, 1u << 16)
-               : shs__err(SHS_ENOMEM, "out of memory");
-    if (rc == SHS_OK) {
-        shs__hex64(hx, shs__xxh3(ctext, clen));
-        if (json_object_set_new(root, "common_xxh3", json_string(hx)) < 0)
-            rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+    shs__hex64(hx, common_hash);
+    if (json_object_set_new(root, "common_xxh3", json_string(hx)) < 0) {
+        rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+        goto done;
     }
-    shs__free(ctext);
-    shs__free(cpath);
-    if (rc < 0)
-        goto done;
     /* metadata.json is written last: a directory holding it is complete */
     char *plain = shs__json_dumps(root, JSON_INDENT(1) | JSON_COMPACT);
     size_t tlen = 0;

@@ -166,6 +166,23 @@ static int has_prefix(const char *name, const char *prefix)
     return strncmp(name, prefix, strlen(prefix)) == 0;
 }
 
+int shs__step_dir_find(char **out, const char *save_path, int64_t step)
+{
+    int rc = SHS_OK;
+    char *dir = shs__step_dir_path(save_path, step);
+    if (dir && (rc = shs__step_dir_has_metadata(dir)) <= 0) {
+        shs__free(dir);
+        dir = NULL;
+        if (rc < 0)
+            return rc;
+        char alt[40];
+        shs__step_dir_alt_name(alt, sizeof alt, step);
+        dir = shs__path_join(save_path, alt);
+    }
+    *out = dir;
+    return dir ? SHS_OK : shs__err(SHS_ENOMEM, "out of memory");
+}
+
 int shs__is_leftover_name(const char *name)
 {
     return has_prefix(name, SHS__TMP_PREFIX) || has_prefix(name, SHS__TRASH_PREFIX) ||

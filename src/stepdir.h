@@ -54,6 +54,12 @@ int shs__step_dir_probe(const char *dir, int *is_step);
    is a step directory; decisions use shs__step_dir_probe. */
 int shs__step_dir_has_metadata(const char *dir);
 
+/* *out = the directory of committed step `step` in save_path:
+   iteration_%08d, or step-N when only that one holds metadata.json
+   (torchtitan layout).  Caller frees.  A stat error other than ENOENT
+   fails with its errno. */
+int shs__step_dir_find(char **out, const char *save_path, int64_t step);
+
 /* A leftover of a failed save: .tmp-*, .trash-*, .replaced-* or the
    tracker's temp. */
 int shs__is_leftover_name(const char *name);

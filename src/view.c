@@ -111,18 +111,8 @@ int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step
             rc = shs__err(SHS_ENOCHECKPOINT, "%s: no checkpoint", path);
         goto done;
     }
-    char name[40];
-    shs__step_dir_name(name, sizeof name, pick);
-    full = shs__path_join(path, name);
-    if (full && (rc = shs__step_dir_has_metadata(full)) <= 0) {
-        shs__free(full);
-        full = NULL;
-        if (rc < 0)
-            goto done;
-        shs__step_dir_alt_name(name, sizeof name, pick);
-        full = shs__path_join(path, name);
-    }
-    rc = full ? copy_out(out, cap, full) : shs__err(SHS_ENOMEM, "out of memory");
+    if ((rc = shs__step_dir_find(&full, path, pick)) == SHS_OK)
+        rc = copy_out(out, cap, full);
 done:
     shs__free(full);
     shs__free(steps);
