@@ -110,8 +110,8 @@ static void make_state(bstate *s)
         btensor *t = &s->t[i];
         t->kind = SHS_KIND_MODEL;
         t->dtype = SHS_F32;
-        size_t numel = model_tensor(i, N_MODEL, MODEL_ROWS, &rows_left, t->name,
-                                    sizeof t->name, &t->ndim, t->shape);
+        size_t numel = model_tensor(i, N_MODEL, MODEL_ROWS, &rows_left, t->name, sizeof t->name,
+                                    &t->ndim, t->shape);
         t->nbytes = numel * 4;
         for (int m = 0; m < 2; m++) {
             btensor *o = &s->t[N_MODEL + 2 * i + m];
@@ -252,14 +252,14 @@ static int mode_save(const char *dir)
         ts[r] = timed_sync_save(m, sp, 100 * (r + 1), &cs[r]);
         CHECK(shs_manager_last_save(m, &st));
         printf("save rep %d: write(2)+fsync %.3f s, shs_manager_save %.3f s "
-               "(stats: total %.3f s, blocked %.3f s, written %" PRIu64 " B)\n", r, tb[r],
-               ts[r], st.total_seconds, st.blocked_seconds, st.bytes_written);
+               "(stats: total %.3f s, blocked %.3f s, written %" PRIu64 " B)\n",
+               r, tb[r], ts[r], st.total_seconds, st.blocked_seconds, st.bytes_written);
     }
     double bytes = (double)s.total;
     double gb = bytes / best_of(tb, SAVE_REPS) / 1e9, gs = bytes / best_of(ts, SAVE_REPS) / 1e9;
     printf("save: write(2)+fsync best %.3f s %.2f GB/s; shs_manager_save (sync, fsync=1) best "
-           "%.3f s %.2f GB/s; ratio %.3f\n", best_of(tb, SAVE_REPS), gb,
-           best_of(ts, SAVE_REPS), gs, gs / gb);
+           "%.3f s %.2f GB/s; ratio %.3f\n",
+           best_of(tb, SAVE_REPS), gb, best_of(ts, SAVE_REPS), gs, gs / gb);
     result("base_fsync", gb, "GB/s", "write(2) of the same buffers to one file + fsync");
     result("base_fsync_median_s", median_of(tb, SAVE_REPS), "s", "median time");
     result("shs_sync", gs, "GB/s", "shs_manager_save, sync, fsync=1");
@@ -273,7 +273,8 @@ static int mode_save(const char *dir)
     for (int r = 0; r < 3; r++)
         th[r] = xxh3_all(&s);
     printf("save: diagnostic XXH3-64 of the whole state: best %.3f s (%.2f GB/s), %.0f%% of the "
-           "best save\n", best_of(th, 3), bytes / best_of(th, 3) / 1e9,
+           "best save\n",
+           best_of(th, 3), bytes / best_of(th, 3) / 1e9,
            100.0 * best_of(th, 3) / best_of(ts, SAVE_REPS));
     result("xxh3_s", best_of(th, 3), "s", "XXH3-64 of the whole state (diagnostic)");
     shs_manager_free(m);
@@ -290,7 +291,7 @@ static int mode_save(const char *dir)
 /* async                                                              */
 /* ------------------------------------------------------------------ */
 
-#define ASYNC_SAVES 4 /* 1 first + 3 steady */
+#define ASYNC_SAVES 4    /* 1 first + 3 steady */
 #define COMPUTE_PASSES 8 /* ~1.3 s of read-only compute on the dev machine */
 
 static volatile double g_sink;
@@ -374,8 +375,8 @@ static int mode_async(const char *dir)
         bstat[r] = st.blocked_seconds;
         commit[r] = st.total_seconds;
         printf("async save %d%s: blocked in save() %.4f s (stats %.4f s), then wait %.3f s, "
-               "background commit %.3f s; sync save %.3f s\n", r, r ? "" : " (first)", blk[r],
-               bstat[r], waitt[r], commit[r], tsync[r]);
+               "background commit %.3f s; sync save %.3f s\n",
+               r, r ? "" : " (first)", blk[r], bstat[r], waitt[r], commit[r], tsync[r]);
         update(&s, r);
     }
     shs_manager_free(ma);
@@ -409,8 +410,9 @@ static int mode_async(const char *dir)
         dcommit[r] = st.total_seconds;
         printf("defer save %d%s: in save() %.4f s + in fence() %.4f s = blocked %.4f s; "
                "compute during save %.3f s (alone best %.3f s); wait %.3f s, background "
-               "commit %.3f s\n", r, r ? "" : " (first)", dsave[r], dfence[r],
-               dsave[r] + dfence[r], dcomp[r], best_of(alone, 3), dwait[r], dcommit[r]);
+               "commit %.3f s\n",
+               r, r ? "" : " (first)", dsave[r], dfence[r], dsave[r] + dfence[r], dcomp[r],
+               best_of(alone, 3), dwait[r], dcommit[r]);
     }
     shs_manager_free(md);
     rmtree(sp_d);
@@ -425,7 +427,8 @@ static int mode_async(const char *dir)
     double steady_dblk = median_of(dblk + 1, ASYNC_SAVES - 1);
     printf("async: sync save best %.3f s median %.3f s (%d runs)\n", sync_best, sync_med, nsync);
     printf("async (a): blocked first %.4f s (%.1f%% of sync median), steady median %.4f s "
-           "(%.1f%%)\n", blk[0], 100 * blk[0] / sync_med, steady_blk, 100 * steady_blk / sync_med);
+           "(%.1f%%)\n",
+           blk[0], 100 * blk[0] / sync_med, steady_blk, 100 * steady_blk / sync_med);
     printf("async (b): blocked first %.4f s (%.1f%%), steady median %.4f s (%.2f%%)\n", dblk[0],
            100 * dblk[0] / sync_med, steady_dblk, 100 * steady_dblk / sync_med);
     result("sync_s", sync_best, "s", "sync save (fsync=1), best");
@@ -507,8 +510,8 @@ static int mode_incremental(const char *dir)
         tf[r] = timed_sync_save(mf, sp_f, 100 * (r + 1), NULL);
         double frac = (double)st.bytes_written / (double)st.state_bytes;
         printf("incremental save %d: %.3f s, bytes_written %" PRIu64 " / state_bytes %" PRIu64
-               " = %.3f, bytes_linked %" PRIu64 "; full save %.3f s; time ratio %.3f\n", r + 1,
-               ti[r], st.bytes_written, st.state_bytes, frac, st.bytes_linked, tf[r],
+               " = %.3f, bytes_linked %" PRIu64 "; full save %.3f s; time ratio %.3f\n",
+               r + 1, ti[r], st.bytes_written, st.state_bytes, frac, st.bytes_linked, tf[r],
                ti[r] / tf[r]);
         char key[64], label[128];
         snprintf(key, sizeof key, "s%d_written_frac", r + 1);
@@ -604,8 +607,9 @@ static int mode_resume(const char *dir)
     double bytes = (double)s.total;
     double gm = bytes / best_of(tm, LOAD_REPS) / 1e9, gl = bytes / best_of(tl, LOAD_REPS) / 1e9;
     printf("resume: memcpy best %.3f s %.2f GB/s; shs_manager_load best %.3f s %.2f GB/s "
-           "(median %.3f s); ratio %.3f\n", best_of(tm, LOAD_REPS), gm, best_of(tl, LOAD_REPS),
-           gl, median_of(tl, LOAD_REPS), gl / gm);
+           "(median %.3f s); ratio %.3f\n",
+           best_of(tm, LOAD_REPS), gm, best_of(tl, LOAD_REPS), gl, median_of(tl, LOAD_REPS),
+           gl / gm);
     printf("resume: diagnostic XXH3-64 of the state: best %.3f s = %.0f%% of the best load\n",
            best_of(th, LOAD_REPS), 100 * best_of(th, LOAD_REPS) / best_of(tl, LOAD_REPS));
     result("memcpy", gm, "GB/s", "memcpy of the same bytes between pre-faulted buffers");
@@ -627,7 +631,8 @@ static int mode_resume(const char *dir)
     gm = bytes / best_of(tm, LOAD_REPS) / 1e9;
     gl = bytes / best_of(tl, LOAD_REPS) / 1e9;
     printf("resume: load_worker_number=2: memcpy %.2f GB/s; shs_manager_load %.2f GB/s; "
-           "ratio %.3f\n", gm, gl, gl / gm);
+           "ratio %.3f\n",
+           gm, gl, gl / gm);
     result("memcpy_w2", gm, "GB/s", "memcpy of the same bytes (run next to the 2-worker load)");
     result("shs_load_w2", gl, "GB/s", "shs_manager_load with load_worker_number=2");
     shs_manager_free(m);

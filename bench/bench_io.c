@@ -38,7 +38,7 @@
 
 #define N_TENSORS 64
 #define TOTAL_ROWS 262144u /* x 1024 floats x 4 bytes = 1 GiB */
-#define REPS 5 /* best of REPS: the machine may be shared */
+#define REPS 5             /* best of REPS: the machine may be shared */
 
 /* ------------------------------------------------------------------ */
 /* helpers                                                            */
@@ -137,8 +137,8 @@ static void make_state(state *s, int fill)
     uint32_t x = 2463534242u;
     for (int i = 0; i < N_TENSORS; i++) {
         btensor *t = &s->t[i];
-        size_t numel = model_tensor(i, N_TENSORS, TOTAL_ROWS, &rows_left, t->name,
-                                    sizeof t->name, &t->ndim, t->shape);
+        size_t numel = model_tensor(i, N_TENSORS, TOTAL_ROWS, &rows_left, t->name, sizeof t->name,
+                                    &t->ndim, t->shape);
         t->nbytes = numel * 4;
         s->total += t->nbytes;
         t->data = NULL;
@@ -243,7 +243,9 @@ static double write_shs(const char *path, const shs_tensor_view *v, int do_fsync
    nothing to the peak RSS of the write mode (a mapping would count). */
 static void files_equal(const char *a, const char *b)
 {
-    enum { CHUNK = 8 << 20 };
+    enum {
+        CHUNK = 8 << 20
+    };
     int fa = open(a, O_RDONLY | O_CLOEXEC), fb = open(b, O_RDONLY | O_CLOEXEC);
     struct stat sa, sb;
     if (fa < 0 || fb < 0 || fstat(fa, &sa) || fstat(fb, &sb))
@@ -295,8 +297,8 @@ static int mode_write(const char *dir)
        same file, so the ratio is the same with file bytes) */
     double bytes = (double)s.total;
     printf("write: %d tensors, %zu payload bytes, %" PRIu64 " bytes per file (header %" PRIu64
-           " bytes), baseline output verified byte-identical\n", N_TENSORS, s.total,
-           data_start + s.total, data_start - 8);
+           " bytes), baseline output verified byte-identical\n",
+           N_TENSORS, s.total, data_start + s.total, data_start - 8);
     result("bytes", bytes, "B", "tensor payload bytes");
     result("file_bytes", (double)(data_start + s.total), "B", "file size");
 
@@ -323,8 +325,8 @@ static int mode_write(const char *dir)
         printf("write %-8s write(2) baseline: best %.3f s  %.2f GB/s (median %.3f s)\n", tag,
                best_of(tb, REPS), gb, median_of(tb, REPS));
         printf("write %-8s shs_save_file    : best %.3f s  %.2f GB/s (median %.3f s)  "
-               "ratio shs/write(2) = %.3f\n", tag, best_of(ts, REPS), gs,
-               median_of(ts, REPS), gs / gb);
+               "ratio shs/write(2) = %.3f\n",
+               tag, best_of(ts, REPS), gs, median_of(ts, REPS), gs / gb);
         char key[64];
         snprintf(key, sizeof key, "base_%s", tag);
         result(key, gb, "GB/s", fs ? "write(2) + fsync" : "write(2)");
@@ -336,15 +338,16 @@ static int mode_write(const char *dir)
         result(key, median_of(tb, REPS), "s", "median time");
         double gf = bytes / best_of(tf, REPS) / 1e9;
         printf("write %-8s diagnostic: write(2) after fallocate(KEEP_SIZE): %.2f GB/s, "
-               "%.3f x write(2) alone\n", tag, gf, gf / gb);
+               "%.3f x write(2) alone\n",
+               tag, gf, gf / gb);
         snprintf(key, sizeof key, "base_falloc_%s", tag);
         result(key, gf, "GB/s", "write(2) after fallocate of the whole file (diagnostic)");
         snprintf(key, sizeof key, "cpu_ratio_%s", tag);
         result(key, best_of(cb, REPS) / best_of(cs, REPS), "",
                "ratio of best CPU times, baseline / shardsafe");
         printf("write %-8s best CPU time: write(2) %.3f s, shs_save_file %.3f s  "
-               "ratio %.3f\n", tag, best_of(cb, REPS), best_of(cs, REPS),
-               best_of(cb, REPS) / best_of(cs, REPS));
+               "ratio %.3f\n",
+               tag, best_of(cb, REPS), best_of(cs, REPS), best_of(cb, REPS) / best_of(cs, REPS));
     }
     unlink(p_shs);
     unlink(p_base);
@@ -404,8 +407,7 @@ static void free_dst(void *p, size_t n)
     munmap(p, n);
 }
 
-static double read_shs_alloc(const char *path, unsigned flags, const state *s,
-                             const int *order)
+static double read_shs_alloc(const char *path, unsigned flags, const state *s, const int *order)
 {
     float *dst[N_TENSORS];
     shs_open_opts o = SHS_OPEN_OPTS_INIT;
@@ -442,8 +444,7 @@ static double read_memcpy_alloc(const state *s, const int *order)
 
 /* Second pass over a mapping whose pages are already faulted in: the copy
    alone, without page-fault and unmap costs (diagnostic). */
-static double read_shs_hot(const char *path, const state *s, float *const *dst,
-                           const int *order)
+static double read_shs_hot(const char *path, const state *s, float *const *dst, const int *order)
 {
     shs_file *f;
     CHECK(shs_file_open(&f, path, NULL));
@@ -461,8 +462,8 @@ static double read_shs_hot(const char *path, const state *s, float *const *dst,
     return t;
 }
 
-static double read_raw_pread(const char *path, const state *s, float *const *dst,
-                             const int *order, const uint64_t *off)
+static double read_raw_pread(const char *path, const state *s, float *const *dst, const int *order,
+                             const uint64_t *off)
 {
     double t0 = tic();
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -476,16 +477,16 @@ static double read_raw_pread(const char *path, const state *s, float *const *dst
 
 /* Raw mmap + memcpy, optionally with MAP_POPULATE (diagnostic: what the
    mmap path costs without the library, and what pre-populating gives). */
-static double read_raw_mmap(const char *path, int populate, const state *s,
-                            float *const *dst, const int *order, const uint64_t *off)
+static double read_raw_mmap(const char *path, int populate, const state *s, float *const *dst,
+                            const int *order, const uint64_t *off)
 {
     double t0 = tic();
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st))
         die("open", 1);
-    char *m = mmap(NULL, (size_t)st.st_size, PROT_READ,
-                   MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
+    char *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0),
+                   fd, 0);
     if (m == MAP_FAILED)
         die("mmap", 1);
     for (int k = 0; k < N_TENSORS; k++)
@@ -558,11 +559,11 @@ static int mode_read(const char *dir)
         time_open(p_tiny, 0, 50, &tb, &tm);
         printf("open+close %s (%lld bytes): best %.1f us, median %.1f us\n", p,
                (long long)st_big.st_size, bb * 1e6, bm * 1e6);
-        printf("open+close same, NO_MMAP          : best %.1f us, median %.1f us\n",
-               nb * 1e6, nm * 1e6);
+        printf("open+close same, NO_MMAP          : best %.1f us, median %.1f us\n", nb * 1e6,
+               nm * 1e6);
         printf("open+close %s (%lld bytes, same names): best %.1f us, median %.1f us  "
-               "ratio big/tiny = %.2f\n", p_tiny, (long long)st_tiny.st_size, tb * 1e6,
-               tm * 1e6, bm / tm);
+               "ratio big/tiny = %.2f\n",
+               p_tiny, (long long)st_tiny.st_size, tb * 1e6, tm * 1e6, bm / tm);
         result("open_big_us", bb * 1e6, "us", "shs_file_open+close, 1 GiB file (best of 50)");
         result("open_big_median_us", bm * 1e6, "us", "median of 50");
         result("open_big_nommap_us", nb * 1e6, "us", "NO_MMAP, best of 50");
@@ -582,18 +583,30 @@ static int mode_read(const char *dir)
         read_shs(p, 0, &s, dst, order);
         double rm = hwm_mib();
         printf("peak RSS during one read pass: before %.0f MiB, pread path %.0f MiB, "
-               "mmap path %.0f MiB (mapped file pages count in RSS)\n", base, rp, rm);
+               "mmap path %.0f MiB (mapped file pages count in RSS)\n",
+               base, rp, rm);
         result("rss_before_read_mib", base, "MiB", "VmHWM with state + dst allocated");
         result("rss_pread_pass_mib", rp, "MiB", "VmHWM during a pread-path pass");
         result("rss_mmap_pass_mib", rm, "MiB", "VmHWM during an mmap-path pass");
     }
 
-    enum { MEMCPY, SHS_MMAP, SHS_PREAD, RAW_PREAD, SHS_HOT, RAW_MMAP, RAW_POPULATE,
-           SHS_MMAP_ALLOC, SHS_PREAD_ALLOC, MEMCPY_ALLOC, NV };
-    static const char *const key[NV] = { "memcpy", "shs_mmap", "shs_pread", "raw_pread",
-                                         "shs_mmap_hot", "raw_mmap", "raw_mmap_populate",
-                                         "shs_mmap_alloc", "shs_pread_alloc",
-                                         "memcpy_alloc" };
+    enum {
+        MEMCPY,
+        SHS_MMAP,
+        SHS_PREAD,
+        RAW_PREAD,
+        SHS_HOT,
+        RAW_MMAP,
+        RAW_POPULATE,
+        SHS_MMAP_ALLOC,
+        SHS_PREAD_ALLOC,
+        MEMCPY_ALLOC,
+        NV
+    };
+    static const char *const key[NV] = {
+        "memcpy",   "shs_mmap",          "shs_pread",      "raw_pread",       "shs_mmap_hot",
+        "raw_mmap", "raw_mmap_populate", "shs_mmap_alloc", "shs_pread_alloc", "memcpy_alloc"
+    };
     static const char *const label[NV] = {
         "memcpy between pre-faulted buffers",
         "shs_file_open + shs_file_read all + close (mmap path)",
@@ -607,10 +620,10 @@ static int mode_read(const char *dir)
         "memcpy into fresh buffers allocated in the timed region (faults included)",
     };
     double t[NV][REPS], c[NV][REPS];
-#define RUN(i, call)              \
-    do {                          \
-        t[i][r] = (call);         \
-        c[i][r] = g_last_cpu;     \
+#define RUN(i, call)                                                                               \
+    do {                                                                                           \
+        t[i][r] = (call);                                                                          \
+        c[i][r] = g_last_cpu;                                                                      \
     } while (0)
     for (int r = 0; r < REPS; r++) {
         RUN(MEMCPY, read_memcpy(&s, dst, order));
@@ -638,9 +651,9 @@ static int mode_read(const char *dir)
     for (int i = 0; i < NV; i++) {
         int base = i >= SHS_MMAP_ALLOC ? MEMCPY_ALLOC : MEMCPY;
         printf("read %-19s best %.3f s %6.2f GB/s (median %.3f s)  ratio vs %s %.3f "
-               "(by CPU time %.3f)  -- %s\n", key[i], best_of(t[i], REPS), gbs[i],
-               median_of(t[i], REPS), key[base], gbs[i] / gbs[base],
-               best_of(c[base], REPS) / best_of(c[i], REPS), label[i]);
+               "(by CPU time %.3f)  -- %s\n",
+               key[i], best_of(t[i], REPS), gbs[i], median_of(t[i], REPS), key[base],
+               gbs[i] / gbs[base], best_of(c[base], REPS) / best_of(c[i], REPS), label[i]);
         result(key[i], gbs[i], "GB/s", label[i]);
         char k[64];
         snprintf(k, sizeof k, "%s_median_s", key[i]);
@@ -653,11 +666,12 @@ static int mode_read(const char *dir)
         printf("NOTE: the mmap path (%.2f GB/s) is SLOWER than the pread path (%.2f GB/s) "
                "for whole-tensor reads into caller memory (%.2fx); a fresh mapping pays page "
                "faults and the munmap; a 2nd pass over the faulted mapping copies at "
-               "%.2f GB/s.\n", gbs[SHS_MMAP], gbs[SHS_PREAD], gbs[SHS_PREAD] / gbs[SHS_MMAP],
-               gbs[SHS_HOT]);
+               "%.2f GB/s.\n",
+               gbs[SHS_MMAP], gbs[SHS_PREAD], gbs[SHS_PREAD] / gbs[SHS_MMAP], gbs[SHS_HOT]);
     else
         printf("NOTE: the mmap path (%.2f GB/s) is not slower than the pread path "
-               "(%.2f GB/s) for whole-tensor reads.\n", gbs[SHS_MMAP], gbs[SHS_PREAD]);
+               "(%.2f GB/s) for whole-tensor reads.\n",
+               gbs[SHS_MMAP], gbs[SHS_PREAD]);
     result("mmap_slower_than_pread", gbs[SHS_MMAP] < gbs[SHS_PREAD], "bool",
            "mmap path slower than pread path");
 
@@ -681,7 +695,7 @@ static int mode_read(const char *dir)
 
 static int mode_header(const char *dir, int keep)
 {
-    static const shs_dtype dts[] = { SHS_F32, SHS_BF16, SHS_F16, SHS_F64, SHS_I64,
+    static const shs_dtype dts[] = { SHS_F32, SHS_BF16, SHS_F16,  SHS_F64,     SHS_I64,
                                      SHS_I32, SHS_U8,   SHS_BOOL, SHS_F8_E4M3, SHS_I16 };
     static const char *const kinds[] = { "mlp.weight", "mlp.bias", "attn.q.weight",
                                          "attn.kv.weight", "ln.weight" };
@@ -730,9 +744,14 @@ static int mode_header(const char *dir, int keep)
     }
     shs_file_close(f);
 
-    enum { OPEN, OPEN_MEM, PREAD_HDR, UTF8, NV };
-    static const char *const key[NV] = { "hdr_open", "hdr_open_memory", "hdr_pread",
-                                         "hdr_utf8" };
+    enum {
+        OPEN,
+        OPEN_MEM,
+        PREAD_HDR,
+        UTF8,
+        NV
+    };
+    static const char *const key[NV] = { "hdr_open", "hdr_open_memory", "hdr_pread", "hdr_utf8" };
     static const char *const label[NV] = {
         "shs_file_open + shs_file_close",
         "shs_file_open_memory + close (file image already in memory: no I/O)",
@@ -767,8 +786,8 @@ static int mode_header(const char *dir, int keep)
     }
     close(fd);
     printf("header file: %d tensors, header %" PRIu64 " bytes, file %lld bytes, "
-           "written by shs_save_file in %.1f ms\n", HDR_TENSORS, hlen, (long long)st.st_size,
-           t_write * 1e3);
+           "written by shs_save_file in %.1f ms\n",
+           HDR_TENSORS, hlen, (long long)st.st_size, t_write * 1e3);
     result("hdr_tensors", HDR_TENSORS, "", "tensors");
     result("hdr_bytes", (double)hlen, "B", "header length");
     result("hdr_write_ms", t_write * 1e3, "ms", "shs_save_file of the 100k-tensor file (once)");

@@ -66,16 +66,19 @@ static const char HX[] = "0123456789abcdef";
 
 static void header(sbuf *b, int ranks)
 {
-    put(b, "{\n\"format\":\"shardsafe.checkpoint\",\n\"version\":2,\n\"step\":1,\n"
-           "\"world_size\":%d,\n\"common_xxh3\":\"%s\",\n", ranks, HX);
+    put(b,
+        "{\n\"format\":\"shardsafe.checkpoint\",\n\"version\":2,\n\"step\":1,\n"
+        "\"world_size\":%d,\n\"common_xxh3\":\"%s\",\n",
+        ranks, HX);
 }
 
-static void chunk(sbuf *b, int first, const char *name, uint64_t r0, uint64_t rows,
-                  uint64_t c0, uint64_t cols, long file, uint64_t bytes)
+static void chunk(sbuf *b, int first, const char *name, uint64_t r0, uint64_t rows, uint64_t c0,
+                  uint64_t cols, long file, uint64_t bytes)
 {
-    put(b, "%s{\"offset\":[%llu,%llu],\"shape\":[%llu,%llu],\"file\":%ld,\"key\":\"%s\","
-           "\"byte_range\":[128,%llu],\"xxh3\":\"%s\"}", first ? "" : ",",
-        (unsigned long long)r0, (unsigned long long)c0, (unsigned long long)rows,
+    put(b,
+        "%s{\"offset\":[%llu,%llu],\"shape\":[%llu,%llu],\"file\":%ld,\"key\":\"%s\","
+        "\"byte_range\":[128,%llu],\"xxh3\":\"%s\"}",
+        first ? "" : ",", (unsigned long long)r0, (unsigned long long)c0, (unsigned long long)rows,
         (unsigned long long)cols, file, name, (unsigned long long)(128 + bytes), HX);
 }
 
@@ -86,9 +89,10 @@ static void gen_ranks(sbuf *b, int ranks)
     static const char *const kinds[3] = { "model", "opt", "state" };
     for (int r = 0; r < ranks; r++)
         for (int k = 0; k < 3; k++)
-            put(b, "%s{\"name\":\"checkpoint-%s-%07d-%07d.safetensors\",\"rank\":%d,"
-                   "\"size\":4096,\"header_xxh3\":\"%s\"}", r || k ? "," : "", kinds[k], r,
-                ranks, r, HX);
+            put(b,
+                "%s{\"name\":\"checkpoint-%s-%07d-%07d.safetensors\",\"rank\":%d,"
+                "\"size\":4096,\"header_xxh3\":\"%s\"}",
+                r || k ? "," : "", kinds[k], r, ranks, r, HX);
     put(b, "],\n\"tensors\":{");
     for (int t = 0; t < 9; t++) {
         char name[32];
@@ -98,14 +102,16 @@ static void gen_ranks(sbuf *b, int ranks)
         put(b, "%s\"%s\":{\"kind\":\"%s\",\"dtype\":\"F32\",\"shape\":[%llu,64],\"chunks\":[",
             t ? "," : "", name, opt ? "opt" : "model", (unsigned long long)rows);
         for (int r = 0; r < ranks; r++)
-            chunk(b, r == 0, name, repl ? 0 : (uint64_t)r * 2, repl ? 64 : 2, 0, 64,
-                  3L * r + opt, (repl ? 64 : 2) * 64 * 4);
+            chunk(b, r == 0, name, repl ? 0 : (uint64_t)r * 2, repl ? 64 : 2, 0, 64, 3L * r + opt,
+                  (repl ? 64 : 2) * 64 * 4);
         put(b, "]}");
     }
     put(b, "},\n\"blobs\":[");
     for (int r = 0; r < ranks; r++)
-        put(b, "%s{\"name\":\"rng\",\"rank\":%d,\"file\":%d,\"key\":\"rng\","
-               "\"byte_range\":[128,144],\"xxh3\":\"%s\"}", r ? "," : "", r, 3 * r + 2, HX);
+        put(b,
+            "%s{\"name\":\"rng\",\"rank\":%d,\"file\":%d,\"key\":\"rng\","
+            "\"byte_range\":[128,144],\"xxh3\":\"%s\"}",
+            r ? "," : "", r, 3 * r + 2, HX);
     put(b, "]\n}");
 }
 
@@ -119,10 +125,11 @@ static void gen_boxes(sbuf *b, long n, int stagger)
     /* rows actually used: the last one may hold fewer bricks */
     long total_rows = stagger ? (n + per - 1) / per : n + 1;
     header(b, 1);
-    put(b, "\"files\":[{\"name\":\"checkpoint-model-0000000-0000001.safetensors\",\"rank\":0,"
-           "\"size\":4096,\"header_xxh3\":\"%s\"}],\n\"tensors\":{\"t\":{\"kind\":\"model\","
-           "\"dtype\":\"F32\",\"shape\":[%ld,%ld],\"chunks\":[", HX, total_rows,
-        stagger ? width : 16L);
+    put(b,
+        "\"files\":[{\"name\":\"checkpoint-model-0000000-0000001.safetensors\",\"rank\":0,"
+        "\"size\":4096,\"header_xxh3\":\"%s\"}],\n\"tensors\":{\"t\":{\"kind\":\"model\","
+        "\"dtype\":\"F32\",\"shape\":[%ld,%ld],\"chunks\":[",
+        HX, total_rows, stagger ? width : 16L);
     long k = 0;
     if (stagger) {
         /* row r: a first brick of width 1 + r % 15, then bricks of 16,
@@ -201,8 +208,8 @@ int main(int argc, char **argv)
     double to = best_of(t_open, REPS), tj = best_of(t_json, REPS);
     double mib = (double)len / (1 << 20);
     printf("%s N=%ld: metadata.json %.1f MiB, open (parse + validate) best %.3f s (median "
-           "%.3f, CPU %.3f) vs json_loadb alone %.3f s: ratio %.2f; %s\n", mode, n, mib, to,
-           median_of(t_open, REPS), best_of(c_open, REPS), tj, to / tj, why);
+           "%.3f, CPU %.3f) vs json_loadb alone %.3f s: ratio %.2f; %s\n",
+           mode, n, mib, to, median_of(t_open, REPS), best_of(c_open, REPS), tj, to / tj, why);
     char key[64], label[160];
     snprintf(key, sizeof key, "open_%ld", n);
     snprintf(label, sizeof label, "open metadata.json (%s, N=%ld, %.1f MiB)", mode, n, mib);
@@ -217,7 +224,10 @@ int main(int argc, char **argv)
     result(key, rc == SHS_OK, "", "1: the metadata was accepted");
     snprintf(key, sizeof key, "peak_rss_%ld", n);
     result(key, maxrss_mib(), "MiB", "peak RSS of the process");
-    if (getenv("BENCH_META_KEEP")) printf("kept %s\n", path); else unlink(path);
+    if (getenv("BENCH_META_KEEP"))
+        printf("kept %s\n", path);
+    else
+        unlink(path);
     rmdir(dir);
     rmdir(root);
     shs__free(sealed);

@@ -86,7 +86,8 @@ static double hwm_mib(void)
 static void result(const char *key, double value, const char *unit, const char *label)
 {
     printf("@@ {\"mode\":\"%s\",\"key\":\"%s\",\"value\":%.9g,\"unit\":\"%s\","
-           "\"label\":\"%s\"}\n", g_mode, key, value, unit, label);
+           "\"label\":\"%s\"}\n",
+           g_mode, key, value, unit, label);
     fflush(stdout);
 }
 
@@ -191,8 +192,7 @@ static void split(uint64_t len, uint32_t parts, uint32_t i, uint64_t *off, uint6
 
 /* Every rank's chunk of every tensor, rank-major (as an all-gather gives
    them).  Boxes of split tensors go to *pool (4 values each). */
-static shs_plan_chunk *gather_layout(const state *s, uint32_t ranks, size_t *n,
-                                     uint64_t **pool)
+static shs_plan_chunk *gather_layout(const state *s, uint32_t ranks, size_t *n, uint64_t **pool)
 {
     size_t nsplit = (s->nt + 1) / 2;
     shs_plan_chunk *c = xmalloc((size_t)ranks * s->nt * sizeof *c);
@@ -219,8 +219,8 @@ static shs_plan_chunk *gather_layout(const state *s, uint32_t ranks, size_t *n,
 static void print_heap(const char *what, double hwm)
 {
     printf("  %-12s planner heap peak %8.1f MiB, RSS peak during this plan %8.1f MiB, "
-           "process peak RSS %8.1f MiB\n", what, (double)g_peak / 1048576.0, hwm,
-           peak_rss_mib());
+           "process peak RSS %8.1f MiB\n",
+           what, (double)g_peak / 1048576.0, hwm, peak_rss_mib());
 }
 
 static int bench_save(uint32_t ranks, uint32_t per_rank)
@@ -231,8 +231,8 @@ static int bench_save(uint32_t ranks, uint32_t per_rank)
     uint64_t *pool;
     shs_plan_chunk *c = gather_layout(&s, ranks, &n, &pool);
     double rss_in = peak_rss_mib();
-    printf("save plan: %u ranks x %u chunks = %zu chunks (input %.1f MiB RSS)\n", ranks,
-           per_rank, n, rss_in);
+    printf("save plan: %u ranks x %u chunks = %zu chunks (input %.1f MiB RSS)\n", ranks, per_rank,
+           n, rss_in);
     result("input_rss_mib", rss_in, "MiB", "peak RSS after building the input");
 
     for (int rr = 1; rr >= 0; rr--) {
@@ -249,8 +249,9 @@ static int bench_save(uint32_t ranks, uint32_t per_rank)
         const char *tag = rr ? "dedup" : "nodedup";
         char key[64];
         printf("  remove_redundancy=%d: %.3f s (cpu %.3f s), %zu unique, written %.3g of "
-               "%.3g bytes, max/mean %.4f\n", rr, t, cpu, p.nunique,
-               (double)p.written_bytes, (double)p.total_bytes, p.max_over_mean);
+               "%.3g bytes, max/mean %.4f\n",
+               rr, t, cpu, p.nunique, (double)p.written_bytes, (double)p.total_bytes,
+               p.max_over_mean);
         double hwm = hwm_mib();
         print_heap(tag, hwm);
         snprintf(key, sizeof key, "save_%s_rss_mib", tag);
@@ -301,7 +302,8 @@ static int bench_load(uint32_t ranks, uint32_t per_rank)
     shs_plan_chunk *req = gather_layout(&s, target, &nreq, &rpool);
     double rss_in = peak_rss_mib();
     printf("load plan: %zu saved chunks of %u ranks -> %u ranks x %u requests = %zu "
-           "(input %.1f MiB RSS)\n", nsaved, ranks, target, per_rank, nreq, rss_in);
+           "(input %.1f MiB RSS)\n",
+           nsaved, ranks, target, per_rank, nreq, rss_in);
     result("input_rss_mib", rss_in, "MiB", "peak RSS after building the input");
     result("target_ranks", target, "", "ranks of the load");
 
@@ -319,8 +321,8 @@ static int bench_load(uint32_t ranks, uint32_t per_rank)
         const char *tag = lb ? "balanced" : "unbalanced";
         char key[64];
         printf("  load_balanced=%d: %.3f s (cpu %.3f s), %zu items, %zu reads, %zu sends, "
-               "read %.3g bytes (needed %.3g), sent %.3g, max/mean %.3f\n", lb, t, cpu,
-               p.nitems, p.nreads, p.nsends, (double)p.read_bytes,
+               "read %.3g bytes (needed %.3g), sent %.3g, max/mean %.3f\n",
+               lb, t, cpu, p.nitems, p.nreads, p.nsends, (double)p.read_bytes,
                (double)p.needed_bytes, (double)p.sent_bytes, p.max_over_mean);
         double hwm = hwm_mib();
         print_heap(tag, hwm);

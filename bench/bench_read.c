@@ -92,8 +92,9 @@ static int t_send(void *ctx, const void *buf, size_t len, int peer, int tag)
     return t_p2p(ctx, (void *)buf, len, peer, tag);
 }
 
-static const shs_comm_ops k_tops = { SHS_COMM_OPS_VERSION, t_barrier, t_bcast, t_allgather,
-                                     t_gatherv, t_send, t_p2p, NULL };
+static const shs_comm_ops k_tops = {
+    SHS_COMM_OPS_VERSION, t_barrier, t_bcast, t_allgather, t_gatherv, t_send, t_p2p, NULL
+};
 
 static uint64_t g_rows;
 
@@ -250,7 +251,8 @@ int main(int argc, char **argv)
     if (memcmp(a, b, (size_t)(g_rows * COLS * 4 * NT)) != 0)
         die("whole read differs from the manager's load", SHS_ECORRUPT);
     printf("whole %.2f GB, 4 files: manager load %.3f s (%.2f GB/s), public read %.3f s "
-           "(%.2f GB/s), ratio %.2f\n", gb, tm, gb / tm, tr, gb / tr, tm / tr);
+           "(%.2f GB/s), ratio %.2f\n",
+           gb, tm, gb / tm, tr, gb / tr, tm / tr);
     uint64_t r0, r1;
     split(g_rows, 3, 1, &r0, &r1);
     double bgb = (double)(r1 - r0) * COLS * 4 * NT / 1e9, bm = 1e9, br = 1e9;
@@ -261,7 +263,8 @@ int main(int argc, char **argv)
     if (memcmp(a, b, (size_t)((r1 - r0) * COLS * 4 * NT)) != 0)
         die("resharded read differs from the manager's load", SHS_ECORRUPT);
     printf("reshard 4->3 box of rank 1, %.2f GB: manager load %.3f s, public read %.3f s, "
-           "ratio %.2f\n", bgb, bm, br, bm / br);
+           "ratio %.2f\n",
+           bgb, bm, br, bm / br);
     result("state_bytes", (double)g_rows * COLS * 4 * NT, "B", "tensor bytes of one checkpoint");
     result("manager_whole", gb / tm, "GB/s", "shs_manager_load of every whole tensor");
     result("manager_whole_s", tm, "s", "shs_manager_load, whole");

@@ -73,11 +73,11 @@ static inline void die(const char *what, int rc)
     BENCH_FATAL();
 }
 
-#define CHECK(call)                         \
-    do {                                    \
-        int rc_ = (call);                   \
-        if (rc_ < 0)                        \
-            die(#call, rc_);                \
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ < 0)                                                                               \
+            die(#call, rc_);                                                                       \
     } while (0)
 
 static inline void *xmalloc(size_t n)
@@ -97,7 +97,8 @@ static inline void result(const char *key, double value, const char *unit, const
 {
     if (BENCH_PRINTS) {
         printf("@@ {\"mode\":\"%s\",\"key\":\"%s\",\"value\":%.9g,\"unit\":\"%s\","
-               "\"label\":\"%s\"}\n", g_mode, key, value, unit, label);
+               "\"label\":\"%s\"}\n",
+               g_mode, key, value, unit, label);
         fflush(stdout);
     }
 }
@@ -195,8 +196,8 @@ static inline void rmtree(const char *p)
 static inline size_t model_tensor(int i, int n, unsigned total_rows, unsigned *rows_left,
                                   char *name, size_t name_cap, size_t *ndim, uint64_t shape[2])
 {
-    static const char *const kind[4] = { "attn.qkv.weight", "mlp.up.weight",
-                                         "mlp.down.weight", "norm.weight" };
+    static const char *const kind[4] = { "attn.qkv.weight", "mlp.up.weight", "mlp.down.weight",
+                                         "norm.weight" };
     unsigned wsum = 0;
     for (int k = 0; k < n; k++)
         if (k % 4 != 3)

@@ -114,8 +114,7 @@ int cli_is_save_path(const char *path)
 
 /* Sum the regular files under `path` (not following symbolic links, which
    count as files of their own size; depth-limited). */
-static void du(const char *path, int depth, uint64_t *bytes, uint64_t *files,
-               uint64_t *shared)
+static void du(const char *path, int depth, uint64_t *bytes, uint64_t *files, uint64_t *shared)
 {
     DIR *d = opendir(path);
     if (!d)

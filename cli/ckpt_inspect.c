@@ -16,9 +16,9 @@ static const char *const k_kind[] = { "model", "opt" };
    the tensors in display order (model, then opt; by name within each). */
 typedef struct view {
     const shs_checkpoint *ck;
-    int64_t *file_size;       /* -1: missing */
-    size_t *order;            /* display order of the tensors */
-    uint64_t *tensor_bytes;   /* by tensor index: sum of its chunks' byte ranges */
+    int64_t *file_size;     /* -1: missing */
+    size_t *order;          /* display order of the tensors */
+    uint64_t *tensor_bytes; /* by tensor index: sum of its chunks' byte ranges */
     size_t n_kind[2];
     uint64_t total_bytes;
 } view;
@@ -75,9 +75,9 @@ static int view_init(view *v, const shs_checkpoint *ck, const char *dir)
 static json_t *progress_json(const shs_progress *p)
 {
     return json_pack("{s:I,s:I,s:I,s:f,s:I,s:I,s:o}", "epoch_num", (json_int_t)p->epoch_num,
-                     "step_num", (json_int_t)p->step_num, "global_step",
-                     (json_int_t)p->global_step, "loss_scale", p->loss_scale,
-                     "global_batch_size", (json_int_t)p->global_batch_size, "consumed_samples",
+                     "step_num", (json_int_t)p->step_num, "global_step", (json_int_t)p->global_step,
+                     "loss_scale", p->loss_scale, "global_batch_size",
+                     (json_int_t)p->global_batch_size, "consumed_samples",
                      (json_int_t)p->consumed_samples, "ckpt_status",
                      p->ckpt_status[0] ? json_string(p->ckpt_status) : json_null());
 }
@@ -152,8 +152,7 @@ static int print_json(const char *dir, const view *v, json_t *common, int status
         json_t *o = json_object();
         bad |= !o || put(o, "name", jstr(name, strlen(name))) ||
                put(o, "rank", json_integer(shs_checkpoint_file_rank(ck, i))) ||
-               put(o, "bytes", v->file_size[i] < 0 ? json_null()
-                                                   : json_integer(v->file_size[i])) ||
+               put(o, "bytes", v->file_size[i] < 0 ? json_null() : json_integer(v->file_size[i])) ||
                push(files, o);
     }
     for (size_t k = 0; !bad && k < nt; k++) {
@@ -166,8 +165,7 @@ static int print_json(const char *dir, const view *v, json_t *common, int status
                put(o, "dtype", json_string(shs_dtype_name(t->dtype))) ||
                put(o, "shape", shape_json(t->shape, t->ndim)) ||
                put(o, "chunk_count", json_integer((json_int_t)t->n_chunks)) ||
-               put(o, "bytes", cli_ju64(tb)) ||
-               push(ts, o);
+               put(o, "bytes", cli_ju64(tb)) || push(ts, o);
     }
     for (size_t i = 0; !bad && i < nb; i++) {
         shs_blob_info b = SHS_BLOB_INFO_INIT;
@@ -187,10 +185,9 @@ static int print_json(const char *dir, const view *v, json_t *common, int status
                put(doc, "common", common ? json_incref(common) : json_null()) ||
                put(doc, "totals",
                    json_pack("{s:I,s:I,s:I,s:I,s:I}", "tensor_count", (json_int_t)nt,
-                             "model_tensor_count", (json_int_t)v->n_kind[0],
-                             "opt_tensor_count", (json_int_t)v->n_kind[1], "bytes",
-                             (json_int_t)(v->total_bytes > INT64_MAX ? INT64_MAX
-                                                                     : v->total_bytes),
+                             "model_tensor_count", (json_int_t)v->n_kind[0], "opt_tensor_count",
+                             (json_int_t)v->n_kind[1], "bytes",
+                             (json_int_t)(v->total_bytes > INT64_MAX ? INT64_MAX : v->total_bytes),
                              "blob_count", (json_int_t)nb));
     }
     json_decref(files);
@@ -236,8 +233,8 @@ static int print_tensors(const view *v)
             wb = digits(v->tensor_bytes[i]);
     }
     if (ok) {
-        printf("\n  %-*s  %-5s  %-11s  %-*s  %*s  %*s\n", (int)wn, "NAME", "KIND", "DTYPE",
-               (int)ws, "SHAPE", (int)wc, "CHUNKS", (int)wb, "BYTES");
+        printf("\n  %-*s  %-5s  %-11s  %-*s  %*s  %*s\n", (int)wn, "NAME", "KIND", "DTYPE", (int)ws,
+               "SHAPE", (int)wc, "CHUNKS", (int)wb, "BYTES");
         for (size_t k = 0; k < nt; k++) {
             size_t i = v->order[k];
             const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, i);
@@ -291,8 +288,7 @@ static int print_text(const char *dir, const view *v, json_t *common)
             continue;
         printf("  ");
         put_esc(b.name);
-        printf("  rank %d  %llu bytes\n", b.rank,
-               (unsigned long long)(b.byte_end - b.byte_begin));
+        printf("  rank %d  %llu bytes\n", b.rank, (unsigned long long)(b.byte_end - b.byte_begin));
     }
     printf("\ncommon.json: ");
     if (!common) {
@@ -302,7 +298,8 @@ static int print_text(const char *dir, const view *v, json_t *common)
                json_object_size(common) == 1 ? "entry" : "entries");
         const char *k;
         json_t *val;
-        json_object_foreach(common, k, val) {
+        json_object_foreach(common, k, val)
+        {
             char *s = json_dumps(val, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII |
                                           JSON_REAL_PRECISION(17));
             printf("  ");
@@ -346,8 +343,9 @@ int cli_inspect_checkpoint(const char *dir, int json)
     if (problem)
         cli_err("%s", problem);
     free(problem);
-    int rc = json ? print_json(dir, &v, common, status)
-                  : cli_g.quiet ? CLI_OK : print_text(dir, &v, common);
+    int rc = json          ? print_json(dir, &v, common, status)
+             : cli_g.quiet ? CLI_OK
+                           : print_text(dir, &v, common);
     if (rc == CLI_OK)
         rc = status;
     json_decref(common);

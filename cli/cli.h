@@ -23,9 +23,17 @@
 
 #include <jansson.h>
 
-enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+enum {
+    CLI_OK = 0,
+    CLI_FAIL = 1,
+    CLI_USAGE = 2
+};
 /* diff follows cmp: 0 same, 1 different, 2 trouble (usage, bad input, I/O). */
-enum { CLI_DIFF_SAME = 0, CLI_DIFF_DIFFERENT = 1, CLI_DIFF_TROUBLE = 2 };
+enum {
+    CLI_DIFF_SAME = 0,
+    CLI_DIFF_DIFFERENT = 1,
+    CLI_DIFF_TROUBLE = 2
+};
 
 /* Bytes per read/convert chunk: memory stays O(chunk), never O(tensor). */
 #define CLI_CHUNK_BYTES ((size_t)8 << 20)
@@ -61,8 +69,7 @@ void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "shardsafe: warning: <message>\n" on stderr. */
 void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Usage error for command `cmd`: message plus a pointer to --help. */
-int cli_usage_err(const char *cmd, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+int cli_usage_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* vsnprintf into a new string (NULL on out of memory). */
 char *cli_vfmt(const char *fmt, va_list ap);
 char *cli_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -86,43 +93,42 @@ static inline uint64_t cli_add_sat(uint64_t a, uint64_t b)
 /* Options every command takes, set by the parser (one process runs one
    command, so a global is the honest representation). */
 typedef struct cli_globals {
-    const char *cmd;      /* the command being run, for messages and JSON */
-    int quiet;            /* -q: nothing on stdout, no warnings, no progress */
-    int verbose;          /* -v: progress notes on stderr (cli_info) */
-    int json;             /* --json: one document on stdout */
-    int json_printed;     /* the command printed its document */
-    int usage_error;      /* cli_usage_err was called */
-    json_t *errors;       /* --json: every cli_err message, in order */
-    json_t *warnings;     /* --json: every cli_warn message */
+    const char *cmd;  /* the command being run, for messages and JSON */
+    int quiet;        /* -q: nothing on stdout, no warnings, no progress */
+    int verbose;      /* -v: progress notes on stderr (cli_info) */
+    int json;         /* --json: one document on stdout */
+    int json_printed; /* the command printed its document */
+    int usage_error;  /* cli_usage_err was called */
+    json_t *errors;   /* --json: every cli_err message, in order */
+    json_t *warnings; /* --json: every cli_warn message */
 } cli_globals;
 extern cli_globals cli_g;
 
 typedef struct cli_optdef {
-    const char *name;     /* "--limit"; the global options are built in */
-    char short_name;      /* 'n' for -n, 0 for none */
+    const char *name; /* "--limit"; the global options are built in */
+    char short_name;  /* 'n' for -n, 0 for none */
     int takes_value;
 } cli_optdef;
 
 enum {
     CLI_ARG_POSITIONAL = -1,
     CLI_ARG_END = -2,
-    CLI_ARG_EXIT = -3      /* --help/--version printed, or a usage error
+    CLI_ARG_EXIT = -3 /* --help/--version printed, or a usage error
                               reported: return p->status */
 };
 
 typedef struct cli_parser {
     const char *cmd;
-    const char *help;     /* printed by -h/--help */
+    const char *help; /* printed by -h/--help */
     int argc;
     char **argv;
     int i;
-    const char *cluster;  /* rest of a "-abc" group of short flags */
-    int only_positional;  /* after "--" */
-    int status;           /* with CLI_ARG_EXIT */
+    const char *cluster; /* rest of a "-abc" group of short flags */
+    int only_positional; /* after "--" */
+    int status;          /* with CLI_ARG_EXIT */
 } cli_parser;
 
-void cli_parser_init(cli_parser *p, const char *cmd, const char *help, int argc,
-                     char **argv);
+void cli_parser_init(cli_parser *p, const char *cmd, const char *help, int argc, char **argv);
 /* Next argument: an index into `defs` (its value in *val when it takes
    one: "--opt VALUE", "--opt=VALUE", "-o VALUE", "-oVALUE"), or a CLI_ARG_*
    code (positional: *val is the argument).  The global options -h/--help,
@@ -165,8 +171,8 @@ typedef struct cli_progress {
     int on;
     const char *label;
     uint64_t total, done;
-    double start, last;   /* monotonic seconds */
-    size_t drawn;         /* width of the line on screen */
+    double start, last; /* monotonic seconds */
+    size_t drawn;       /* width of the line on screen */
 } cli_progress;
 void cli_progress_start(cli_progress *p, const char *label, uint64_t total);
 void cli_progress_add(cli_progress *p, uint64_t n);
@@ -176,7 +182,11 @@ void cli_progress_end(cli_progress *p);
 const char *cli_human_age(char *buf, size_t cap, int64_t mtime, int64_t now);
 
 /* ---- paths, directories and HF indexes (scan.c) ---- */
-typedef enum cli_kind { CLI_KIND_FILE, CLI_KIND_DIR, CLI_KIND_INDEX } cli_kind;
+typedef enum cli_kind {
+    CLI_KIND_FILE,
+    CLI_KIND_DIR,
+    CLI_KIND_INDEX
+} cli_kind;
 
 /* Classify a command-line PATH: a directory, an index (name ends in
    ".json"), else a safetensors file (including paths that do not exist:
@@ -195,9 +205,8 @@ typedef struct cli_strs {
     char **v;
     size_t n, cap;
 } cli_strs;
-int cli_strs_add(cli_strs *s, char *owned);        /* takes ownership */
-int cli_strs_addf(cli_strs *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+int cli_strs_add(cli_strs *s, char *owned); /* takes ownership */
+int cli_strs_addf(cli_strs *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void cli_strs_sort(cli_strs *s);
 void cli_strs_release(cli_strs *s);
 
@@ -208,7 +217,7 @@ int cli_list_dir(const char *dir, cli_strs *files, cli_strs *indexes);
 
 /* A parsed model.safetensors.index.json. */
 typedef struct cli_index_entry {
-    const char *tensor;   /* points into the JSON tree */
+    const char *tensor; /* points into the JSON tree */
     size_t tensor_len;
     const char *file;
 } cli_index_entry;
@@ -217,13 +226,13 @@ typedef struct cli_index {
     char *path;
     char *dir;
     json_t *root;
-    json_t *metadata;        /* borrowed; NULL when absent */
-    json_t *weight_map;      /* borrowed */
-    cli_index_entry *entries;  /* sorted by file, then tensor */
+    json_t *metadata;         /* borrowed; NULL when absent */
+    json_t *weight_map;       /* borrowed */
+    cli_index_entry *entries; /* sorted by file, then tensor */
     size_t n_entries;
-    cli_strs shards;         /* distinct file names, sorted */
-    cli_strs shard_paths;    /* dir/shard for each */
-    uint64_t shard_bytes;    /* sum of tensor bytes of the shards seen */
+    cli_strs shards;      /* distinct file names, sorted */
+    cli_strs shard_paths; /* dir/shard for each */
+    uint64_t shard_bytes; /* sum of tensor bytes of the shards seen */
     int shard_bytes_valid;
 } cli_index;
 
@@ -235,8 +244,8 @@ typedef struct cli_index {
 int cli_index_load(cli_index *ix, const char *path, cli_strs *problems);
 /* Cross-check shard number `k` against the weight_map.  `f` is the open
    shard, or NULL when it could not be opened (`why` then says why). */
-void cli_index_check_shard(cli_index *ix, size_t k, const shs_file *f,
-                           const char *why, cli_strs *problems);
+void cli_index_check_shard(cli_index *ix, size_t k, const shs_file *f, const char *why,
+                           cli_strs *problems);
 /* After all shards: compare metadata.total_size (a warning only). */
 void cli_index_finish(cli_index *ix, cli_strs *warnings);
 void cli_index_release(cli_index *ix);
@@ -278,31 +287,35 @@ int cli_is_save_path(const char *path);
 
 /* One entry of a save path: a step directory or a leftover. */
 typedef struct cli_entry {
-    char *name;           /* entry name */
-    char *path;           /* save_path/name */
-    int64_t step;         /* -1 for leftovers */
-    int committed;        /* a committed step (library), and this directory complete */
-    char *problem;        /* ls: cli_step_problem of a step directory, or NULL */
-    int latest;           /* the committed directory the tracker names */
-    uint64_t bytes;       /* sum of the sizes of its files (recursive) */
-    uint64_t files;       /* number of files */
-    uint64_t shared;      /* files with a link count > 1 */
-    int64_t mtime;        /* of the entry itself (seconds since the epoch) */
+    char *name;      /* entry name */
+    char *path;      /* save_path/name */
+    int64_t step;    /* -1 for leftovers */
+    int committed;   /* a committed step (library), and this directory complete */
+    char *problem;   /* ls: cli_step_problem of a step directory, or NULL */
+    int latest;      /* the committed directory the tracker names */
+    uint64_t bytes;  /* sum of the sizes of its files (recursive) */
+    uint64_t files;  /* number of files */
+    uint64_t shared; /* files with a link count > 1 */
+    int64_t mtime;   /* of the entry itself (seconds since the epoch) */
 } cli_entry;
 
-enum { CLI_TRACKER_OK, CLI_TRACKER_MISSING, CLI_TRACKER_MALFORMED };
+enum {
+    CLI_TRACKER_OK,
+    CLI_TRACKER_MISSING,
+    CLI_TRACKER_MALFORMED
+};
 
 typedef struct cli_save {
     const char *path;
-    cli_entry *steps;     /* sorted by step, then name */
+    cli_entry *steps; /* sorted by step, then name */
     size_t n_steps;
     cli_entry *leftovers; /* sorted by name */
     size_t n_leftovers;
     int tracker;          /* CLI_TRACKER_* */
     int64_t tracker_step; /* when CLI_TRACKER_OK */
     char tracker_why[512];
-    cli_entry *latest;    /* NULL: no committed directory of tracker_step */
-    int64_t *committed;   /* the committed steps (shs_checkpoint_list) */
+    cli_entry *latest;  /* NULL: no committed directory of tracker_step */
+    int64_t *committed; /* the committed steps (shs_checkpoint_list) */
     size_t n_committed;
 } cli_save;
 

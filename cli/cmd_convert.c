@@ -67,15 +67,15 @@ static const struct {
     const char *alias;
     shs_dtype dtype;
 } k_aliases[] = {
-    { "BF16", SHS_BF16 },        { "BFLOAT16", SHS_BF16 },
-    { "F16", SHS_F16 },          { "FP16", SHS_F16 },
-    { "FLOAT16", SHS_F16 },      { "HALF", SHS_F16 },
-    { "F32", SHS_F32 },          { "FP32", SHS_F32 },
-    { "FLOAT32", SHS_F32 },      { "FLOAT", SHS_F32 },
-    { "F64", SHS_F64 },          { "FP64", SHS_F64 },
-    { "FLOAT64", SHS_F64 },      { "DOUBLE", SHS_F64 },
-    { "F8_E4M3", SHS_F8_E4M3 },  { "FLOAT8_E4M3FN", SHS_F8_E4M3 },
-    { "F8_E5M2", SHS_F8_E5M2 },  { "FLOAT8_E5M2", SHS_F8_E5M2 },
+    { "BF16", SHS_BF16 },       { "BFLOAT16", SHS_BF16 },
+    { "F16", SHS_F16 },         { "FP16", SHS_F16 },
+    { "FLOAT16", SHS_F16 },     { "HALF", SHS_F16 },
+    { "F32", SHS_F32 },         { "FP32", SHS_F32 },
+    { "FLOAT32", SHS_F32 },     { "FLOAT", SHS_F32 },
+    { "F64", SHS_F64 },         { "FP64", SHS_F64 },
+    { "FLOAT64", SHS_F64 },     { "DOUBLE", SHS_F64 },
+    { "F8_E4M3", SHS_F8_E4M3 }, { "FLOAT8_E4M3FN", SHS_F8_E4M3 },
+    { "F8_E5M2", SHS_F8_E5M2 }, { "FLOAT8_E5M2", SHS_F8_E5M2 },
 };
 
 static int parse_target(const char *s, shs_dtype *out)
@@ -98,12 +98,16 @@ static int parse_target(const char *s, shs_dtype *out)
 static int is_float(shs_dtype t)
 {
     switch (t) {
-    case SHS_F64: case SHS_F32: case SHS_F16: case SHS_BF16:
-    case SHS_F8_E4M3: case SHS_F8_E5M2: case SHS_F8_E4M3FNUZ:
-    case SHS_F8_E5M2FNUZ: case SHS_F8_E8M0:
-        return 1;
-    default:
-        return 0;
+    case SHS_F64:
+    case SHS_F32:
+    case SHS_F16:
+    case SHS_BF16:
+    case SHS_F8_E4M3:
+    case SHS_F8_E5M2:
+    case SHS_F8_E4M3FNUZ:
+    case SHS_F8_E5M2FNUZ:
+    case SHS_F8_E8M0: return 1;
+    default: return 0;
     }
 }
 
@@ -157,8 +161,8 @@ static int declare(conv *c)
         const shs_tensor_info *t = shs_file_tensor(c->f, i);
         if (strlen(t->name) != t->name_len) {
             char *e = cli_escape(t->name, t->name_len);
-            cli_err("convert: %s: tensor '%s': a name containing NUL cannot be written",
-                    c->in, e ? e : "?");
+            cli_err("convert: %s: tensor '%s': a name containing NUL cannot be written", c->in,
+                    e ? e : "?");
             free(e);
             return CLI_FAIL;
         }
@@ -352,8 +356,8 @@ static int print_json(const conv *c, const char *shown_out, int status)
         bad |= json_object_set_new(doc, "converted", json_integer((json_int_t)c->n_converted)) < 0;
         bad |= json_object_set_new(doc, "copied", json_integer((json_int_t)c->n_copied)) < 0;
         bad |= json_object_set_new(doc, "left_out", json_integer((json_int_t)c->n_dropped)) < 0;
-        bad |= json_object_set_new(doc, "bytes", status == CLI_OK ? cli_ju64(c->out_size)
-                                                                   : json_null()) < 0;
+        bad |= json_object_set_new(doc, "bytes",
+                                   status == CLI_OK ? cli_ju64(c->out_size) : json_null()) < 0;
         if (bad) {
             json_decref(doc);
             doc = NULL;
@@ -364,10 +368,11 @@ static int print_json(const conv *c, const char *shown_out, int status)
 
 int cli_cmd_convert(int argc, char **argv)
 {
-    static const cli_optdef defs[] = {
-        { "--dtype", 'd', 1 }, { "--only-float", 0, 0 }, { "--align", 0, 1 },
-        { "--fsync", 0, 0 },   { NULL, 0, 0 }
-    };
+    static const cli_optdef defs[] = { { "--dtype", 'd', 1 },
+                                       { "--only-float", 0, 0 },
+                                       { "--align", 0, 1 },
+                                       { "--fsync", 0, 0 },
+                                       { NULL, 0, 0 } };
     cli_parser p;
     conv c;
     const char *val, *pos[2] = { NULL, NULL };
@@ -378,8 +383,7 @@ int cli_cmd_convert(int argc, char **argv)
     cli_parser_init(&p, "convert", k_help, argc, argv);
     while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
         switch (k) {
-        case CLI_ARG_EXIT:
-            return p.status;
+        case CLI_ARG_EXIT: return p.status;
         case CLI_ARG_POSITIONAL:
             if (npos == 2)
                 return cli_usage_err("convert", "takes exactly IN and OUT (extra argument '%s')",
@@ -390,24 +394,22 @@ int cli_cmd_convert(int argc, char **argv)
             if (parse_target(val, &c.target) < 0)
                 return cli_usage_err("convert",
                                      "unknown --dtype '%s' (use bf16, f16, f32, f64, f8_e4m3 "
-                                     "or f8_e5m2)", val);
+                                     "or f8_e5m2)",
+                                     val);
             have_dtype = 1;
             break;
-        case 1:
-            c.only_float = 1;
-            break;
+        case 1: c.only_float = 1; break;
         case 2: {
             uint64_t a;
             if (cli_parse_u64(val, &a) < 0 || a < 8 || a > (1u << 24) || (a & (a - 1)))
                 return cli_usage_err("convert",
                                      "--align must be a power of two from 8 to 16777216, "
-                                     "not '%s'", val);
+                                     "not '%s'",
+                                     val);
             c.wopts.align = (uint32_t)a;
             break;
         }
-        case 3:
-            c.wopts.fsync = 1;
-            break;
+        case 3: c.wopts.fsync = 1; break;
         }
     }
     if (npos < 2)
@@ -423,7 +425,7 @@ int cli_cmd_convert(int argc, char **argv)
             return cli_usage_err("convert", "--json and OUT '-' both want stdout");
         if (isatty(STDOUT_FILENO))
             return cli_usage_err("convert", "refusing to write a safetensors file to a "
-                                 "terminal (redirect stdout, or give OUT)");
+                                            "terminal (redirect stdout, or give OUT)");
         /* The writer needs a seekable file that it renames into place, so
            the file is built in a private directory, then copied. */
         const char *base = getenv("TMPDIR");
@@ -443,8 +445,10 @@ int cli_cmd_convert(int argc, char **argv)
         }
         c.out = tmpout;
     } else if (same_file(c.in, c.out)) {
-        return cli_usage_err("convert", "IN and OUT are the same file ('%s'); write to a new "
-                             "path", c.out);
+        return cli_usage_err("convert",
+                             "IN and OUT are the same file ('%s'); write to a new "
+                             "path",
+                             c.out);
     }
 
     /* A signal stops the conversion between chunks so that the writer can

@@ -77,16 +77,16 @@ typedef struct tref {
     shs_dtype dtype;
     size_t ndim;
     const uint64_t *shape;
-    size_t index;          /* in the file or the view */
+    size_t index; /* in the file or the view */
 } tref;
 
 typedef struct source {
-    const char *label;     /* "A" / "B" */
-    const char *arg;       /* the command-line path */
-    const char *dir;       /* what was opened, resolved (shs_checkpoint_path) */
-    const char *type;      /* "file", "directory", "checkpoint" */
+    const char *label; /* "A" / "B" */
+    const char *arg;   /* the command-line path */
+    const char *dir;   /* what was opened, resolved (shs_checkpoint_path) */
+    const char *type;  /* "file", "directory", "checkpoint" */
     shs_checkpoint *ck;
-    tref *t;               /* sorted by name */
+    tref *t; /* sorted by name */
     size_t nt;
 } source;
 
@@ -132,7 +132,8 @@ static int source_open(source *s, const char *label, const char *arg, char **why
     }
     s->dir = shs_checkpoint_path(s->ck);
     s->type = stat(arg, &st) == 0 && !S_ISDIR(st.st_mode) && !strstr(arg, ".json") ? "file"
-              : shs_checkpoint_is_plain(s->ck) ? "directory" : "checkpoint";
+              : shs_checkpoint_is_plain(s->ck)                                     ? "directory"
+                                                                                   : "checkpoint";
     s->nt = shs_checkpoint_tensor_count(s->ck);
     s->t = calloc(s->nt + 1, sizeof *s->t);
     if (!s->t) {
@@ -142,8 +143,7 @@ static int source_open(source *s, const char *label, const char *arg, char **why
     /* the library keeps tensors sorted by name, unique */
     for (size_t i = 0; i < s->nt; i++) {
         const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(s->ck, i);
-        s->t[i] = (tref){ ti->name, strlen(ti->name), ti->kind, ti->dtype, ti->ndim,
-                          ti->shape, i };
+        s->t[i] = (tref){ ti->name, strlen(ti->name), ti->kind, ti->dtype, ti->ndim, ti->shape, i };
     }
     if (s->nt > 1)
         qsort(s->t, s->nt, sizeof *s->t, cmp_tref);
@@ -202,17 +202,17 @@ static int same_stored_chunks(const source *sa, const tref *a, const source *sb,
 /* ------------------------------------------------------------------ */
 
 typedef struct tol {
-    int on;                /* --atol or --rtol given */
+    int on; /* --atol or --rtol given */
     double atol, rtol;
 } tol;
 
 typedef struct vdiff {
     uint64_t ndiff;
-    double max;            /* max |a - b| over the elements (non-NaN pairs) */
-    int nan;               /* a NaN facing a number: max is NaN */
-    int unknown;           /* no numeric difference (sub-byte dtypes) */
-    uint64_t base;         /* linear index of the slab's first element */
-    uint64_t worst;        /* linear index of the max |a - b| (or the first
+    double max;     /* max |a - b| over the elements (non-NaN pairs) */
+    int nan;        /* a NaN facing a number: max is NaN */
+    int unknown;    /* no numeric difference (sub-byte dtypes) */
+    uint64_t base;  /* linear index of the slab's first element */
+    uint64_t worst; /* linear index of the max |a - b| (or the first
                               difference when there is no magnitude) */
     int has_worst;
 } vdiff;
@@ -230,12 +230,16 @@ static void note(vdiff *v, uint64_t i, double d)
 static int is_float(shs_dtype t)
 {
     switch (t) {
-    case SHS_F64: case SHS_F32: case SHS_F16: case SHS_BF16:
-    case SHS_F8_E4M3: case SHS_F8_E5M2: case SHS_F8_E4M3FNUZ:
-    case SHS_F8_E5M2FNUZ: case SHS_F8_E8M0:
-        return 1;
-    default:
-        return 0;
+    case SHS_F64:
+    case SHS_F32:
+    case SHS_F16:
+    case SHS_BF16:
+    case SHS_F8_E4M3:
+    case SHS_F8_E5M2:
+    case SHS_F8_E4M3FNUZ:
+    case SHS_F8_E5M2FNUZ:
+    case SHS_F8_E8M0: return 1;
+    default: return 0;
     }
 }
 
@@ -283,8 +287,7 @@ static int cmp_floats(vdiff *v, const tol *tl, shs_dtype dt, const unsigned char
         if (shs_convert(xa, SHS_F64, pa, dt, m) < 0 || shs_convert(xb, SHS_F64, pb, dt, m) < 0)
             return -1;
         for (size_t i = 0; i < m; i++)
-            if (!float_pair(v, tl, xa[i], xb[i], memcmp(pa + i * es, pb + i * es, es) == 0,
-                            at + i))
+            if (!float_pair(v, tl, xa[i], xb[i], memcmp(pa + i * es, pb + i * es, es) == 0, at + i))
                 v->ndiff++;
     }
     return 0;
@@ -315,7 +318,7 @@ static uint64_t load_u(const unsigned char *p, size_t es)
 {
     uint64_t v = 0;
     for (size_t k = 0; k < es; k++)
-        v |= (uint64_t)p[k] << (8 * k);   /* safetensors is little-endian */
+        v |= (uint64_t)p[k] << (8 * k); /* safetensors is little-endian */
     return v;
 }
 
@@ -386,10 +389,10 @@ static int compare_values(vdiff *v, const tol *tl, shs_dtype dt, const unsigned 
 
 typedef struct dctx {
     int json, quiet;
-    json_t *list;          /* --json: the differences */
+    json_t *list; /* --json: the differences */
     int oom;
     uint64_t compared, differ, only_a, only_b;
-    uint64_t other;        /* blob and common.json differences */
+    uint64_t other; /* blob and common.json differences */
 } dctx;
 
 /* The multi-dimensional index of linear element `lin` of shape t. */
@@ -468,8 +471,7 @@ static void report(dctx *c, const char *status, const tref *a, const tref *b, co
         if (v) {
             set(c, o, "elements", json_integer((json_int_t)numel));
             set(c, o, "differing", json_integer((json_int_t)v->ndiff));
-            set(c, o, "max_abs_diff",
-                v->unknown ? json_null() : num_json(v->nan ? NAN : v->max));
+            set(c, o, "max_abs_diff", v->unknown ? json_null() : num_json(v->nan ? NAN : v->max));
             if (v->has_worst) {
                 uint64_t idx[SHS_MAX_DIMS];
                 json_t *w = json_array();
@@ -524,8 +526,7 @@ static void report(dctx *c, const char *status, const tref *a, const tref *b, co
 }
 
 /* A difference that is not a tensor's: a blob or a common.json field. */
-static void report_other(dctx *c, const char *status, const char *name, int rank,
-                         const char *text)
+static void report_other(dctx *c, const char *status, const char *name, int rank, const char *text)
 {
     c->other++;
     if (c->quiet)
@@ -550,7 +551,7 @@ static void report_other(dctx *c, const char *status, const char *name, int rank
         printf("progress differs: %s: %s\n", name, text);
         return;
     }
-    printf("%s", strcmp(status, "blob") == 0 ? "blob differs: "
+    printf("%s", strcmp(status, "blob") == 0             ? "blob differs: "
                  : strcmp(status, "blob_only_in_a") == 0 ? "only in A: blob "
                                                          : "only in B: blob ");
     cli_put_escaped(stdout, name, strlen(name));
@@ -591,8 +592,7 @@ static void put_source(const source *s)
         printf(" (checkpoint step %lld, world size %d, %zu tensors)\n",
                (long long)shs_checkpoint_step(s->ck), shs_checkpoint_world_size(s->ck), s->nt);
     else if (s->ck)
-        printf(" (directory, %zu files, %zu tensors)\n", shs_checkpoint_file_count(s->ck),
-               s->nt);
+        printf(" (directory, %zu files, %zu tensors)\n", shs_checkpoint_file_count(s->ck), s->nt);
     else
         printf(" (file, %zu tensors)\n", s->nt);
 }
@@ -716,8 +716,8 @@ static int compare_one(dctx *c, const tol *tl, int full, source *sa, source *sb,
         }
         const uint64_t *s0 = nd ? start : NULL, *n0 = nd ? count : NULL;
         if (shs_checkpoint_read(sa->ck, a->index, s0, n0, rd, sl->a, (size_t)bytes) < 0 ||
-            (bad = sb, shs_checkpoint_read(sb->ck, b->index, s0, n0, rd, sl->b,
-                                           (size_t)bytes) < 0)) {
+            (bad = sb,
+             shs_checkpoint_read(sb->ck, b->index, s0, n0, rd, sl->b, (size_t)bytes) < 0)) {
             why = last_error_or("read failed");
             rc = CLI_FAIL;
             break;
@@ -754,8 +754,7 @@ static int compare_one(dctx *c, const tol *tl, int full, source *sa, source *sb,
     }
     if (rc != CLI_OK) {
         char *nm = cli_escape(a->name, a->name_len);
-        cli_err("diff: %s: tensor '%s': %s", bad->label, nm ? nm : "?",
-                why ? why : "read failed");
+        cli_err("diff: %s: tensor '%s': %s", bad->label, nm ? nm : "?", why ? why : "read failed");
         free(nm);
         free(why);
     }
@@ -803,10 +802,10 @@ static int compare_state(dctx *c, int full, source *sa, source *sb)
         return CLI_FAIL;
     }
     char t[160];
-#define FIELD(f)                                                                            \
-    if (pa.f != pb.f) {                                                                     \
-        snprintf(t, sizeof t, "%lld vs %lld", (long long)pa.f, (long long)pb.f);            \
-        report_other(c, "progress", #f, -1, t);                                             \
+#define FIELD(f)                                                                                   \
+    if (pa.f != pb.f) {                                                                            \
+        snprintf(t, sizeof t, "%lld vs %lld", (long long)pa.f, (long long)pb.f);                   \
+        report_other(c, "progress", #f, -1, t);                                                    \
     }
     FIELD(epoch_num)
     FIELD(step_num)
@@ -881,8 +880,7 @@ static uint64_t work_bytes(const source *sa, const source *sb, int kind)
     while (i < sa->nt && j < sb->nt) {
         int o = cmp_tref(&sa->t[i], &sb->t[j]);
         if (o == 0 && kind_wanted(kind, &sa->t[i], &sb->t[j]))
-            total = cli_add_sat(total, cli_add_sat(tref_bytes(&sa->t[i]),
-                                                   tref_bytes(&sb->t[j])));
+            total = cli_add_sat(total, cli_add_sat(tref_bytes(&sa->t[i]), tref_bytes(&sb->t[j])));
         i += o <= 0;
         j += o >= 0;
     }
@@ -891,8 +889,10 @@ static uint64_t work_bytes(const source *sa, const source *sb, int kind)
 
 int cli_cmd_diff(int argc, char **argv)
 {
-    static const cli_optdef defs[] = { { "--atol", 0, 1 }, { "--rtol", 0, 1 },
-                                       { "--kind", 0, 1 }, { "--full", 0, 0 },
+    static const cli_optdef defs[] = { { "--atol", 0, 1 },
+                                       { "--rtol", 0, 1 },
+                                       { "--kind", 0, 1 },
+                                       { "--full", 0, 0 },
                                        { NULL, 0, 0 } };
     cli_parser p;
     const char *val, *paths[2] = { NULL, NULL };
@@ -903,8 +903,7 @@ int cli_cmd_diff(int argc, char **argv)
     cli_parser_init(&p, "diff", k_help, argc, argv);
     while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
         switch (k) {
-        case CLI_ARG_EXIT:
-            return p.status;   /* usage errors are 2, as cmp's trouble */
+        case CLI_ARG_EXIT: return p.status; /* usage errors are 2, as cmp's trouble */
         case CLI_ARG_POSITIONAL:
             if (npaths == 2)
                 return cli_usage_err("diff", "unexpected argument '%s'", val);
@@ -927,9 +926,7 @@ int cli_cmd_diff(int argc, char **argv)
             else
                 return cli_usage_err("diff", "bad --kind '%s' (model, opt or all)", val);
             break;
-        case 3:
-            full = 1;
-            break;
+        case 3: full = 1; break;
         }
     }
     if (npaths < 2)
@@ -1021,10 +1018,9 @@ int cli_cmd_diff(int argc, char **argv)
             set(&c, doc, "kind", json_string(kind < 0 ? "all" : kinds[kind]));
             set(&c, doc, "differences", json_incref(c.list));
             set(&c, doc, "summary",
-                json_pack("{s:I,s:I,s:I,s:I,s:I,s:b}", "compared", (json_int_t)c.compared,
-                          "differ", (json_int_t)c.differ, "only_in_a", (json_int_t)c.only_a,
-                          "only_in_b", (json_int_t)c.only_b, "other", (json_int_t)c.other,
-                          "equal", !differ));
+                json_pack("{s:I,s:I,s:I,s:I,s:I,s:b}", "compared", (json_int_t)c.compared, "differ",
+                          (json_int_t)c.differ, "only_in_a", (json_int_t)c.only_a, "only_in_b",
+                          (json_int_t)c.only_b, "other", (json_int_t)c.other, "equal", !differ));
             set(&c, doc, "same", json_boolean(!differ));
             if (c.oom) {
                 json_decref(doc);

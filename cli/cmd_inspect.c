@@ -270,8 +270,8 @@ static void print_file(ictx *c, const char *path, const shs_file *f)
             c->oom = 1;
         } else {
             putchar('\n');
-            printf("  %-*s  %-11s  %-*s  %*s  %*s\n", (int)wn, "NAME", "DTYPE", (int)ws,
-                   "SHAPE", (int)wb, "BYTES", (int)wo, "OFFSET");
+            printf("  %-*s  %-11s  %-*s  %*s  %*s\n", (int)wn, "NAME", "DTYPE", (int)ws, "SHAPE",
+                   (int)wb, "BYTES", (int)wo, "OFFSET");
             for (size_t i = 0; i < shown; i++) {
                 const shs_tensor_info *t = shs_file_tensor(f, i);
                 size_t w = cli_width(names[i]);
@@ -400,8 +400,7 @@ static void on_index_done(void *ctx, const cli_index *ix, const cli_strs *proble
         jpush(c, sh, jstr(ix->shards.v[i], strlen(ix->shards.v[i])));
     jset(c, o, "shards", sh);
     jset(c, o, "shard_count", ju64(ix->shards.n));
-    jset(c, o, "tensor_count",
-         ju64(ix->weight_map ? json_object_size(ix->weight_map) : 0));
+    jset(c, o, "tensor_count", ju64(ix->weight_map ? json_object_size(ix->weight_map) : 0));
     jset(c, o, "ok", json_boolean(problems->n == 0));
     json_t *pr = json_array();
     for (size_t i = 0; pr && i < problems->n; i++)
@@ -423,12 +422,10 @@ int cli_cmd_inspect(int argc, char **argv)
     cli_parser_init(&p, "inspect", k_help, argc, argv);
     while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
         switch (k) {
-        case CLI_ARG_EXIT:
-            return p.status;
+        case CLI_ARG_EXIT: return p.status;
         case CLI_ARG_POSITIONAL:
             if (path)
-                return cli_usage_err("inspect", "takes one PATH (got '%s' and '%s')", path,
-                                     val);
+                return cli_usage_err("inspect", "takes one PATH (got '%s' and '%s')", path, val);
             path = val;
             break;
         case 0:

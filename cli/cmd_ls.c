@@ -46,10 +46,9 @@ static json_t *entry_json(const cli_entry *e, int step)
     int bad = json_object_set_new(o, "name", cli_jstr0(e->name)) < 0;
     if (step) {
         bad |= json_object_set_new(o, "step", json_integer(e->step)) < 0;
-        bad |= json_object_set_new(o, "status",
-                                   json_string(status_of(e))) < 0;
-        bad |= json_object_set_new(o, "problem",
-                                   e->problem ? cli_jstr0(e->problem) : json_null()) < 0;
+        bad |= json_object_set_new(o, "status", json_string(status_of(e))) < 0;
+        bad |= json_object_set_new(o, "problem", e->problem ? cli_jstr0(e->problem) : json_null()) <
+               0;
     }
     bad |= json_object_set_new(o, "bytes", cli_ju64(e->bytes)) < 0;
     bad |= json_object_set_new(o, "file_count", cli_ju64(e->files)) < 0;
@@ -82,9 +81,9 @@ static int print_json(const cli_save *s, int status)
                          : s->tracker == CLI_TRACKER_MISSING ? "missing"
                                                              : "malformed";
         bad |= json_object_set_new(tr, "state", json_string(st)) < 0;
-        bad |= json_object_set_new(tr, "step", s->tracker == CLI_TRACKER_OK
-                                                   ? json_integer(s->tracker_step)
-                                                   : json_null()) < 0;
+        bad |= json_object_set_new(tr, "step",
+                                   s->tracker == CLI_TRACKER_OK ? json_integer(s->tracker_step)
+                                                                : json_null()) < 0;
         bad |= json_object_set_new(tr, "complete", json_boolean(s->latest != NULL)) < 0;
         bad |= json_object_set_new(doc, "path", cli_jstr0(s->path)) < 0;
         bad |= json_object_set_new(doc, "now", json_integer((json_int_t)time(NULL))) < 0;
@@ -130,14 +129,13 @@ static void print_text(const cli_save *s)
         wa = strlen(age) > wa ? strlen(age) : wa;
     }
     if (s->n_steps) {
-        printf("%*s  %-10s  %*s  %*s  %-*s  %s\n", (int)ws, "STEP", "STATUS", (int)wsize,
-               "SIZE", (int)wf, "FILES", (int)wa, "AGE", "DIRECTORY");
+        printf("%*s  %-10s  %*s  %*s  %-*s  %s\n", (int)ws, "STEP", "STATUS", (int)wsize, "SIZE",
+               (int)wf, "FILES", (int)wa, "AGE", "DIRECTORY");
         for (size_t i = 0; i < s->n_steps; i++) {
             const cli_entry *e = &s->steps[i];
             size_cell(size, sizeof size, e);
-            printf("%*lld  %-10s  %*s  %*llu  %-*s  ", (int)ws, (long long)e->step,
-                   status_of(e), (int)wsize, size, (int)wf,
-                   (unsigned long long)e->files, (int)wa,
+            printf("%*lld  %-10s  %*s  %*llu  %-*s  ", (int)ws, (long long)e->step, status_of(e),
+                   (int)wsize, size, (int)wf, (unsigned long long)e->files, (int)wa,
                    cli_human_age(age, sizeof age, e->mtime, now));
             cli_put_escaped(stdout, e->name, strlen(e->name));
             fputs(e->latest ? "  latest\n" : "\n", stdout);
@@ -162,8 +160,7 @@ int cli_cmd_ls(int argc, char **argv)
     cli_parser_init(&p, "ls", k_help, argc, argv);
     while ((k = cli_parser_next(&p, NULL, &val)) != CLI_ARG_END) {
         switch (k) {
-        case CLI_ARG_EXIT:
-            return p.status;
+        case CLI_ARG_EXIT: return p.status;
         case CLI_ARG_POSITIONAL:
             if (path)
                 return cli_usage_err("ls", "takes one SAVE_PATH (got '%s' and '%s')", path, val);
@@ -188,7 +185,7 @@ int cli_cmd_ls(int argc, char **argv)
     }
     cli_info("ls: %zu step directories, %zu leftovers in %s", s.n_steps, s.n_leftovers, path);
     char *problem = s.n_steps || s.tracker != CLI_TRACKER_MISSING ? cli_save_tracker_problem(&s)
-                                                                   : NULL;
+                                                                  : NULL;
     if (problem)
         cli_warn("%s", problem);
     int status = CLI_OK;

@@ -102,8 +102,8 @@ static int remove_step(const char *save_path, const cli_entry *e)
         }
     }
     if (shs_checkpoint_remove(save_path, e->step) < 0) {
-        cli_err("cannot remove %s: %s (a .trash- leftover is removed by a later prune)",
-                e->path, shs_last_error());
+        cli_err("cannot remove %s: %s (a .trash- leftover is removed by a later prune)", e->path,
+                shs_last_error());
         return CLI_FAIL;
     }
     return CLI_OK;
@@ -125,13 +125,13 @@ static void warn_if_locked(const char *save_path)
 {
     shs_lock_holder h;
     if (shs_savepath_lock_holder(&h, save_path) == SHS_OK && h.held)
-        cli_warn("%s is locked by %s: a prune without --dry-run would refuse", save_path,
-                 h.text);
+        cli_warn("%s is locked by %s: a prune without --dry-run would refuse", save_path, h.text);
 }
 
 int cli_cmd_prune(int argc, char **argv)
 {
-    static const cli_optdef defs[] = { { "--keep", 'k', 1 }, { "--dry-run", 'n', 0 },
+    static const cli_optdef defs[] = { { "--keep", 'k', 1 },
+                                       { "--dry-run", 'n', 0 },
                                        { NULL, 0, 0 } };
     cli_parser p;
     const char *path = NULL, *val;
@@ -140,12 +140,10 @@ int cli_cmd_prune(int argc, char **argv)
     cli_parser_init(&p, "prune", k_help, argc, argv);
     while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
         switch (k) {
-        case CLI_ARG_EXIT:
-            return p.status;
+        case CLI_ARG_EXIT: return p.status;
         case CLI_ARG_POSITIONAL:
             if (path)
-                return cli_usage_err("prune", "takes one SAVE_PATH (got '%s' and '%s')", path,
-                                     val);
+                return cli_usage_err("prune", "takes one SAVE_PATH (got '%s' and '%s')", path, val);
             path = val;
             break;
         case 0:
@@ -153,9 +151,7 @@ int cli_cmd_prune(int argc, char **argv)
                 return cli_usage_err("prune", "--keep needs an integer >= 1, not '%s'", val);
             have_keep = 1;
             break;
-        case 1:
-            dry = 1;
-            break;
+        case 1: dry = 1; break;
         }
     }
     if (!path)
@@ -189,7 +185,8 @@ int cli_cmd_prune(int argc, char **argv)
     }
     if (s.tracker == CLI_TRACKER_MALFORMED) {
         char *msg = cli_save_tracker_problem(&s);
-        cli_err("%s; refusing to prune (the step to protect is unknown)", msg ? msg : "malformed tracker");
+        cli_err("%s; refusing to prune (the step to protect is unknown)",
+                msg ? msg : "malformed tracker");
         free(msg);
         cli_save_release(&s);
         shs_savepath_unlock(lock);
@@ -292,8 +289,8 @@ int cli_cmd_prune(int argc, char **argv)
         sync_dir(path);
     shs_savepath_unlock(lock);
     if (g_text)
-        printf("%s %zu step %s, kept %zu committed\n", dry ? "would remove" : "removed",
-               n_removed, n_removed == 1 ? "directory" : "directories", n_kept);
+        printf("%s %zu step %s, kept %zu committed\n", dry ? "would remove" : "removed", n_removed,
+               n_removed == 1 ? "directory" : "directories", n_kept);
     cli_save_release(&s);
     if (cli_g.json) {
         json_t *doc = cli_json_new();

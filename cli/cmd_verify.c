@@ -49,10 +49,10 @@ static const char k_help[] =
 typedef struct vctx {
     int check_finite;
     int status;
-    json_t *results;        /* --json */
+    json_t *results; /* --json */
     int oom;
-    unsigned char *buf;     /* CLI_CHUNK_BYTES */
-    float *fbuf;            /* CLI_CHUNK_BYTES / 4 floats */
+    unsigned char *buf; /* CLI_CHUNK_BYTES */
+    float *fbuf;        /* CLI_CHUNK_BYTES / 4 floats */
 } vctx;
 
 /* --json: a result object {"path", "kind", "ok", "reason"} appended to the
@@ -100,7 +100,7 @@ static void fail_line(vctx *c, const char *kind, const char *path, const char *r
         result_json(c, kind, path, reason);
         return;
     }
-    if (cli_g.quiet) {   /* the reason is all that is printed: as an error */
+    if (cli_g.quiet) { /* the reason is all that is printed: as an error */
         cli_err("%s: %s", path, reason);
         return;
     }
@@ -114,12 +114,16 @@ static void fail_line(vctx *c, const char *kind, const char *path, const char *r
 static int is_float(shs_dtype t)
 {
     switch (t) {
-    case SHS_F64: case SHS_F32: case SHS_F16: case SHS_BF16:
-    case SHS_F8_E4M3: case SHS_F8_E5M2: case SHS_F8_E4M3FNUZ:
-    case SHS_F8_E5M2FNUZ: case SHS_F8_E8M0:
-        return 1;
-    default:
-        return 0;
+    case SHS_F64:
+    case SHS_F32:
+    case SHS_F16:
+    case SHS_BF16:
+    case SHS_F8_E4M3:
+    case SHS_F8_E5M2:
+    case SHS_F8_E4M3FNUZ:
+    case SHS_F8_E5M2FNUZ:
+    case SHS_F8_E8M0: return 1;
+    default: return 0;
     }
 }
 
@@ -227,10 +231,9 @@ static void on_index_done(void *ctx, const cli_index *ix, const cli_strs *proble
         cli_warn("%s", warnings->v[i]);
     if (problems->n) {
         const char *first = cli_strip_path(problems->v[0], ix->path);
-        char *msg = problems->n == 1
-                        ? cli_fmt("%s", first)
-                        : cli_fmt("%s (and %zu more problems, listed on stderr)", first,
-                                  problems->n - 1);
+        char *msg = problems->n == 1 ? cli_fmt("%s", first)
+                                     : cli_fmt("%s (and %zu more problems, listed on stderr)",
+                                               first, problems->n - 1);
         fail_line(c, "index", ix->path, msg ? msg : first);
         free(msg);
         for (size_t i = 1; i < problems->n; i++)
@@ -279,8 +282,8 @@ static void verify_step(vctx *c, const char *dir)
     jset(c, o, "bytes", cli_ju64(bytes));
     jset(c, o, "format_version", json_integer(version));
     if (put_ok(dir)) {
-        printf(" (checkpoint step %lld, %llu files, %llu bytes)\n", step,
-               (unsigned long long)files, (unsigned long long)bytes);
+        printf(" (checkpoint step %lld, %llu files, %llu bytes)\n", step, (unsigned long long)files,
+               (unsigned long long)bytes);
         /* an OK of an older format proves less: say what it did not cover */
         if (version == 1)
             printf("note: metadata.json version 1: common.json, headers and metadata.json "
@@ -309,11 +312,9 @@ static void verify_save_path(vctx *c, const char *path)
         verify_step(c, s.steps[i].path);
     }
     for (size_t i = 0; i < s.n_leftovers; i++)
-        cli_warn("%s: leftover of a failed save (shardsafe prune removes it)",
-                 s.leftovers[i].path);
+        cli_warn("%s: leftover of a failed save (shardsafe prune removes it)", s.leftovers[i].path);
     if (s.tracker == CLI_TRACKER_MISSING) {
-        cli_warn("%s/%s: no tracker (a resume picks the newest committed step)", path,
-                 CLI_TRACKER);
+        cli_warn("%s/%s: no tracker (a resume picks the newest committed step)", path, CLI_TRACKER);
     } else if (!s.latest) {
         /* a resume from this save path would fail: a failure, not a warning */
         char *tp = cli_fmt("%s/%s", path, CLI_TRACKER);
@@ -343,9 +344,7 @@ int cli_cmd_verify(int argc, char **argv)
     cli_parser_init(&p, "verify", k_help, argc, argv);
     while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
         switch (k) {
-        case CLI_ARG_EXIT:
-            cli_strs_release(&paths);
-            return p.status;
+        case CLI_ARG_EXIT: cli_strs_release(&paths); return p.status;
         case CLI_ARG_POSITIONAL:
             if (cli_strs_add(&paths, cli_fmt("%s", val)) < 0) {
                 cli_err("out of memory");
@@ -353,9 +352,7 @@ int cli_cmd_verify(int argc, char **argv)
                 return CLI_FAIL;
             }
             break;
-        case 0:
-            c.check_finite = 1;
-            break;
+        case 0: c.check_finite = 1; break;
         }
     }
     if (paths.n == 0)

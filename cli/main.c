@@ -46,12 +46,8 @@ static const struct {
     const char *name;
     int (*fn)(int argc, char **argv);
 } k_commands[] = {
-    { "inspect", cli_cmd_inspect },
-    { "verify", cli_cmd_verify },
-    { "convert", cli_cmd_convert },
-    { "ls", cli_cmd_ls },
-    { "prune", cli_cmd_prune },
-    { "diff", cli_cmd_diff },
+    { "inspect", cli_cmd_inspect }, { "verify", cli_cmd_verify }, { "convert", cli_cmd_convert },
+    { "ls", cli_cmd_ls },           { "prune", cli_cmd_prune },   { "diff", cli_cmd_diff },
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])
 
@@ -95,7 +91,7 @@ static int run(int argc, char **argv)
             return p.status;
     if (!cmd)
         return cli_usage_err(NULL, "missing command");
-    int at = p.i - 1;   /* argv[at] is the command: its argv[0] */
+    int at = p.i - 1; /* argv[at] is the command: its argv[0] */
     if (strcmp(cmd, "help") == 0) {
         /* `shardsafe help CMD` == `shardsafe CMD --help` */
         if (at + 1 >= argc) {

@@ -230,15 +230,15 @@ int cli_index_load(cli_index *ix, const char *path, cli_strs *problems)
         return CLI_FAIL;
     }
     if (st.st_size > MAX_INDEX_BYTES) {
-        cli_strs_addf(problems, "%s: index of %lld bytes is larger than the limit of %lld",
-                      path, (long long)st.st_size, MAX_INDEX_BYTES);
+        cli_strs_addf(problems, "%s: index of %lld bytes is larger than the limit of %lld", path,
+                      (long long)st.st_size, MAX_INDEX_BYTES);
         return CLI_FAIL;
     }
     json_error_t jerr;
     ix->root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!ix->root) {
-        cli_strs_addf(problems, "%s: index is not valid JSON: %s (line %d, column %d)",
-                      path, jerr.text, jerr.line, jerr.column);
+        cli_strs_addf(problems, "%s: index is not valid JSON: %s (line %d, column %d)", path,
+                      jerr.text, jerr.line, jerr.column);
         return CLI_FAIL;
     }
     if (!json_is_object(ix->root)) {
@@ -269,7 +269,8 @@ int cli_index_load(cli_index *ix, const char *path, cli_strs *problems)
     const char *key;
     size_t key_len;
     json_t *val;
-    json_object_keylen_foreach(ix->weight_map, key, key_len, val) {
+    json_object_keylen_foreach(ix->weight_map, key, key_len, val)
+    {
         if (!json_is_string(val)) {
             cli_strs_addf(problems, "%s: weight_map[\"%s\"] is not a string", path, key);
             continue;
@@ -281,8 +282,8 @@ int cli_index_load(cli_index *ix, const char *path, cli_strs *problems)
         }
         const char *bad = bad_shard_name(file);
         if (bad) {
-            cli_strs_addf(problems, "%s: weight_map[\"%s\"]: file name '%s' %s", path, key,
-                          file, bad);
+            cli_strs_addf(problems, "%s: weight_map[\"%s\"]: file name '%s' %s", path, key, file,
+                          bad);
             continue;
         }
         cli_index_entry *e = &ix->entries[ix->n_entries++];
@@ -296,9 +297,9 @@ int cli_index_load(cli_index *ix, const char *path, cli_strs *problems)
         if (i && strcmp(ix->entries[i].file, ix->entries[i - 1].file) == 0)
             continue;
         if (cli_strs_add(&ix->shards, cli_fmt("%s", ix->entries[i].file)) < 0 ||
-            cli_strs_add(&ix->shard_paths,
-                         strchr(path, '/') ? join(ix->dir, ix->entries[i].file)
-                                           : cli_fmt("%s", ix->entries[i].file)) < 0) {
+            cli_strs_add(&ix->shard_paths, strchr(path, '/')
+                                               ? join(ix->dir, ix->entries[i].file)
+                                               : cli_fmt("%s", ix->entries[i].file)) < 0) {
             cli_strs_addf(problems, "%s: out of memory", path);
             return CLI_FAIL;
         }
@@ -335,7 +336,8 @@ void cli_index_check_shard(cli_index *ix, size_t k, const shs_file *f, const cha
         if (strlen(e->tensor) != e->tensor_len || shs_file_find(&idx, f, e->tensor) < 0)
             cli_strs_addf(problems,
                           "%s: weight_map names tensor '%s' in '%s', but that shard has no "
-                          "such tensor", ix->path, e->tensor, shard);
+                          "such tensor",
+                          ix->path, e->tensor, shard);
     }
     /* shard -> weight_map */
     size_t nt = shs_file_tensor_count(f);
@@ -349,7 +351,8 @@ void cli_index_check_shard(cli_index *ix, size_t k, const shs_file *f, const cha
         } else if (json_is_string(v) && strcmp(json_string_value(v), shard) != 0) {
             cli_strs_addf(problems,
                           "%s: tensor '%s' is stored in shard '%s', but the weight_map "
-                          "names '%s'", ix->path, ti->name, shard, json_string_value(v));
+                          "names '%s'",
+                          ix->path, ti->name, shard, json_string_value(v));
         }
     }
 }
@@ -362,16 +365,15 @@ void cli_index_finish(cli_index *ix, cli_strs *warnings)
     if (!ts)
         return;
     if (!json_is_integer(ts) || json_integer_value(ts) < 0) {
-        cli_strs_addf(warnings, "%s: metadata.total_size is not a non-negative integer",
-                      ix->path);
+        cli_strs_addf(warnings, "%s: metadata.total_size is not a non-negative integer", ix->path);
         return;
     }
     uint64_t want = (uint64_t)json_integer_value(ts);
     if (want != ix->shard_bytes)
         cli_strs_addf(warnings,
                       "%s: metadata.total_size is %llu, but the shards hold %llu bytes "
-                      "of tensor data", ix->path, (unsigned long long)want,
-                      (unsigned long long)ix->shard_bytes);
+                      "of tensor data",
+                      ix->path, (unsigned long long)want, (unsigned long long)ix->shard_bytes);
 }
 
 void cli_index_release(cli_index *ix)
@@ -429,8 +431,7 @@ static int listed(const cli_strs *files, const char *path)
     return 0;
 }
 
-static void walk_index(const char *path, const cli_strs *files, const cli_walk_ops *ops,
-                       void *ctx)
+static void walk_index(const char *path, const cli_strs *files, const cli_walk_ops *ops, void *ctx)
 {
     cli_index ix;
     cli_strs problems = { 0 }, warnings = { 0 };
@@ -458,14 +459,9 @@ static void walk_index(const char *path, const cli_strs *files, const cli_walk_o
 int cli_walk(const char *path, const cli_walk_ops *ops, void *ctx)
 {
     switch (cli_classify(path)) {
-    case CLI_KIND_FILE:
-        walk_file(path, ops, ctx);
-        return CLI_OK;
-    case CLI_KIND_INDEX:
-        walk_index(path, NULL, ops, ctx);
-        return CLI_OK;
-    case CLI_KIND_DIR:
-        break;
+    case CLI_KIND_FILE: walk_file(path, ops, ctx); return CLI_OK;
+    case CLI_KIND_INDEX: walk_index(path, NULL, ops, ctx); return CLI_OK;
+    case CLI_KIND_DIR: break;
     }
     cli_strs files = { 0 }, indexes = { 0 };
     int rc = cli_list_dir(path, &files, &indexes);

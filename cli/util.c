@@ -24,11 +24,17 @@ static size_t utf8_decode(const unsigned char *s, size_t len, uint32_t *cp)
         *cp = c;
         return 1;
     } else if (c >= 0xC2 && c <= 0xDF) {
-        n = 2; v = c & 0x1F; min = 0x80;
+        n = 2;
+        v = c & 0x1F;
+        min = 0x80;
     } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3; v = c & 0x0F; min = 0x800;
+        n = 3;
+        v = c & 0x0F;
+        min = 0x800;
     } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4; v = c & 0x07; min = 0x10000;
+        n = 4;
+        v = c & 0x07;
+        min = 0x10000;
     } else {
         return 0;
     }
@@ -52,8 +58,7 @@ static int cp_is_sneaky(uint32_t cp)
 {
     return (cp >= 0x80 && cp <= 0x9F) || cp == 0xAD || cp == 0x061C ||
            (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202E) ||
-           (cp >= 0x2060 && cp <= 0x206F) || cp == 0xFEFF ||
-           (cp >= 0xFFF9 && cp <= 0xFFFB);
+           (cp >= 0x2060 && cp <= 0x206F) || cp == 0xFEFF || (cp >= 0xFFF9 && cp <= 0xFFFB);
 }
 
 typedef void (*sink_fn)(void *ctx, const char *s, size_t n);
@@ -181,17 +186,17 @@ static const cp_range k_zero_width[] = {
 /* East Asian Wide (W) and Fullwidth (F): CJK, Hangul, kana, fullwidth
    forms, and the emoji blocks that terminals draw two columns wide. */
 static const cp_range k_wide[] = {
-    { 0x1100, 0x115F }, { 0x231A, 0x231B }, { 0x2329, 0x232A }, { 0x23E9, 0x23EC },
-    { 0x23F0, 0x23F0 }, { 0x23F3, 0x23F3 }, { 0x25FD, 0x25FE }, { 0x2614, 0x2615 },
-    { 0x2648, 0x2653 }, { 0x26AA, 0x26AB }, { 0x26BD, 0x26BE }, { 0x26C4, 0x26C5 },
-    { 0x26D4, 0x26D4 }, { 0x26EA, 0x26EA }, { 0x26F2, 0x26F5 }, { 0x26FA, 0x26FD },
-    { 0x2705, 0x2705 }, { 0x270A, 0x270B }, { 0x2728, 0x2728 }, { 0x274C, 0x274C },
-    { 0x2753, 0x2755 }, { 0x2757, 0x2757 }, { 0x2795, 0x2797 }, { 0x27B0, 0x27B0 },
-    { 0x27BF, 0x27BF }, { 0x2B1B, 0x2B1C }, { 0x2B50, 0x2B50 }, { 0x2B55, 0x2B55 },
-    { 0x2E80, 0x3029 }, { 0x302E, 0x303E }, { 0x3041, 0x3098 }, { 0x309B, 0x33FF },
-    { 0x3400, 0x4DBF }, { 0x4E00, 0x9FFF }, { 0xA000, 0xA4CF }, { 0xA960, 0xA97F },
-    { 0xAC00, 0xD7A3 }, { 0xF900, 0xFAFF }, { 0xFE10, 0xFE19 }, { 0xFE30, 0xFE6F },
-    { 0xFF00, 0xFF60 }, { 0xFFE0, 0xFFE6 }, { 0x16FE0, 0x16FE4 }, { 0x17000, 0x18CFF },
+    { 0x1100, 0x115F },   { 0x231A, 0x231B },   { 0x2329, 0x232A },   { 0x23E9, 0x23EC },
+    { 0x23F0, 0x23F0 },   { 0x23F3, 0x23F3 },   { 0x25FD, 0x25FE },   { 0x2614, 0x2615 },
+    { 0x2648, 0x2653 },   { 0x26AA, 0x26AB },   { 0x26BD, 0x26BE },   { 0x26C4, 0x26C5 },
+    { 0x26D4, 0x26D4 },   { 0x26EA, 0x26EA },   { 0x26F2, 0x26F5 },   { 0x26FA, 0x26FD },
+    { 0x2705, 0x2705 },   { 0x270A, 0x270B },   { 0x2728, 0x2728 },   { 0x274C, 0x274C },
+    { 0x2753, 0x2755 },   { 0x2757, 0x2757 },   { 0x2795, 0x2797 },   { 0x27B0, 0x27B0 },
+    { 0x27BF, 0x27BF },   { 0x2B1B, 0x2B1C },   { 0x2B50, 0x2B50 },   { 0x2B55, 0x2B55 },
+    { 0x2E80, 0x3029 },   { 0x302E, 0x303E },   { 0x3041, 0x3098 },   { 0x309B, 0x33FF },
+    { 0x3400, 0x4DBF },   { 0x4E00, 0x9FFF },   { 0xA000, 0xA4CF },   { 0xA960, 0xA97F },
+    { 0xAC00, 0xD7A3 },   { 0xF900, 0xFAFF },   { 0xFE10, 0xFE19 },   { 0xFE30, 0xFE6F },
+    { 0xFF00, 0xFF60 },   { 0xFFE0, 0xFFE6 },   { 0x16FE0, 0x16FE4 }, { 0x17000, 0x18CFF },
     { 0x1B000, 0x1B2FF }, { 0x1F004, 0x1F004 }, { 0x1F0CF, 0x1F0CF }, { 0x1F18E, 0x1F18E },
     { 0x1F191, 0x1F19A }, { 0x1F200, 0x1F202 }, { 0x1F210, 0x1F23B }, { 0x1F240, 0x1F248 },
     { 0x1F250, 0x1F251 }, { 0x1F260, 0x1F265 }, { 0x1F300, 0x1F320 }, { 0x1F32D, 0x1F335 },
@@ -237,7 +242,7 @@ size_t cli_width(const char *s)
     while (i < len) {
         uint32_t cp;
         size_t n = utf8_decode((const unsigned char *)s + i, len - i, &cp);
-        if (n == 0) {   /* not escaped text: count the byte as one column */
+        if (n == 0) { /* not escaped text: count the byte as one column */
             w++;
             i++;
             continue;
@@ -298,7 +303,7 @@ static void record(json_t **list, const char *msg)
 static void vreport(const char *prefix, json_t **list, const char *fmt, va_list ap)
 {
     char *msg = cli_vfmt(fmt, ap);
-    fflush(stdout);   /* keep stdout and stderr in order on a terminal */
+    fflush(stdout); /* keep stdout and stderr in order on a terminal */
     fputs(prefix, stderr);
     if (msg)
         cli_put_escaped(stderr, msg, strlen(msg));
@@ -418,14 +423,19 @@ const char *cli_human_age(char *buf, size_t cap, int64_t mtime, int64_t now)
  * of exact names is about as long as the getopt_long option array.
  */
 
-enum { G_HELP, G_VERSION, G_QUIET, G_VERBOSE, G_JSON };
+enum {
+    G_HELP,
+    G_VERSION,
+    G_QUIET,
+    G_VERBOSE,
+    G_JSON
+};
 static const cli_optdef k_global[] = {
-    { "--help", 'h', 0 }, { "--version", 0, 0 }, { "--quiet", 'q', 0 },
-    { "--verbose", 'v', 0 }, { "--json", 0, 0 }, { NULL, 0, 0 },
+    { "--help", 'h', 0 },    { "--version", 0, 0 }, { "--quiet", 'q', 0 },
+    { "--verbose", 'v', 0 }, { "--json", 0, 0 },    { NULL, 0, 0 },
 };
 
-void cli_parser_init(cli_parser *p, const char *cmd, const char *help, int argc,
-                     char **argv)
+void cli_parser_init(cli_parser *p, const char *cmd, const char *help, int argc, char **argv)
 {
     memset(p, 0, sizeof *p);
     p->cmd = cmd;
@@ -440,7 +450,7 @@ void cli_parser_init(cli_parser *p, const char *cmd, const char *help, int argc,
 size_t cli_edit_distance(const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b);
-    size_t r0[64], r1[64], r2[64];   /* rows i-2, i-1, i */
+    size_t r0[64], r1[64], r2[64]; /* rows i-2, i-1, i */
     size_t *pp = r0, *prev = r1, *cur = r2;
     if (la >= 63 || lb >= 63)
         return 64;
@@ -516,14 +526,14 @@ static int global_option(cli_parser *p, int g)
     case G_HELP:
         fputs(p->help ? p->help : "", stdout);
         p->status = cli_finish_stdout(CLI_OK);
-        cli_g.json = 0;   /* no document after a help text */
+        cli_g.json = 0; /* no document after a help text */
         return CLI_ARG_EXIT;
     case G_VERSION:
         printf("shardsafe %s\n", shs_version());
         p->status = cli_finish_stdout(CLI_OK);
         cli_g.json = 0;
         return CLI_ARG_EXIT;
-    case G_QUIET:          /* the last of -q and -v counts */
+    case G_QUIET: /* the last of -q and -v counts */
         cli_g.quiet = 1;
         cli_g.verbose = 0;
         return 0;
@@ -531,9 +541,7 @@ static int global_option(cli_parser *p, int g)
         cli_g.verbose = 1;
         cli_g.quiet = 0;
         return 0;
-    default:
-        cli_g.json = 1;
-        return 0;
+    default: cli_g.json = 1; return 0;
     }
 }
 
@@ -761,8 +769,7 @@ static void progress_draw(cli_progress *p, double t)
                       (unsigned)(p->done >= p->total ? 100 : p->done * 100.0 / p->total));
     if (n > 0 && (size_t)n < sizeof line && t - p->start > 0.05)
         n += snprintf(line + n, sizeof line - (size_t)n, ", %s/s",
-                      cli_human_bytes(hr, sizeof hr,
-                                      (uint64_t)((double)p->done / (t - p->start))));
+                      cli_human_bytes(hr, sizeof hr, (uint64_t)((double)p->done / (t - p->start))));
     size_t w = n > 0 ? strlen(line) : 0;
     /* a wrapped line cannot be rewritten with \r: stay inside the terminal */
     struct winsize ws;

@@ -39,17 +39,20 @@ int main(int argc, char **argv)
         return 2;
     }
     static const char *const per_layer[][3] = {
-        { "attn.q_proj.weight", "64", "64" }, { "attn.k_proj.weight", "64", "64" },
-        { "attn.v_proj.weight", "64", "64" }, { "attn.o_proj.weight", "64", "64" },
-        { "mlp.up_proj.weight", "256", "64" }, { "mlp.down_proj.weight", "64", "256" },
+        { "attn.q_proj.weight", "64", "64" },    { "attn.k_proj.weight", "64", "64" },
+        { "attn.v_proj.weight", "64", "64" },    { "attn.o_proj.weight", "64", "64" },
+        { "mlp.up_proj.weight", "256", "64" },   { "mlp.down_proj.weight", "64", "256" },
         { "input_layernorm.weight", "64", "0" },
     };
     shs_writer *w = NULL;
     int rc = shs_writer_create(&w, argv[1], NULL);
     char name[128];
-    if (rc == 0) rc = shs_writer_add_metadata(w, "format", "pt");
-    if (rc == 0) rc = shs_writer_add_metadata(w, "producer", "shardsafe demo");
-    if (rc == 0) rc = add(w, "model.embed_tokens.weight", VOCAB, DIM);
+    if (rc == 0)
+        rc = shs_writer_add_metadata(w, "format", "pt");
+    if (rc == 0)
+        rc = shs_writer_add_metadata(w, "producer", "shardsafe demo");
+    if (rc == 0)
+        rc = add(w, "model.embed_tokens.weight", VOCAB, DIM);
     for (int l = 0; l < LAYERS && rc == 0; l++)
         for (size_t k = 0; k < sizeof per_layer / sizeof per_layer[0] && rc == 0; k++) {
             snprintf(name, sizeof name, "model.layers.%d.%s", l, per_layer[k][0]);
@@ -57,8 +60,10 @@ int main(int argc, char **argv)
                      strtoul(per_layer[k][2], NULL, 10));
         }
     uint64_t one[1] = { 1 };
-    if (rc == 0) rc = shs_writer_add_tensor(w, "train.global_step", SHS_I64, 1, one);
-    if (rc == 0) rc = shs_writer_seal(w);
+    if (rc == 0)
+        rc = shs_writer_add_tensor(w, "train.global_step", SHS_I64, 1, one);
+    if (rc == 0)
+        rc = shs_writer_seal(w);
     /* stream every tensor in file order, generated on the fly */
     for (size_t i = 0; rc == 0 && i < shs_writer_tensor_count(w); i++) {
         const char *n = shs_writer_tensor_name(w, i);
@@ -67,9 +72,10 @@ int main(int argc, char **argv)
             rc = shs_writer_write(w, n, &step, sizeof step);
             continue;
         }
-        size_t count = strstr(n, "embed") ? VOCAB * DIM
-                     : strstr(n, "mlp") ? 256 * DIM
-                     : strstr(n, "layernorm") ? DIM : DIM * DIM;
+        size_t count = strstr(n, "embed")       ? VOCAB * DIM
+                       : strstr(n, "mlp")       ? 256 * DIM
+                       : strstr(n, "layernorm") ? DIM
+                                                : DIM * DIM;
         float row[DIM];
         for (size_t at = 0; rc == 0 && at < count; at += DIM) {
             for (size_t j = 0; j < DIM; j++)
@@ -77,7 +83,8 @@ int main(int argc, char **argv)
             rc = shs_writer_write_part(w, n, at * sizeof(float), row, sizeof row);
         }
     }
-    if (rc == 0) rc = shs_writer_commit(w);
+    if (rc == 0)
+        rc = shs_writer_commit(w);
     shs_writer_free(w);
     if (rc != 0) {
         fprintf(stderr, "demo_write: %s\n", shs_last_error());

@@ -25,10 +25,8 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: trainer [options]\n"
-            TRAINER_OPTIONS_HELP
-            "exit: 0 trained, 1 error, 2 usage\n");
+    fprintf(out, "usage: trainer [options]\n" TRAINER_OPTIONS_HELP
+                 "exit: 0 trained, 1 error, 2 usage\n");
 }
 
 /* Put the model's non-tensor state into the checkpoint state's blobs. */

@@ -18,25 +18,25 @@
 #endif
 
 /* The --help text of the options trainer_parse_args() takes. */
-#define TRAINER_OPTIONS_HELP \
-    "  --config FILE.yaml     read the `checkpoint:` section of a YAML file\n" \
-    "  --steps N              train until global_step N (default 200)\n" \
-    "  --save-path DIR        save checkpoints under DIR\n" \
-    "  --load-path PATH       load this save path or step directory first\n" \
-    "  --save-interval N      save every N steps (save_interleaved_steps)\n" \
-    "  --save-max N           keep the newest N saves of this run\n" \
-    "  --async                save in the background (async_save)\n" \
-    "  --no-save-optim        save model weights only\n" \
-    "  --incremental          do not rewrite unchanged tensors\n" \
-    "  --set KEY=VALUE        any checkpoint field, e.g. --set no_load_optim=true\n" \
-    "  --batch N              global batch size (default 32)\n" \
-    "  --seed N               initialisation seed (default 1234)\n" \
-    "  --corpus FILE          training text (default: the shipped corpus)\n" \
+#define TRAINER_OPTIONS_HELP                                                                       \
+    "  --config FILE.yaml     read the `checkpoint:` section of a YAML file\n"                     \
+    "  --steps N              train until global_step N (default 200)\n"                           \
+    "  --save-path DIR        save checkpoints under DIR\n"                                        \
+    "  --load-path PATH       load this save path or step directory first\n"                       \
+    "  --save-interval N      save every N steps (save_interleaved_steps)\n"                       \
+    "  --save-max N           keep the newest N saves of this run\n"                               \
+    "  --async                save in the background (async_save)\n"                               \
+    "  --no-save-optim        save model weights only\n"                                           \
+    "  --incremental          do not rewrite unchanged tensors\n"                                  \
+    "  --set KEY=VALUE        any checkpoint field, e.g. --set no_load_optim=true\n"               \
+    "  --batch N              global batch size (default 32)\n"                                    \
+    "  --seed N               initialisation seed (default 1234)\n"                                \
+    "  --corpus FILE          training text (default: the shipped corpus)\n"                       \
     "  --log-every N          print the loss every N steps (default 50, 0: never)\n"
 
 typedef struct trainer_args {
     long long steps, batch, seed, log_every;
-    long long tp;               /* --tp, only where allowed; -1 when absent */
+    long long tp; /* --tp, only where allowed; -1 when absent */
     const char *corpus;
 } trainer_args;
 
@@ -55,8 +55,8 @@ static int trainer_parse_i64(const char *s, long long *out)
  * 1 for an unreadable --config, 2 for a usage error (message on `err`).
  */
 static int trainer_parse_args(int argc, char **argv, shs_config *cfg, trainer_args *a,
-                              const char *prog, int allow_tp, void (*usage)(FILE *),
-                              FILE *out, FILE *err)
+                              const char *prog, int allow_tp, void (*usage)(FILE *), FILE *out,
+                              FILE *err)
 {
     *a = (trainer_args){ 200, 32, 1234, 50, -1, SHS_DEMO_CORPUS };
     for (int i = 1; i + 1 < argc; i++)
@@ -103,11 +103,12 @@ static int trainer_parse_args(int argc, char **argv, shs_config *cfg, trainer_ar
         } else if (strcmp(o, "--corpus") == 0) {
             a->corpus = v;
         } else {
-            long long *dst = strcmp(o, "--steps") == 0 ? &a->steps
-                           : strcmp(o, "--batch") == 0 ? &a->batch
-                           : strcmp(o, "--seed") == 0 ? &a->seed
-                           : strcmp(o, "--log-every") == 0 ? &a->log_every
-                           : allow_tp && strcmp(o, "--tp") == 0 ? &a->tp : NULL;
+            long long *dst = strcmp(o, "--steps") == 0            ? &a->steps
+                             : strcmp(o, "--batch") == 0          ? &a->batch
+                             : strcmp(o, "--seed") == 0           ? &a->seed
+                             : strcmp(o, "--log-every") == 0      ? &a->log_every
+                             : allow_tp && strcmp(o, "--tp") == 0 ? &a->tp
+                                                                  : NULL;
             if (!dst) {
                 fprintf(err, "%s: unknown option %s\n", prog, o);
                 usage(err);

@@ -25,15 +25,18 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define READ_CAP (4u << 20)   /* bytes copied per input, at most */
+#define READ_CAP (4u << 20) /* bytes copied per input, at most */
 
 static void die(const char *what, size_t i)
 {
-    fprintf(stderr, "fuzz_header: invariant violated: %s (index %zu)\n",
-            what, i);
+    fprintf(stderr, "fuzz_header: invariant violated: %s (index %zu)\n", what, i);
     abort();
 }
-#define CHECK(cond, what, i) do { if (!(cond)) die(what, i); } while (0)
+#define CHECK(cond, what, i)                                                                       \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            die(what, i);                                                                          \
+    } while (0)
 
 static int known_status(int rc)
 {
@@ -90,8 +93,7 @@ static void check_file(const shs_file *f, const uint8_t *data, size_t size)
               "shs_tensor_nbytes fails on an opened tensor", i);
         CHECK(nb == t->nbytes, "nbytes != shs_tensor_nbytes", i);
         CHECK(t->offset == next, "offsets not contiguous", i);
-        CHECK(!__builtin_add_overflow(next, t->nbytes, &next),
-              "offset + nbytes overflows", i);
+        CHECK(!__builtin_add_overflow(next, t->nbytes, &next), "offset + nbytes overflows", i);
         CHECK(next <= size - 8 - hl, "tensor past end of file", i);
 
         /* the name is unique: find must give this index */
@@ -104,21 +106,20 @@ static void check_file(const shs_file *f, const uint8_t *data, size_t size)
         const uint8_t *want = payload + t->offset;
         const void *z = shs_file_tensor_data(f, i);
         if (z && t->nbytes)
-            CHECK(memcmp(z, want, (size_t)t->nbytes) == 0,
-                  "tensor_data differs from the input", i);
+            CHECK(memcmp(z, want, (size_t)t->nbytes) == 0, "tensor_data differs from the input", i);
         if (t->nbytes <= budget) {
             size_t nbytes = (size_t)t->nbytes;
             uint8_t *buf = malloc(nbytes ? nbytes : 1);
             if (!buf)
                 abort();
             CHECK(shs_file_read(f, i, buf, nbytes) == SHS_OK, "read fails", i);
-            CHECK(nbytes == 0 || memcmp(buf, want, nbytes) == 0,
-                  "read differs from the input", i);
+            CHECK(nbytes == 0 || memcmp(buf, want, nbytes) == 0, "read differs from the input", i);
             if (nbytes) {
                 CHECK(shs_file_read(f, i, buf, nbytes - 1) == SHS_ERANGE,
                       "short buffer not SHS_ERANGE", i);
-                CHECK(shs_file_read_bytes(f, i, nbytes - 1, buf, 1) == SHS_OK
-                      && buf[0] == want[nbytes - 1], "read_bytes last", i);
+                CHECK(shs_file_read_bytes(f, i, nbytes - 1, buf, 1) == SHS_OK &&
+                          buf[0] == want[nbytes - 1],
+                      "read_bytes last", i);
                 CHECK(shs_file_read_bytes(f, i, nbytes, buf, 1) != SHS_OK,
                       "read_bytes past the end succeeds", i);
             }
@@ -159,14 +160,14 @@ static void check_file(const shs_file *f, const uint8_t *data, size_t size)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static const uint8_t empty[1];
-    shs_file *f = (shs_file *)&f;   /* must come back NULL on failure */
+    shs_file *f = (shs_file *)&f; /* must come back NULL on failure */
     int rc = shs_file_open_memory(&f, size ? data : empty, size, "fuzz");
     if (rc != SHS_OK) {
         CHECK(rc < 0 && known_status(rc), "unknown status", (size_t)-rc);
         CHECK(f == NULL, "*out not NULL after failure", 0);
         CHECK(shs_last_error()[0] != '\0', "empty message", (size_t)-rc);
-        CHECK(strcmp(shs_strerror(rc), "unknown status") != 0,
-              "status without a description", (size_t)-rc);
+        CHECK(strcmp(shs_strerror(rc), "unknown status") != 0, "status without a description",
+              (size_t)-rc);
         return 0;
     }
     CHECK(f != NULL, "success with NULL handle", 0);

@@ -71,7 +71,8 @@ static int boxes_meet(const shs_chunk_info *a, const shs_chunk_info *b, size_t n
     *same = 1;
     for (size_t d = 0; d < nd; d++) {
         *same &= a->offset[d] == b->offset[d] && a->shape[d] == b->shape[d];
-        meet &= a->offset[d] < b->offset[d] + b->shape[d] && b->offset[d] < a->offset[d] + a->shape[d];
+        meet &= a->offset[d] < b->offset[d] + b->shape[d] &&
+                b->offset[d] < a->offset[d] + a->shape[d];
     }
     return meet;
 }
@@ -120,8 +121,8 @@ static void check_view(const shs_checkpoint *c)
     }
     for (size_t i = 0; i < shs_checkpoint_blob_count(c); i++) {
         shs_blob_info b = SHS_BLOB_INFO_INIT;
-        if (shs_checkpoint_blob(&b, c, i) != SHS_OK || strcmp(b.name, b.key) != 0 ||
-            b.rank < 0 || b.rank >= shs_checkpoint_world_size(c))
+        if (shs_checkpoint_blob(&b, c, i) != SHS_OK || strcmp(b.name, b.key) != 0 || b.rank < 0 ||
+            b.rank >= shs_checkpoint_world_size(c))
             abort();
     }
 }

@@ -53,8 +53,7 @@ extern "C" {
 #define SHS_VERSION_PATCH 0
 #define SHS_VERSION_STRING "0.1.0"
 /* The version as one number, major * 10000 + minor * 100 + patch. */
-#define SHS_VERSION_NUMBER \
-    (SHS_VERSION_MAJOR * 10000 + SHS_VERSION_MINOR * 100 + SHS_VERSION_PATCH)
+#define SHS_VERSION_NUMBER (SHS_VERSION_MAJOR * 10000 + SHS_VERSION_MINOR * 100 + SHS_VERSION_PATCH)
 
 /* Version of the library loaded at run time, which may differ from the
    header's SHS_VERSION_* that a program was compiled with: as a string,
@@ -70,45 +69,45 @@ SHS_API unsigned shs_version_number(void);
  * ---------------------------------------------------------------------- */
 typedef enum shs_status {
     SHS_OK = 0,
-    SHS_ENOMEM = -1,            /* an allocation failed */
-    SHS_EIO = -2,               /* a read/write/fsync/rename failed */
-    SHS_EINVAL = -3,            /* invalid argument from the caller */
-    SHS_ENOENT = -4,            /* file or directory does not exist */
-    SHS_ENOTFOUND = -5,         /* no tensor / key of that name */
-    SHS_ERANGE = -6,            /* slice or buffer outside the tensor */
-    SHS_ENOSPC = -7,            /* no space left on the device */
-    SHS_ESTATE = -8,            /* call not valid in the handle's state */
-    SHS_EUNSUPPORTED = -9,      /* valid request the library cannot do */
+    SHS_ENOMEM = -1,       /* an allocation failed */
+    SHS_EIO = -2,          /* a read/write/fsync/rename failed */
+    SHS_EINVAL = -3,       /* invalid argument from the caller */
+    SHS_ENOENT = -4,       /* file or directory does not exist */
+    SHS_ENOTFOUND = -5,    /* no tensor / key of that name */
+    SHS_ERANGE = -6,       /* slice or buffer outside the tensor */
+    SHS_ENOSPC = -7,       /* no space left on the device */
+    SHS_ESTATE = -8,       /* call not valid in the handle's state */
+    SHS_EUNSUPPORTED = -9, /* valid request the library cannot do */
 
     /* safetensors format, in checking order */
-    SHS_EHEADER_TOO_SMALL = -20,   /* file shorter than 8 bytes */
-    SHS_EHEADER_TOO_LARGE = -21,   /* header length > 100,000,000 */
-    SHS_EHEADER_LENGTH = -22,      /* header extends past end of file */
-    SHS_EUTF8 = -23,               /* header is not valid UTF-8 */
-    SHS_EJSON = -24,               /* header is not strict JSON */
-    SHS_ENESTING = -25,            /* JSON nested 128 or more levels deep
+    SHS_EHEADER_TOO_SMALL = -20, /* file shorter than 8 bytes */
+    SHS_EHEADER_TOO_LARGE = -21, /* header length > 100,000,000 */
+    SHS_EHEADER_LENGTH = -22,    /* header extends past end of file */
+    SHS_EUTF8 = -23,             /* header is not valid UTF-8 */
+    SHS_EJSON = -24,             /* header is not strict JSON */
+    SHS_ENESTING = -25,          /* JSON nested 128 or more levels deep
                                       (serde_json's recursion limit) */
-    SHS_ESCHEMA = -26,             /* JSON valid, but not a safetensors header
+    SHS_ESCHEMA = -26,           /* JSON valid, but not a safetensors header
                                       (wrong type, missing field, bad number) */
-    SHS_EDTYPE = -27,              /* unknown dtype string */
-    SHS_EDUPLICATE = -28,          /* duplicate key in the header */
-    SHS_EOFFSET = -29,             /* data_offsets not contiguous from 0 */
-    SHS_EOVERFLOW = -30,           /* numel x bits overflows 64 bits */
-    SHS_EMISALIGNED = -31,         /* numel x bits not a whole number of bytes */
-    SHS_ETENSOR_SIZE = -32,        /* byte range != numel x dtype size */
-    SHS_ETRAILING = -33,           /* data does not end exactly at end of file */
-    SHS_EWRONG_FORMAT = -34,       /* recognisably another format (git-LFS
+    SHS_EDTYPE = -27,            /* unknown dtype string */
+    SHS_EDUPLICATE = -28,        /* duplicate key in the header */
+    SHS_EOFFSET = -29,           /* data_offsets not contiguous from 0 */
+    SHS_EOVERFLOW = -30,         /* numel x bits overflows 64 bits */
+    SHS_EMISALIGNED = -31,       /* numel x bits not a whole number of bytes */
+    SHS_ETENSOR_SIZE = -32,      /* byte range != numel x dtype size */
+    SHS_ETRAILING = -33,         /* data does not end exactly at end of file */
+    SHS_EWRONG_FORMAT = -34,     /* recognisably another format (git-LFS
                                       pointer, pickle, zip, HDF5, GGUF) */
-    SHS_ECONVERT = -35,            /* dtype conversion not supported */
+    SHS_ECONVERT = -35,          /* dtype conversion not supported */
 
     /* checkpoints */
-    SHS_ECONFIG = -50,             /* invalid configuration (names the field) */
-    SHS_ECHECKSUM = -51,           /* stored data does not match its checksum */
-    SHS_ECORRUPT = -52,            /* checkpoint files inconsistent / malformed */
-    SHS_EMISMATCH = -53,           /* checkpoint does not match the registered
+    SHS_ECONFIG = -50,       /* invalid configuration (names the field) */
+    SHS_ECHECKSUM = -51,     /* stored data does not match its checksum */
+    SHS_ECORRUPT = -52,      /* checkpoint files inconsistent / malformed */
+    SHS_EMISMATCH = -53,     /* checkpoint does not match the registered
                                       state (missing, extra, mis-shaped) */
-    SHS_ENOCHECKPOINT = -54,       /* no checkpoint where one was required */
-    SHS_ELOCKED = -55              /* the save path is locked by another
+    SHS_ENOCHECKPOINT = -54, /* no checkpoint where one was required */
+    SHS_ELOCKED = -55        /* the save path is locked by another
                                       writer (shs_savepath_lock) */
 } shs_status;
 
@@ -182,8 +181,8 @@ SHS_API unsigned shs_dtype_bits(shs_dtype dtype);
  * to NaN.  Buffers need no alignment and must not overlap.  Returns
  * SHS_ECONVERT for an unsupported pair.
  */
-SHS_API int shs_convert(void *dst, shs_dtype dst_type, const void *src,
-                        shs_dtype src_type, size_t n);
+SHS_API int shs_convert(void *dst, shs_dtype dst_type, const void *src, shs_dtype src_type,
+                        size_t n);
 
 /* Scalar helpers for the common cases (round to nearest even). */
 SHS_API uint16_t shs_f32_to_bf16(float x);
@@ -205,7 +204,7 @@ typedef struct shs_file shs_file;
 #define SHS_MAX_DIMS 64 /* more dimensions than this: SHS_ESCHEMA */
 
 enum {
-    SHS_OPEN_NO_MMAP = 1u << 0,  /* never mmap; read with pread */
+    SHS_OPEN_NO_MMAP = 1u << 0, /* never mmap; read with pread */
     /* refuse a symbolic link as the file itself (O_NOFOLLOW): the error
        says "is a symbolic link".  Checkpoint readers use it for the files
        of a step directory, so that a link never makes them read bytes
@@ -214,35 +213,36 @@ enum {
 };
 
 typedef struct shs_open_opts {
-    unsigned version;   /* SHS_OPEN_OPTS_VERSION */
-    unsigned flags;     /* SHS_OPEN_* */
+    unsigned version; /* SHS_OPEN_OPTS_VERSION */
+    unsigned flags;   /* SHS_OPEN_* */
 } shs_open_opts;
 #define SHS_OPEN_OPTS_VERSION 1
-#define SHS_OPEN_OPTS_INIT { SHS_OPEN_OPTS_VERSION, 0 }
+#define SHS_OPEN_OPTS_INIT                                                                         \
+    {                                                                                              \
+        SHS_OPEN_OPTS_VERSION, 0                                                                   \
+    }
 
 /* Description of one tensor.  Pointers stay valid while the file is open. */
 typedef struct shs_tensor_info {
-    const char *name;        /* NUL-terminated (a name may hold "\u0000":
+    const char *name; /* NUL-terminated (a name may hold "\u0000":
                                 then use name_len) */
     size_t name_len;
     shs_dtype dtype;
     size_t ndim;
-    const uint64_t *shape;   /* ndim entries */
+    const uint64_t *shape; /* ndim entries */
     uint64_t numel;
-    uint64_t offset;         /* byte offset from the start of the data */
+    uint64_t offset; /* byte offset from the start of the data */
     uint64_t nbytes;
 } shs_tensor_info;
 
 /* Open and validate `path`.  `opts` may be NULL.  On failure *out is NULL. */
-SHS_API int shs_file_open(shs_file **out, const char *path,
-                          const shs_open_opts *opts);
+SHS_API int shs_file_open(shs_file **out, const char *path, const shs_open_opts *opts);
 
 /*
  * Validate an in-memory file image of `len` bytes.  The buffer is not copied
  * and must outlive the handle.  `name` is used in messages (may be NULL).
  */
-SHS_API int shs_file_open_memory(shs_file **out, const void *data, size_t len,
-                                 const char *name);
+SHS_API int shs_file_open_memory(shs_file **out, const void *data, size_t len, const char *name);
 
 SHS_API void shs_file_close(shs_file *file);
 
@@ -258,14 +258,11 @@ SHS_API const char *shs_file_header(const shs_file *file);
 
 /* Tensors, in the order of their data in the file. */
 SHS_API size_t shs_file_tensor_count(const shs_file *file);
-SHS_API const shs_tensor_info *shs_file_tensor(const shs_file *file,
-                                               size_t index);
+SHS_API const shs_tensor_info *shs_file_tensor(const shs_file *file, size_t index);
 /* Find a tensor by (NUL-terminated) name; SHS_ENOTFOUND if absent. */
-SHS_API int shs_file_find(size_t *out_index, const shs_file *file,
-                          const char *name);
+SHS_API int shs_file_find(size_t *out_index, const shs_file *file, const char *name);
 /* The same for a name of `len` bytes (which may contain NUL). */
-SHS_API int shs_file_find_n(size_t *out_index, const shs_file *file,
-                            const char *name, size_t len);
+SHS_API int shs_file_find_n(size_t *out_index, const shs_file *file, const char *name, size_t len);
 
 /* `__metadata__` entries, sorted by key (bytewise, over the full key).
    has_metadata is 0 when the header had no `__metadata__` (or null), 1
@@ -277,19 +274,17 @@ SHS_API int shs_file_find_n(size_t *out_index, const shs_file *file,
 SHS_API int shs_file_has_metadata(const shs_file *file);
 SHS_API size_t shs_file_metadata_count(const shs_file *file);
 /* Entry `index` (< metadata_count), SHS_ERANGE otherwise. */
-SHS_API int shs_file_metadata_at(const char **out_key, const char **out_value,
-                                 const shs_file *file, size_t index);
+SHS_API int shs_file_metadata_at(const char **out_key, const char **out_value, const shs_file *file,
+                                 size_t index);
 /* The same with the byte lengths of key and value (NUL bytes included). */
 SHS_API int shs_file_metadata_at_n(const char **out_key, size_t *out_key_len,
                                    const char **out_value, size_t *out_value_len,
                                    const shs_file *file, size_t index);
 /* Value for the C-string `key`, or NULL. */
-SHS_API const char *shs_file_metadata_get(const shs_file *file,
-                                          const char *key);
+SHS_API const char *shs_file_metadata_get(const shs_file *file, const char *key);
 /* Value for the `key_len`-byte key (which may contain NUL), or NULL; its
    length goes to *out_value_len when that is not NULL. */
-SHS_API const char *shs_file_metadata_get_n(const shs_file *file,
-                                            const char *key, size_t key_len,
+SHS_API const char *shs_file_metadata_get_n(const shs_file *file, const char *key, size_t key_len,
                                             size_t *out_value_len);
 
 /*
@@ -302,8 +297,7 @@ SHS_API const char *shs_file_metadata_get_n(const shs_file *file,
 SHS_API const void *shs_file_tensor_data(const shs_file *file, size_t index);
 
 /* Copy the whole tensor into `dst` (dst_len >= nbytes, else SHS_ERANGE). */
-SHS_API int shs_file_read(const shs_file *file, size_t index, void *dst,
-                          size_t dst_len);
+SHS_API int shs_file_read(const shs_file *file, size_t index, void *dst, size_t dst_len);
 
 /*
  * Copy the sub-box [start[d], start[d] + count[d]) of a tensor into `dst`,
@@ -311,16 +305,15 @@ SHS_API int shs_file_read(const shs_file *file, size_t index, void *dst,
  * (F4, F6_*) require whole bytes per innermost row.  Errors: SHS_ERANGE for
  * a box outside the tensor or dst_len too small.
  */
-SHS_API int shs_file_read_slice(const shs_file *file, size_t index,
-                                const uint64_t *start, const uint64_t *count,
-                                void *dst, size_t dst_len);
+SHS_API int shs_file_read_slice(const shs_file *file, size_t index, const uint64_t *start,
+                                const uint64_t *count, void *dst, size_t dst_len);
 
 /*
  * Read `len` bytes at byte `offset` of a tensor's data into `dst`.
  * For streaming large tensors in bounded memory.
  */
-SHS_API int shs_file_read_bytes(const shs_file *file, size_t index,
-                                uint64_t offset, void *dst, size_t len);
+SHS_API int shs_file_read_bytes(const shs_file *file, size_t index, uint64_t offset, void *dst,
+                                size_t len);
 
 /* ------------------------------------------------------------------------
  * Writing safetensors files.
@@ -340,35 +333,34 @@ SHS_API int shs_file_read_bytes(const shs_file *file, size_t index,
 typedef struct shs_writer shs_writer;
 
 typedef struct shs_writer_opts {
-    unsigned version;   /* SHS_WRITER_OPTS_VERSION */
-    int fsync;          /* nonzero: fsync file and directory on commit */
-    uint32_t align;     /* data start aligned to this many bytes: 0 or 8 =
+    unsigned version; /* SHS_WRITER_OPTS_VERSION */
+    int fsync;        /* nonzero: fsync file and directory on commit */
+    uint32_t align;   /* data start aligned to this many bytes: 0 or 8 =
                            reference (8); e.g. 4096 for page alignment.
                            Must be a power of two. */
 } shs_writer_opts;
 #define SHS_WRITER_OPTS_VERSION 1
-#define SHS_WRITER_OPTS_INIT { SHS_WRITER_OPTS_VERSION, 0, 0 }
+#define SHS_WRITER_OPTS_INIT                                                                       \
+    {                                                                                              \
+        SHS_WRITER_OPTS_VERSION, 0, 0                                                              \
+    }
 
-SHS_API int shs_writer_create(shs_writer **out, const char *path,
-                              const shs_writer_opts *opts);
+SHS_API int shs_writer_create(shs_writer **out, const char *path, const shs_writer_opts *opts);
 
 /* Declare a `__metadata__` entry.  Any call (even none) with has_metadata
    semantics: the header gets `__metadata__` iff at least one entry was added
    or shs_writer_set_metadata_present() was called. */
-SHS_API int shs_writer_add_metadata(shs_writer *w, const char *key,
-                                    const char *value);
+SHS_API int shs_writer_add_metadata(shs_writer *w, const char *key, const char *value);
 /* The same with explicit lengths: key and value may contain NUL bytes
    (written as "\u0000"); they must be valid UTF-8.  Keys are unique over
    their full bytes (SHS_EDUPLICATE). */
-SHS_API int shs_writer_add_metadata_n(shs_writer *w, const char *key,
-                                      size_t key_len, const char *value,
-                                      size_t value_len);
+SHS_API int shs_writer_add_metadata_n(shs_writer *w, const char *key, size_t key_len,
+                                      const char *value, size_t value_len);
 SHS_API int shs_writer_set_metadata_present(shs_writer *w);
 
 /* Declare a tensor.  Names must be unique, valid UTF-8 and not
    "__metadata__"; SHS_EDUPLICATE / SHS_EINVAL otherwise. */
-SHS_API int shs_writer_add_tensor(shs_writer *w, const char *name,
-                                  shs_dtype dtype, size_t ndim,
+SHS_API int shs_writer_add_tensor(shs_writer *w, const char *name, shs_dtype dtype, size_t ndim,
                                   const uint64_t *shape);
 
 /* Fix the header and write it.  Called implicitly by the first write. */
@@ -380,12 +372,10 @@ SHS_API const char *shs_writer_tensor_name(const shs_writer *w, size_t index);
 SHS_API size_t shs_writer_tensor_count(const shs_writer *w);
 
 /* Write a whole tensor (len must equal its byte size). */
-SHS_API int shs_writer_write(shs_writer *w, const char *name,
-                             const void *data, size_t len);
+SHS_API int shs_writer_write(shs_writer *w, const char *name, const void *data, size_t len);
 /* Write `len` bytes at byte `offset` within the tensor's data. */
-SHS_API int shs_writer_write_part(shs_writer *w, const char *name,
-                                  uint64_t offset, const void *data,
-                                  size_t len);
+SHS_API int shs_writer_write_part(shs_writer *w, const char *name, uint64_t offset,
+                                  const void *data, size_t len);
 
 /* Finish: check completeness, (fsync), rename into place, (fsync dir). */
 SHS_API int shs_writer_commit(shs_writer *w);
@@ -399,19 +389,18 @@ typedef struct shs_tensor_view {
     shs_dtype dtype;
     size_t ndim;
     const uint64_t *shape;
-    const void *data;        /* numel x dtype bytes */
+    const void *data; /* numel x dtype bytes */
 } shs_tensor_view;
 
 /* Write a complete file in one call.  `metadata` holds n_metadata
    (key, value) pairs as 2*n_metadata strings; NULL for no `__metadata__`. */
-SHS_API int shs_save_file(const char *path, const shs_tensor_view *tensors,
-                          size_t n_tensors, const char *const *metadata,
-                          size_t n_metadata, const shs_writer_opts *opts);
+SHS_API int shs_save_file(const char *path, const shs_tensor_view *tensors, size_t n_tensors,
+                          const char *const *metadata, size_t n_metadata,
+                          const shs_writer_opts *opts);
 
 /* Byte size of a tensor of `shape`: SHS_EOVERFLOW on overflow,
    SHS_EMISALIGNED when sub-byte elements do not fill whole bytes. */
-SHS_API int shs_tensor_nbytes(uint64_t *out, shs_dtype dtype, size_t ndim,
-                              const uint64_t *shape);
+SHS_API int shs_tensor_nbytes(uint64_t *out, shs_dtype dtype, size_t ndim, const uint64_t *shape);
 
 /* ------------------------------------------------------------------------
  * Training state.
@@ -427,13 +416,13 @@ SHS_API int shs_tensor_nbytes(uint64_t *out, shs_dtype dtype, size_t ndim,
 typedef struct shs_state shs_state;
 
 typedef enum shs_kind {
-    SHS_KIND_MODEL = 0,       /* saved in {prefix}-model-*.safetensors */
-    SHS_KIND_OPTIMIZER = 1    /* saved in {prefix}-opt-*.safetensors */
+    SHS_KIND_MODEL = 0,    /* saved in {prefix}-model-*.safetensors */
+    SHS_KIND_OPTIMIZER = 1 /* saved in {prefix}-opt-*.safetensors */
 } shs_kind;
 
 typedef struct shs_tensor_spec {
-    unsigned version;              /* SHS_TENSOR_SPEC_VERSION */
-    const char *name;              /* full name, unique in the state */
+    unsigned version; /* SHS_TENSOR_SPEC_VERSION */
+    const char *name; /* full name, unique in the state */
     shs_kind kind;
     shs_dtype dtype;
     size_t ndim;
@@ -447,8 +436,10 @@ typedef struct shs_tensor_spec {
     const char *master_of;
 } shs_tensor_spec;
 #define SHS_TENSOR_SPEC_VERSION 1
-#define SHS_TENSOR_SPEC_INIT \
-    { SHS_TENSOR_SPEC_VERSION, NULL, SHS_KIND_MODEL, SHS_F32, 0, NULL, NULL, NULL, NULL, NULL }
+#define SHS_TENSOR_SPEC_INIT                                                                       \
+    {                                                                                              \
+        SHS_TENSOR_SPEC_VERSION, NULL, SHS_KIND_MODEL, SHS_F32, 0, NULL, NULL, NULL, NULL, NULL    \
+    }
 
 SHS_API int shs_state_create(shs_state **out);
 SHS_API void shs_state_free(shs_state *state);
@@ -457,13 +448,12 @@ SHS_API void shs_state_free(shs_state *state);
    zero elements (e.g. an empty optimizer slot) is valid. */
 SHS_API int shs_state_add_tensor(shs_state *state, const shs_tensor_spec *spec);
 /* Set a blob (copied).  Blobs are per process ("rank-local"). */
-SHS_API int shs_state_set_blob(shs_state *state, const char *name,
-                               const void *data, size_t len);
+SHS_API int shs_state_set_blob(shs_state *state, const char *name, const void *data, size_t len);
 /* A blob's current value (set by the caller or by the last load);
    SHS_ENOTFOUND when absent.  The pointer is valid until the blob
    changes. */
-SHS_API int shs_state_get_blob(const shs_state *state, const char *name,
-                               const void **data, size_t *len);
+SHS_API int shs_state_get_blob(const shs_state *state, const char *name, const void **data,
+                               size_t *len);
 SHS_API size_t shs_state_tensor_count(const shs_state *state);
 /* Total bytes of the registered tensors. */
 SHS_API uint64_t shs_state_nbytes(const shs_state *state);
@@ -471,12 +461,12 @@ SHS_API uint64_t shs_state_nbytes(const shs_state *state);
 /* Training progress, stored as common.json (exactly these seven keys). */
 typedef struct shs_progress {
     int64_t epoch_num;
-    int64_t step_num;          /* step within the epoch */
+    int64_t step_num; /* step within the epoch */
     int64_t global_step;
     double loss_scale;
     int64_t global_batch_size;
     int64_t consumed_samples;
-    char ckpt_status[32];      /* "" is written as null */
+    char ckpt_status[32]; /* "" is written as null */
 } shs_progress;
 
 /* ------------------------------------------------------------------------
@@ -492,7 +482,7 @@ typedef struct shs_progress {
 typedef struct shs_comm shs_comm;
 
 typedef struct shs_comm_ops {
-    unsigned version;   /* SHS_COMM_OPS_VERSION */
+    unsigned version; /* SHS_COMM_OPS_VERSION */
     int (*barrier)(void *ctx);
     int (*broadcast)(void *ctx, void *buf, size_t len, int root);
     /* Every rank sends `len` bytes; every rank receives size * len bytes,
@@ -504,13 +494,12 @@ typedef struct shs_comm_ops {
     int (*gatherv)(void *ctx, const void *send, const size_t *lens, void *recv, int root);
     int (*send)(void *ctx, const void *buf, size_t len, int dest, int tag);
     int (*recv)(void *ctx, void *buf, size_t len, int src, int tag);
-    void (*destroy)(void *ctx);   /* may be NULL */
+    void (*destroy)(void *ctx); /* may be NULL */
 } shs_comm_ops;
 #define SHS_COMM_OPS_VERSION 1
 
 /* A communicator over `ops`/`ctx` for rank `rank` of `size`. */
-SHS_API int shs_comm_create(shs_comm **out, int rank, int size,
-                            const shs_comm_ops *ops, void *ctx);
+SHS_API int shs_comm_create(shs_comm **out, int rank, int size, const shs_comm_ops *ops, void *ctx);
 /* A one-process communicator (rank 0 of 1). */
 SHS_API int shs_comm_create_self(shs_comm **out);
 /* Frees the communicator and calls ops->destroy(ctx).  NULL is a no-op. */
@@ -536,53 +525,53 @@ enum {
 };
 
 typedef struct shs_config {
-    unsigned version;               /* SHS_CONFIG_VERSION */
+    unsigned version; /* SHS_CONFIG_VERSION */
     /* saving */
-    int enable_save;                /* default 1; 0: nothing is saved */
-    const char *save_path;          /* required when saving */
-    int64_t save_interleaved_steps; /* save when global_step % n == 0 (1000) */
-    int save_max;                   /* MindSpore: keep the newest n saves of
+    int enable_save;                  /* default 1; 0: nothing is saved */
+    const char *save_path;            /* required when saving */
+    int64_t save_interleaved_steps;   /* save when global_step % n == 0 (1000) */
+    int save_max;                     /* MindSpore: keep the newest n saves of
                                        THIS run, never another run's (5);
                                        0 = keep all */
-    int keep_latest_k;              /* torchtitan: keep the newest k committed
+    int keep_latest_k;                /* torchtitan: keep the newest k committed
                                        steps of the WHOLE save path, whatever
                                        run wrote them; if > 0 it replaces
                                        save_max.  Neither deletes the
                                        tracker's step nor a symlinked step */
-    const char *prefix;             /* file name prefix ("checkpoint") */
-    int no_save_optim;              /* save model weights only */
-    int async_save;                 /* write in a background thread */
-    int remove_redundancy;          /* replicas written once, by one of their
+    const char *prefix;               /* file name prefix ("checkpoint") */
+    int no_save_optim;                /* save model weights only */
+    int async_save;                   /* write in a background thread */
+    int remove_redundancy;            /* replicas written once, by one of their
                                        holders, balanced by bytes (several
                                        ranks only) */
-    int save_global_layout_cache;   /* keep that plan while no rank's layout
+    int save_global_layout_cache;     /* keep that plan while no rank's layout
                                        changes (1) */
     int enable_first_step_checkpoint; /* also save after step 1 */
-    int last_save_model_only;       /* final save holds model weights only */
-    int incremental;                /* do not rewrite unchanged tensors */
-    int fsync;                      /* make commits durable (1) */
-    int load_only;                  /* never save */
-    int create_seed_checkpoint;     /* torchtitan: one process saves the
+    int last_save_model_only;         /* final save holds model weights only */
+    int incremental;                  /* do not rewrite unchanged tensors */
+    int fsync;                        /* make commits durable (1) */
+    int load_only;                    /* never save */
+    int create_seed_checkpoint;       /* torchtitan: one process saves the
                                        freshly initialised model as step 0
                                        (see shs_manager_load) and exits;
                                        jobs then start from it with
                                        initial_load_path, resharded */
     /* loading */
-    const char *load_path;          /* save path or step directory; "" none */
-    int64_t load_step;              /* -1: newest */
-    int no_load_optim;              /* weights only; refresh master weights */
-    unsigned exclude_from_loading;  /* SHS_EXCLUDE_* */
-    const char *initial_load_path;  /* used only if save_path and load_path
+    const char *load_path;         /* save path or step directory; "" none */
+    int64_t load_step;             /* -1: newest */
+    int no_load_optim;             /* weights only; refresh master weights */
+    unsigned exclude_from_loading; /* SHS_EXCLUDE_* */
+    const char *initial_load_path; /* used only if save_path and load_path
                                        have nothing */
-    int initial_load_model_only;    /* (1) */
-    int resume_fallback;            /* the tracker's step missing or damaged:
+    int initial_load_model_only;   /* (1) */
+    int resume_fallback;           /* the tracker's step missing or damaged:
                                        load the newest earlier step that
                                        verifies instead of failing (0) */
-    int load_balanced;              /* each needed saved chunk read by one
+    int load_balanced;             /* each needed saved chunk read by one
                                        rank, sent to the others (several
                                        ranks only) */
-    int load_worker_number;         /* reader threads per rank (1) */
-    int strict;                     /* missing/extra tensors are errors (1) */
+    int load_worker_number;        /* reader threads per rank (1) */
+    int strict;                    /* missing/extra tensors are errors (1) */
     /* internal: strings owned by the config */
     void *owned_;
 } shs_config;
@@ -597,8 +586,7 @@ SHS_API void shs_config_release(shs_config *config);
    (enable, folder, interval, async_mode; export_dtype, initial_load_in_hf
    and last_save_in_hf only at their defaults: README.md).  SHS_ECONFIG
    naming the key on error; an unknown key gets the closest known name. */
-SHS_API int shs_config_set(shs_config *config, const char *key,
-                           const char *value);
+SHS_API int shs_config_set(shs_config *config, const char *key, const char *value);
 /* Read the `checkpoint:` mapping of a YAML file, and MindSpore
    Transformers' top-level load_checkpoint / resume_training and the
    CheckpointMonitor entry of `callbacks:` (docs/checkpoint.md); other
@@ -622,59 +610,60 @@ SHS_API int shs_config_load_yaml(shs_config *config, const char *path);
  * ---------------------------------------------------------------------- */
 typedef struct shs_manager shs_manager;
 
-SHS_API int shs_manager_create(shs_manager **out, const shs_config *config,
-                               shs_state *state);
+SHS_API int shs_manager_create(shs_manager **out, const shs_config *config, shs_state *state);
 /* The same for one rank of a distributed job: every rank of `comm` calls
    it (and then every manager function) collectively.  `comm` must outlive
    the manager. */
-SHS_API int shs_manager_create_comm(shs_manager **out, const shs_config *config,
-                                    shs_state *state, shs_comm *comm);
+SHS_API int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_state *state,
+                                    shs_comm *comm);
 SHS_API void shs_manager_free(shs_manager *m);
 
 /* Where a load came from (shs_load_result.source). */
 enum {
-    SHS_LOAD_NONE = 0,          /* nothing anywhere: fresh start */
-    SHS_LOAD_SAVE_PATH = 1,     /* the job's own committed checkpoints */
+    SHS_LOAD_NONE = 0,      /* nothing anywhere: fresh start */
+    SHS_LOAD_SAVE_PATH = 1, /* the job's own committed checkpoints */
     SHS_LOAD_LOAD_PATH = 2,
-    SHS_LOAD_INITIAL = 3,       /* initial_load_path */
-    SHS_LOAD_SEED = 4           /* create_seed_checkpoint: nothing loaded */
+    SHS_LOAD_INITIAL = 3, /* initial_load_path */
+    SHS_LOAD_SEED = 4     /* create_seed_checkpoint: nothing loaded */
 };
 
 /* What a load did.  Initialise with SHS_LOAD_RESULT_INIT (the version is
    checked, so that fields can be added).  The strings and the array are
    the manager's: valid until its next load or shs_manager_free. */
 typedef struct shs_load_result {
-    unsigned version;           /* SHS_LOAD_RESULT_VERSION */
-    int loaded;                 /* 0: nothing to load, fresh start */
-    int source;                 /* SHS_LOAD_* */
-    const char *path;           /* the step directory loaded ("" if none) */
-    int64_t step;               /* its step */
+    unsigned version; /* SHS_LOAD_RESULT_VERSION */
+    int loaded;       /* 0: nothing to load, fresh start */
+    int source;       /* SHS_LOAD_* */
+    const char *path; /* the step directory loaded ("" if none) */
+    int64_t step;     /* its step */
     int optimizer_loaded;
-    int progress_loaded;        /* *progress was filled from common.json */
-    int batch_size_changed;     /* global_step was rescaled: the data
+    int progress_loaded;          /* *progress was filled from common.json */
+    int batch_size_changed;       /* global_step was rescaled: the data
                                    cursor must come from consumed_samples */
-    int rank_state_restored;    /* rank-local blobs restored: only when the
+    int rank_state_restored;      /* rank-local blobs restored: only when the
                                    checkpoint's world size equals this job's
                                    (the caller knows whether its layout of
                                    rank-local state also stayed the same) */
-    int saved_world_size;       /* world size the checkpoint was saved with */
-    uint64_t bytes_read;        /* tensor bytes this rank read from storage */
-    size_t n_skipped;           /* non-strict: tensors skipped */
-    const char *const *skipped; /* their names (n_skipped of them) */
-    int fell_back;              /* resume_fallback: the tracker's step was
+    int saved_world_size;         /* world size the checkpoint was saved with */
+    uint64_t bytes_read;          /* tensor bytes this rank read from storage */
+    size_t n_skipped;             /* non-strict: tensors skipped */
+    const char *const *skipped;   /* their names (n_skipped of them) */
+    int fell_back;                /* resume_fallback: the tracker's step was
                                    missing or damaged, an earlier step that
                                    verifies was loaded (see message) */
-    int tracker_repaired;       /* the tracker was behind the newest complete
+    int tracker_repaired;         /* the tracker was behind the newest complete
                                    step (or missing): that step was loaded
                                    and the tracker rewritten */
     int consumed_samples_derived; /* common.json had no consumed_samples
                                    (MindSpore, six keys): global_step x
                                    global_batch_size was used */
-    const char *message;        /* what was chosen and why, for the log */
+    const char *message;          /* what was chosen and why, for the log */
 } shs_load_result;
 #define SHS_LOAD_RESULT_VERSION 1u
-#define SHS_LOAD_RESULT_INIT { SHS_LOAD_RESULT_VERSION, 0, 0, "", -1, 0, 0, 0, 0, 0, 0, 0, \
-                               NULL, 0, 0, 0, "" }
+#define SHS_LOAD_RESULT_INIT                                                                       \
+    {                                                                                              \
+        SHS_LOAD_RESULT_VERSION, 0, 0, "", -1, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, ""              \
+    }
 
 /*
  * Load per the config.  Resume order (docs/checkpoint.md, "Resume"):
@@ -710,8 +699,7 @@ typedef struct shs_load_result {
  * checkpoint unless train_state is excluded or weights only are loaded.
  * `result` may be NULL.
  */
-SHS_API int shs_manager_load(shs_manager *m, shs_progress *progress,
-                             shs_load_result *result);
+SHS_API int shs_manager_load(shs_manager *m, shs_progress *progress, shs_load_result *result);
 
 /*
  * Call after each optimizer step with the updated progress.  Saves when
@@ -721,8 +709,7 @@ SHS_API int shs_manager_load(shs_manager *m, shs_progress *progress,
  * background save is returned here.  *saved (may be NULL) tells whether a
  * save was started.
  */
-SHS_API int shs_manager_step(shs_manager *m, const shs_progress *progress,
-                             int *saved);
+SHS_API int shs_manager_step(shs_manager *m, const shs_progress *progress, int *saved);
 
 /*
  * Save now, regardless of the interval (e.g. before a planned stop).
@@ -730,9 +717,11 @@ SHS_API int shs_manager_step(shs_manager *m, const shs_progress *progress,
  * copied: the caller may run compute that only reads the state, and must
  * call shs_manager_fence() before changing it.
  */
-enum { SHS_SAVE_DEFER_SNAPSHOT = 1u << 0, SHS_SAVE_MODEL_ONLY = 1u << 1 };
-SHS_API int shs_manager_save(shs_manager *m, const shs_progress *progress,
-                             unsigned flags);
+enum {
+    SHS_SAVE_DEFER_SNAPSHOT = 1u << 0,
+    SHS_SAVE_MODEL_ONLY = 1u << 1
+};
+SHS_API int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flags);
 /* Wait until the snapshot of the save in flight has been taken. */
 SHS_API int shs_manager_fence(shs_manager *m);
 /* Wait until the save in flight is committed; returns its status. */
@@ -745,20 +734,23 @@ SHS_API int shs_manager_finish(shs_manager *m, const shs_progress *progress);
    all ranks.  Initialise with SHS_SAVE_STATS_INIT (the version is
    checked). */
 typedef struct shs_save_stats {
-    unsigned version;         /* SHS_SAVE_STATS_VERSION */
+    unsigned version; /* SHS_SAVE_STATS_VERSION */
     int64_t step;
-    uint64_t state_bytes;     /* bytes of tensors in the checkpoint */
-    uint64_t bytes_written;   /* bytes actually written (incremental) */
-    uint64_t bytes_linked;    /* bytes reused from the previous save */
-    double blocked_seconds;   /* time the caller was blocked */
-    double total_seconds;     /* start to commit */
-    uint64_t max_rank_bytes;  /* most bytes written by one rank */
-    double write_balance;     /* max / mean bytes written per rank (1 rank: 1) */
+    uint64_t state_bytes;      /* bytes of tensors in the checkpoint */
+    uint64_t bytes_written;    /* bytes actually written (incremental) */
+    uint64_t bytes_linked;     /* bytes reused from the previous save */
+    double blocked_seconds;    /* time the caller was blocked */
+    double total_seconds;      /* start to commit */
+    uint64_t max_rank_bytes;   /* most bytes written by one rank */
+    double write_balance;      /* max / mean bytes written per rank (1 rank: 1) */
     size_t retention_failures; /* old steps retention could not delete (the
                                  save itself succeeded): shs_manager_warning */
 } shs_save_stats;
 #define SHS_SAVE_STATS_VERSION 1u
-#define SHS_SAVE_STATS_INIT { SHS_SAVE_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+#define SHS_SAVE_STATS_INIT                                                                        \
+    {                                                                                              \
+        SHS_SAVE_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0                                          \
+    }
 SHS_API int shs_manager_last_save(const shs_manager *m, shs_save_stats *out);
 
 /* The latest warning of the manager (e.g. "retention could not delete
@@ -776,8 +768,7 @@ SHS_API const char *shs_manager_warning(const shs_manager *m);
    directory (one without metadata.json is SHS_ECORRUPT), or a folder of
    plain safetensors files with no step directory.  Writes the step
    directory into out (cap bytes); SHS_ERANGE when it does not fit. */
-SHS_API int shs_checkpoint_resolve(char *out, size_t cap, const char *path,
-                                   int64_t step);
+SHS_API int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step);
 
 /* Verify a step directory: metadata.json, every referenced file present,
    inside the directory and valid, every chunk's checksum. */
@@ -817,20 +808,23 @@ SHS_API int shs_checkpoint_verify(const char *step_dir);
 typedef struct shs_checkpoint shs_checkpoint;
 
 enum {
-    SHS_CKPT_OPEN_NO_MMAP = 1u << 0   /* read data files with pread, never
+    SHS_CKPT_OPEN_NO_MMAP = 1u << 0 /* read data files with pread, never
                                          mmap (files that may change) */
 };
 
 typedef struct shs_ckpt_open_opts {
-    unsigned version;   /* SHS_CKPT_OPEN_OPTS_VERSION */
-    int64_t step;       /* save path: this step (SHS_ENOCHECKPOINT when it
+    unsigned version; /* SHS_CKPT_OPEN_OPTS_VERSION */
+    int64_t step;     /* save path: this step (SHS_ENOCHECKPOINT when it
                            has no complete directory); -1: the tracker's
                            step, else the newest.  A step directory must
                            be of this step when it is >= 0. */
-    unsigned flags;     /* SHS_CKPT_OPEN_* */
+    unsigned flags;   /* SHS_CKPT_OPEN_* */
 } shs_ckpt_open_opts;
 #define SHS_CKPT_OPEN_OPTS_VERSION 1
-#define SHS_CKPT_OPEN_OPTS_INIT { SHS_CKPT_OPEN_OPTS_VERSION, -1, 0 }
+#define SHS_CKPT_OPEN_OPTS_INIT                                                                    \
+    {                                                                                              \
+        SHS_CKPT_OPEN_OPTS_VERSION, -1, 0                                                          \
+    }
 
 /* Open a checkpoint (see above).  `opts` may be NULL (the defaults).  On
    failure *out is NULL.  Release with shs_checkpoint_close(). */
@@ -850,7 +844,7 @@ typedef struct shs_ckpt_tensor_info {
     shs_kind kind;
     shs_dtype dtype;
     size_t ndim;
-    const uint64_t *shape;     /* global shape */
+    const uint64_t *shape; /* global shape */
     size_t n_chunks;
 } shs_ckpt_tensor_info;
 
@@ -858,32 +852,36 @@ typedef struct shs_ckpt_tensor_info {
    *_INIT macro); the library fills only the fields of that version and
    refuses (SHS_EINVAL) a version it does not know. */
 typedef struct shs_chunk_info {
-    unsigned version;          /* SHS_CHUNK_INFO_VERSION */
-    const uint64_t *offset;    /* position of the chunk in the global tensor */
-    const uint64_t *shape;     /* its shape */
-    size_t file;               /* index of the file holding it */
-    const char *key;           /* its name inside that file */
+    unsigned version;              /* SHS_CHUNK_INFO_VERSION */
+    const uint64_t *offset;        /* position of the chunk in the global tensor */
+    const uint64_t *shape;         /* its shape */
+    size_t file;                   /* index of the file holding it */
+    const char *key;               /* its name inside that file */
     uint64_t byte_begin, byte_end; /* absolute byte range in the file */
     uint64_t xxh3;
-    int has_xxh3;              /* 0 for plain files */
+    int has_xxh3; /* 0 for plain files */
 } shs_chunk_info;
 #define SHS_CHUNK_INFO_VERSION 1
-#define SHS_CHUNK_INFO_INIT \
-    { SHS_CHUNK_INFO_VERSION, NULL, NULL, 0, NULL, 0, 0, 0, 0 }
+#define SHS_CHUNK_INFO_INIT                                                                        \
+    {                                                                                              \
+        SHS_CHUNK_INFO_VERSION, NULL, NULL, 0, NULL, 0, 0, 0, 0                                    \
+    }
 
 typedef struct shs_blob_info {
-    unsigned version;          /* SHS_BLOB_INFO_VERSION */
+    unsigned version; /* SHS_BLOB_INFO_VERSION */
     const char *name;
     int rank;
     size_t file;
     const char *key;
     uint64_t byte_begin, byte_end;
     uint64_t xxh3;
-    uint64_t size;             /* bytes (byte_end - byte_begin) */
+    uint64_t size; /* bytes (byte_end - byte_begin) */
 } shs_blob_info;
 #define SHS_BLOB_INFO_VERSION 1
-#define SHS_BLOB_INFO_INIT \
-    { SHS_BLOB_INFO_VERSION, NULL, 0, 0, NULL, 0, 0, 0, 0 }
+#define SHS_BLOB_INFO_INIT                                                                         \
+    {                                                                                              \
+        SHS_BLOB_INFO_VERSION, NULL, 0, 0, NULL, 0, 0, 0, 0                                        \
+    }
 
 /* Step and world size (-1 / 1 when there is no metadata.json). */
 SHS_API int64_t shs_checkpoint_step(const shs_checkpoint *ckpt);
@@ -901,15 +899,12 @@ SHS_API const char *shs_checkpoint_file_name(const shs_checkpoint *ckpt, size_t 
 SHS_API int shs_checkpoint_file_rank(const shs_checkpoint *ckpt, size_t index);
 /* Tensors, sorted by name. */
 SHS_API size_t shs_checkpoint_tensor_count(const shs_checkpoint *ckpt);
-SHS_API const shs_ckpt_tensor_info *shs_checkpoint_tensor(const shs_checkpoint *ckpt,
-                                                          size_t index);
-SHS_API int shs_checkpoint_find(size_t *out_index, const shs_checkpoint *ckpt,
-                                const char *name);
-SHS_API int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *ckpt,
-                                 size_t tensor, size_t chunk);
+SHS_API const shs_ckpt_tensor_info *shs_checkpoint_tensor(const shs_checkpoint *ckpt, size_t index);
+SHS_API int shs_checkpoint_find(size_t *out_index, const shs_checkpoint *ckpt, const char *name);
+SHS_API int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *ckpt, size_t tensor,
+                                 size_t chunk);
 SHS_API size_t shs_checkpoint_blob_count(const shs_checkpoint *ckpt);
-SHS_API int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *ckpt,
-                                size_t index);
+SHS_API int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *ckpt, size_t index);
 
 /*
  * Read the box [start[d], start[d] + count[d]) of global tensor `tensor`
@@ -930,14 +925,13 @@ SHS_API int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *ckpt,
  * SHS_CKPT_OPEN_NO_MMAP at most one 4 MiB block (or one smaller chunk)
  * is buffered at a time.  Thread-safe on one handle.
  */
-SHS_API int shs_checkpoint_read(const shs_checkpoint *ckpt, size_t tensor,
-                                const uint64_t *start, const uint64_t *count,
-                                shs_dtype dtype, void *dst, size_t dst_len);
+SHS_API int shs_checkpoint_read(const shs_checkpoint *ckpt, size_t tensor, const uint64_t *start,
+                                const uint64_t *count, shs_dtype dtype, void *dst, size_t dst_len);
 
 /* Read blob `blob` (its size: shs_blob_info.size, which dst_len must
    equal, else SHS_ERANGE), checked against its checksum. */
-SHS_API int shs_checkpoint_read_blob(const shs_checkpoint *ckpt, size_t blob,
-                                     void *dst, size_t dst_len);
+SHS_API int shs_checkpoint_read_blob(const shs_checkpoint *ckpt, size_t blob, void *dst,
+                                     size_t dst_len);
 
 /* common.json of the opened step, validated (exactly the seven keys);
    SHS_ENOTFOUND for a checkpoint without metadata.json. */
@@ -950,8 +944,7 @@ SHS_API int shs_checkpoint_read_progress(shs_progress *out, const char *step_dir
 /* Save-path maintenance.  Committed steps, ascending: up to `cap` go to
    `steps`, *n gets the total.  A step counts when its directory
    (iteration_%08d or step-N) holds metadata.json and common.json. */
-SHS_API int shs_checkpoint_list(int64_t *steps, size_t cap, size_t *n,
-                                const char *save_path);
+SHS_API int shs_checkpoint_list(int64_t *steps, size_t cap, size_t *n, const char *save_path);
 /* Step of a step directory's name ("iteration_%08d" or "step-N"), or -1. */
 SHS_API int64_t shs_checkpoint_step_of_name(const char *name);
 /* The name of step `step`'s directory: "iteration_%08d" (what saves
@@ -962,14 +955,14 @@ SHS_API int shs_checkpoint_step_dir_name(char *buf, size_t cap, int64_t step, in
 /* What an entry of a save path is, by its name alone -- the rules the
    library itself uses, for tools that list or clean a save path. */
 typedef enum shs_savepath_entry {
-    SHS_ENTRY_OTHER = 0,    /* not ours: never listed as a step, never deleted */
-    SHS_ENTRY_STEP,         /* iteration_%08d or step-N (complete or not) */
-    SHS_ENTRY_LEFTOVER,     /* of a failed save: .tmp-*, .trash-*, .replaced-*
+    SHS_ENTRY_OTHER = 0, /* not ours: never listed as a step, never deleted */
+    SHS_ENTRY_STEP,      /* iteration_%08d or step-N (complete or not) */
+    SHS_ENTRY_LEFTOVER,  /* of a failed save: .tmp-*, .trash-*, .replaced-*
                                (a step displaced by a re-save, restored by
                                shs_checkpoint_clean when its name is free), or
                                a temporary of the tracker */
-    SHS_ENTRY_TRACKER,      /* latest_checkpointed_iteration.txt */
-    SHS_ENTRY_LOCK          /* SHS_SAVEPATH_LOCK_NAME, never deleted */
+    SHS_ENTRY_TRACKER,   /* latest_checkpointed_iteration.txt */
+    SHS_ENTRY_LOCK       /* SHS_SAVEPATH_LOCK_NAME, never deleted */
 } shs_savepath_entry;
 SHS_API shs_savepath_entry shs_savepath_entry_kind(const char *name);
 /* The tracker's step: SHS_ENOENT when there is none, SHS_ECORRUPT when it
@@ -1021,11 +1014,11 @@ SHS_API void shs_savepath_unlock(shs_savepath_lock_handle *lock);
    fields, so nothing to free; text from the file is reduced to printable
    ASCII. */
 typedef struct shs_lock_holder {
-    int held;              /* 1: some process holds the lock now */
-    int64_t pid;           /* from the lock file; -1 unknown */
-    char host[256];        /* "" unknown */
-    char since[32];        /* e.g. "2026-03-01T12:00:00Z"; "" unknown */
-    char text[512];        /* "pid 1234 on host h since 2026-...", for
+    int held;       /* 1: some process holds the lock now */
+    int64_t pid;    /* from the lock file; -1 unknown */
+    char host[256]; /* "" unknown */
+    char since[32]; /* e.g. "2026-03-01T12:00:00Z"; "" unknown */
+    char text[512]; /* "pid 1234 on host h since 2026-...", for
                               messages ("an unknown process" if unknown) */
 } shs_lock_holder;
 

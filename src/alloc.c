@@ -21,8 +21,7 @@ static void default_free(void *ctx, void *ptr)
     free(ptr);
 }
 
-static shs_allocator g_alloc = { default_malloc, default_realloc,
-                                 default_free, NULL };
+static shs_allocator g_alloc = { default_malloc, default_realloc, default_free, NULL };
 
 /* jansson allocates the JSON trees of metadata.json, common.json and the
    safetensors headers; its memory must come from the hook too, or a
@@ -113,12 +112,10 @@ json_t *shs__json_loadb(const char *buf, size_t len, size_t flags, json_error_t 
 
 void shs_set_allocator(const shs_allocator *allocator)
 {
-    if (allocator && allocator->malloc_fn && allocator->realloc_fn &&
-        allocator->free_fn)
+    if (allocator && allocator->malloc_fn && allocator->realloc_fn && allocator->free_fn)
         g_alloc = *allocator;
     else
-        g_alloc = (shs_allocator){ default_malloc, default_realloc,
-                                   default_free, NULL };
+        g_alloc = (shs_allocator){ default_malloc, default_realloc, default_free, NULL };
     json_set_alloc_funcs(json_malloc_fwd, json_free_fwd);
 }
 

@@ -23,21 +23,21 @@ typedef struct shs__save_req {
     int with_optim;
     int fsync;
     int incremental;
-    const char *prev_dir;          /* this run's previous save, or NULL */
+    const char *prev_dir; /* this run's previous save, or NULL */
     const shs_progress *progress;
-    void *const *data;             /* per tensor: bytes to save, or NULL for
+    void *const *data;      /* per tensor: bytes to save, or NULL for
                                       the registered memory */
-    const shs__blob *blobs;        /* blobs to save (a snapshot) */
+    const shs__blob *blobs; /* blobs to save (a snapshot) */
     size_t n_blobs;
-    int remove_redundancy;         /* replicas written once (several ranks) */
+    int remove_redundancy;                  /* replicas written once (several ranks) */
     struct shs__layout_cache *layout_cache; /* NULL: plan every save */
 } shs__save_req;
 
 /* The plan of who writes which replica, kept between saves while no rank's
    layout changes (save_global_layout_cache). */
 typedef struct shs__layout_cache {
-    uint64_t key;                  /* hash of every rank's layout; 0 = empty */
-    uint8_t *skip;                 /* per state tensor: another rank writes it */
+    uint64_t key;  /* hash of every rank's layout; 0 = empty */
+    uint8_t *skip; /* per state tensor: another rank writes it */
     size_t n;
 } shs__layout_cache;
 void shs__layout_cache_release(shs__layout_cache *c);
@@ -52,11 +52,11 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
 
 typedef struct shs__load_req {
     int with_optim;
-    unsigned exclude;              /* SHS_EXCLUDE_* */
+    unsigned exclude; /* SHS_EXCLUDE_* */
     int strict;
     int rank, world_size;
-    int workers;                   /* parallel reader threads (>= 1) */
-    int balanced;                  /* load_balanced: each needed chunk read
+    int workers;  /* parallel reader threads (>= 1) */
+    int balanced; /* load_balanced: each needed chunk read
                                       by one rank, sent to the others */
 } shs__load_req;
 
@@ -65,8 +65,8 @@ typedef struct shs__load_req {
    res (may be NULL) gets the outcome, except res->path, which the caller
    owns and sets; res->skipped is allocated here, even on error: release
    it with shs__load_result_release_names. */
-int shs__ckpt_load(shs_state *st, const char *step_dir, const shs__load_req *req,
-                   shs_comm *comm, shs_progress *progress, shs_load_result *res);
+int shs__ckpt_load(shs_state *st, const char *step_dir, const shs__load_req *req, shs_comm *comm,
+                   shs_progress *progress, shs_load_result *res);
 void shs__load_result_release_names(shs_load_result *res);
 
 #endif

@@ -18,17 +18,20 @@ int shs_comm_create(shs_comm **out, int rank, int size, const shs_comm_ops *ops,
     if (!out || !ops)
         return shs__err(SHS_EINVAL, "shs_comm_create: NULL argument");
     *out = NULL;
-    if ((rc = shs__check_opts_version(ops->version, SHS_COMM_OPS_VERSION,
-                                      "shs_comm_create")) < 0)
+    if ((rc = shs__check_opts_version(ops->version, SHS_COMM_OPS_VERSION, "shs_comm_create")) < 0)
         return rc;
     /* The caller's struct may be older (smaller) than ours: only the
        fields its version has are read. */
-    shs_comm_ops mine = { SHS_COMM_OPS_VERSION, ops->barrier, ops->broadcast, ops->allgather,
-                          ops->gatherv, ops->send, ops->recv, ops->destroy }; /* version 1 */
+    shs_comm_ops mine = {
+        SHS_COMM_OPS_VERSION, ops->barrier, ops->broadcast, ops->allgather,
+        ops->gatherv,         ops->send,    ops->recv,      ops->destroy
+    }; /* version 1 */
     if (!mine.barrier || !mine.broadcast || !mine.allgather || !mine.gatherv || !mine.send ||
         !mine.recv)
-        return shs__err(SHS_EINVAL, "shs_comm_create: incomplete ops (version %u): every "
-                        "function but destroy is required", ops->version);
+        return shs__err(SHS_EINVAL,
+                        "shs_comm_create: incomplete ops (version %u): every "
+                        "function but destroy is required",
+                        ops->version);
     if (size < 1 || rank < 0 || rank >= size)
         return shs__err(SHS_EINVAL, "shs_comm_create: rank %d of %d", rank, size);
     shs_comm *c = shs__calloc(1, sizeof *c);
@@ -54,14 +57,27 @@ void shs_comm_free(shs_comm *c)
     shs__free(c);
 }
 
-int shs_comm_rank(const shs_comm *c) { return c ? c->rank : 0; }
-int shs_comm_size(const shs_comm *c) { return c ? c->size : 1; }
+int shs_comm_rank(const shs_comm *c)
+{
+    return c ? c->rank : 0;
+}
+int shs_comm_size(const shs_comm *c)
+{
+    return c ? c->size : 1;
+}
 
 /* one process: every collective is a copy or nothing */
-static int self_barrier(void *ctx) { (void)ctx; return SHS_OK; }
+static int self_barrier(void *ctx)
+{
+    (void)ctx;
+    return SHS_OK;
+}
 static int self_bcast(void *ctx, void *b, size_t n, int root)
 {
-    (void)ctx; (void)b; (void)n; (void)root;
+    (void)ctx;
+    (void)b;
+    (void)n;
+    (void)root;
     return SHS_OK;
 }
 static int self_allgather(void *ctx, const void *s, size_t n, void *r)
@@ -73,25 +89,34 @@ static int self_allgather(void *ctx, const void *s, size_t n, void *r)
 }
 static int self_gatherv(void *ctx, const void *s, const size_t *lens, void *r, int root)
 {
-    (void)ctx; (void)root;
+    (void)ctx;
+    (void)root;
     if (lens[0])
         memcpy(r, s, lens[0]);
     return SHS_OK;
 }
 static int self_send(void *ctx, const void *b, size_t n, int d, int t)
 {
-    (void)ctx; (void)b; (void)n; (void)d; (void)t;
+    (void)ctx;
+    (void)b;
+    (void)n;
+    (void)d;
+    (void)t;
     return shs__err(SHS_ESTATE, "send on a one-process communicator");
 }
 static int self_recv(void *ctx, void *b, size_t n, int s, int t)
 {
-    (void)ctx; (void)b; (void)n; (void)s; (void)t;
+    (void)ctx;
+    (void)b;
+    (void)n;
+    (void)s;
+    (void)t;
     return shs__err(SHS_ESTATE, "recv on a one-process communicator");
 }
 
 static const shs_comm_ops k_self_ops = {
-    SHS_COMM_OPS_VERSION, self_barrier, self_bcast, self_allgather, self_gatherv,
-    self_send, self_recv, NULL,
+    SHS_COMM_OPS_VERSION, self_barrier, self_bcast, self_allgather,
+    self_gatherv,         self_send,    self_recv,  NULL,
 };
 
 int shs_comm_create_self(shs_comm **out)

@@ -23,12 +23,11 @@ int shs__comm_allgather(shs_comm *c, const void *send, size_t len, void *recv);
 /* Gather variable-size byte strings to root.  On root, *out is a buffer
    of all of them in rank order and lens[i] their sizes (caller frees *out
    and *lens); elsewhere both are NULL. */
-int shs__comm_gather_bytes(shs_comm *c, const void *send, size_t len, int root,
-                           char **out, size_t **lens);
+int shs__comm_gather_bytes(shs_comm *c, const void *send, size_t len, int root, char **out,
+                           size_t **lens);
 /* Every rank receives every rank's bytes (as shs__comm_gather_bytes does
    for the root). */
-int shs__comm_allgather_bytes(shs_comm *c, const void *send, size_t len, char **out,
-                              size_t **lens);
+int shs__comm_allgather_bytes(shs_comm *c, const void *send, size_t len, char **out, size_t **lens);
 
 /*
  * Agree on the outcome of a step every rank did: each passes its status and

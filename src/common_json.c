@@ -17,7 +17,11 @@
 
 #define COMMON_MAX (1u << 16)
 
-#define BAD(...) do { rc = shs__err(SHS_ECORRUPT, __VA_ARGS__); goto fail; } while (0)
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        rc = shs__err(SHS_ECORRUPT, __VA_ARGS__);                                                  \
+        goto fail;                                                                                 \
+    } while (0)
 
 int shs__common_write(uint64_t *xxh3, const char *dir, const shs_progress *p, int do_fsync)
 {
@@ -33,8 +37,10 @@ int shs__common_write(uint64_t *xxh3, const char *dir, const shs_progress *p, in
        "out of memory"): a diverged loss scale is the caller's to fix */
     if (!isfinite(p->loss_scale)) {
         json_decref(o);
-        return shs__err(SHS_EINVAL, "%s/common.json: loss_scale %g is not a finite number "
-                        "(JSON cannot hold it); nothing was saved", dir, p->loss_scale);
+        return shs__err(SHS_EINVAL,
+                        "%s/common.json: loss_scale %g is not a finite number "
+                        "(JSON cannot hold it); nothing was saved",
+                        dir, p->loss_scale);
     }
     if (json_object_set_new(o, "epoch_num", json_integer(p->epoch_num)) ||
         json_object_set_new(o, "step_num", json_integer(p->step_num)) ||
@@ -85,14 +91,15 @@ int shs__common_read_ex(shs_progress *p, const char *dir, unsigned *flags)
     }
     if (!o || !json_is_object(o))
         BAD("%s: not a JSON object (%s)", path, o ? "wrong type" : jerr.text);
-    static const char *const ints[] = { "epoch_num", "step_num", "global_step",
-                                        "global_batch_size", "consumed_samples" };
+    static const char *const ints[] = { "epoch_num", "step_num", "global_step", "global_batch_size",
+                                        "consumed_samples" };
     shs_progress out = { 0 };
-    int64_t *odst[] = { &out.epoch_num, &out.step_num, &out.global_step,
-                        &out.global_batch_size, &out.consumed_samples };
+    int64_t *odst[] = { &out.epoch_num, &out.step_num, &out.global_step, &out.global_batch_size,
+                        &out.consumed_samples };
     const char *key;
     json_t *v;
-    json_object_foreach(o, key, v) {
+    json_object_foreach(o, key, v)
+    {
         size_t i;
         for (i = 0; i < 5 && strcmp(key, ints[i]) != 0; i++)
             ;
@@ -139,8 +146,8 @@ int shs__common_read_ex(shs_progress *p, const char *dir, unsigned *flags)
         int64_t c;
         if (__builtin_mul_overflow(out.global_step, out.global_batch_size, &c))
             BAD("%s: no \"consumed_samples\", and global_step %lld x global_batch_size %lld "
-                "overflows", path, (long long)out.global_step,
-                (long long)out.global_batch_size);
+                "overflows",
+                path, (long long)out.global_step, (long long)out.global_batch_size);
         out.consumed_samples = c;
         if (flags)
             *flags |= SHS__COMMON_DERIVED_CONSUMED;

@@ -11,10 +11,22 @@
 
 /* ---- the field table: the one place that lists the accepted names ---- */
 
-#define FLAG(n) { #n, F_FLAG, offsetof(shs_config, n), 0, NULL }
-#define INT(n, lo) { #n, F_INT, offsetof(shs_config, n), lo, NULL }
-#define I64(n, lo) { #n, F_I64, offsetof(shs_config, n), lo, NULL }
-#define STR(n, d) { #n, F_STR, offsetof(shs_config, n), 0, d }
+#define FLAG(n)                                                                                    \
+    {                                                                                              \
+#n, F_FLAG, offsetof(shs_config, n), 0, NULL                                               \
+    }
+#define INT(n, lo)                                                                                 \
+    {                                                                                              \
+#n, F_INT, offsetof(shs_config, n), lo, NULL                                               \
+    }
+#define I64(n, lo)                                                                                 \
+    {                                                                                              \
+#n, F_I64, offsetof(shs_config, n), lo, NULL                                               \
+    }
+#define STR(n, d)                                                                                  \
+    {                                                                                              \
+#n, F_STR, offsetof(shs_config, n), 0, d                                                   \
+    }
 
 static const field g_fields[] = {
     FLAG(enable_save),
@@ -36,8 +48,7 @@ static const field g_fields[] = {
     STR(load_path, ""),
     I64(load_step, -1),
     FLAG(no_load_optim),
-    { "exclude_from_loading", F_EXCLUDE,
-      offsetof(shs_config, exclude_from_loading), 0, NULL },
+    { "exclude_from_loading", F_EXCLUDE, offsetof(shs_config, exclude_from_loading), 0, NULL },
     STR(initial_load_path, ""),
     FLAG(initial_load_model_only),
     FLAG(resume_fallback),
@@ -132,8 +143,7 @@ void shs_config_init(shs_config *config)
 int shs__config_is_referenced(const shs_config *cfg, const char *s)
 {
     for (size_t i = 0; i < N_FIELDS; i++)
-        if (g_fields[i].kind == F_STR &&
-            *FIELD_PTR(cfg, &g_fields[i], const char *const) == s)
+        if (g_fields[i].kind == F_STR && *FIELD_PTR(cfg, &g_fields[i], const char *const) == s)
             return 1;
     return 0;
 }
@@ -164,8 +174,7 @@ void shs_config_release(shs_config *config)
 static const field *find_field(const char *name, size_t len)
 {
     for (size_t i = 0; i < N_FIELDS; i++)
-        if (strlen(g_fields[i].name) == len &&
-            memcmp(g_fields[i].name, name, len) == 0)
+        if (strlen(g_fields[i].name) == len && memcmp(g_fields[i].name, name, len) == 0)
             return &g_fields[i];
     return NULL;
 }
@@ -219,8 +228,8 @@ static size_t edit_distance(const char *a, size_t al, const char *b, size_t bl)
     return row[bl];
 }
 
-static void consider(const char **best, size_t *best_d, const char *cand,
-                     const char *key, size_t len)
+static void consider(const char **best, size_t *best_d, const char *cand, const char *key,
+                     size_t len)
 {
     size_t cl = strlen(cand);
     if (cl >= 64)
@@ -237,8 +246,7 @@ static void consider(const char **best, size_t *best_d, const char *cand,
 static const char *suggest(const char *key, size_t len)
 {
     for (size_t i = 0; i < sizeof g_hints / sizeof g_hints[0]; i++)
-        if (strlen(g_hints[i].foreign) == len &&
-            memcmp(g_hints[i].foreign, key, len) == 0)
+        if (strlen(g_hints[i].foreign) == len && memcmp(g_hints[i].foreign, key, len) == 0)
             return g_hints[i].ours;
     if (len >= 64)
         return NULL;
@@ -317,8 +325,7 @@ static int parse_i64(int64_t *out, const char *v)
     }
     if (overflow)
         return -2;
-    *out = neg ? (acc == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)acc)
-               : (int64_t)acc;
+    *out = neg ? (acc == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)acc) : (int64_t)acc;
     return 0;
 }
 
@@ -343,8 +350,7 @@ static int parse_exclude(unsigned *out, const char *name, const char *v)
         end--;
     if (p < end && *p == '[') {
         if (end[-1] != ']')
-            return shs__err(SHS_ECONFIG, "%s: unbalanced '[' in '%s'",
-                            name, v);
+            return shs__err(SHS_ECONFIG, "%s: unbalanced '[' in '%s'", name, v);
         p++;
         end--;
     }
@@ -355,12 +361,10 @@ static int parse_exclude(unsigned *out, const char *name, const char *v)
             continue;
         }
         const char *tok = p;
-        while (p < end && *p != ',' && *p != ' ' && *p != '\t' &&
-               *p != '\n' && *p != '\r')
+        while (p < end && *p != ',' && *p != ' ' && *p != '\t' && *p != '\n' && *p != '\r')
             p++;
         size_t len = (size_t)(p - tok);
-        if (len >= 2 && (tok[0] == '\'' || tok[0] == '"') &&
-            tok[len - 1] == tok[0]) {
+        if (len >= 2 && (tok[0] == '\'' || tok[0] == '"') && tok[len - 1] == tok[0]) {
             tok++;
             len -= 2;
         }
@@ -410,8 +414,7 @@ static int set_string(shs_config *cfg, const field *f, const char *v)
 
 /* Parse `v` for field `f` and store it; the config is unchanged on error.
    Messages name the key as the user wrote it (`name`, maybe an alias). */
-static int set_field(shs_config *cfg, const field *f, const char *name,
-                     const char *v)
+static int set_field(shs_config *cfg, const field *f, const char *name, const char *v)
 {
     switch (f->kind) {
     case F_FLAG: {
@@ -419,7 +422,8 @@ static int set_field(shs_config *cfg, const field *f, const char *name,
         if (shs__config_parse_flag(&b, v) < 0)
             return shs__err(SHS_ECONFIG,
                             "%s: expected a boolean (true/false/yes/no/1/0), "
-                            "got '%s'", name, v);
+                            "got '%s'",
+                            name, v);
         *FIELD_PTR(cfg, f, int) = b;
         return SHS_OK;
     }
@@ -429,23 +433,21 @@ static int set_field(shs_config *cfg, const field *f, const char *name,
         int r = parse_i64(&x, v);
         int64_t max = f->kind == F_INT ? INT32_MAX : INT64_MAX;
         if (r == -1)
-            return shs__err(SHS_ECONFIG, "%s: expected %s, got '%s'", name,
-                            int_expectation(f->min), v);
+            return shs__err(SHS_ECONFIG, "%s: expected %s, got '%s'", name, int_expectation(f->min),
+                            v);
         if (r == -2 || x > max)
-            return shs__err(SHS_ECONFIG,
-                            "%s: expected %s, got '%s' (out of range)",
-                            name, int_expectation(f->min), v);
-        if (x < f->min)
-            return shs__err(SHS_ECONFIG, "%s: expected %s, got '%s'", name,
+            return shs__err(SHS_ECONFIG, "%s: expected %s, got '%s' (out of range)", name,
                             int_expectation(f->min), v);
+        if (x < f->min)
+            return shs__err(SHS_ECONFIG, "%s: expected %s, got '%s'", name, int_expectation(f->min),
+                            v);
         if (f->kind == F_INT)
             *FIELD_PTR(cfg, f, int) = (int)x;
         else
             *FIELD_PTR(cfg, f, int64_t) = x;
         return SHS_OK;
     }
-    case F_STR:
-        return set_string(cfg, f, v);
+    case F_STR: return set_string(cfg, f, v);
     case F_EXCLUDE: {
         unsigned mask = 0;
         int rc = parse_exclude(&mask, name, v);
@@ -465,8 +467,7 @@ static int check_reserved(const alias *a, const char *name, const char *v)
     if (a->is_flag) {
         int b;
         if (shs__config_parse_flag(&b, v) < 0)
-            return shs__err(SHS_ECONFIG,
-                            "%s: expected a boolean (true/false/yes/no/1/0), got '%s'",
+            return shs__err(SHS_ECONFIG, "%s: expected a boolean (true/false/yes/no/1/0), got '%s'",
                             name, v);
         is_default = b == 0;
     } else {
@@ -475,7 +476,8 @@ static int check_reserved(const alias *a, const char *name, const char *v)
     if (!is_default)
         return shs__err(SHS_ECONFIG,
                         "%s: '%s' is not yet supported by shardsafe (only %s is "
-                        "accepted); remove the key", name, v, a->dflt);
+                        "accepted); remove the key",
+                        name, v, a->dflt);
     return SHS_OK;
 }
 
@@ -492,8 +494,8 @@ int shs__config_set_key(shs_config *cfg, const key_ref *k, const char *name, con
             on = 1;
         else
             return shs__err(SHS_ECONFIG,
-                            "%s: expected disabled, async or async_with_pinned_mem, got '%s'",
-                            name, v);
+                            "%s: expected disabled, async or async_with_pinned_mem, got '%s'", name,
+                            v);
         *FIELD_PTR(cfg, k->f, int) = on;
         return SHS_OK;
     }

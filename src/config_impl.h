@@ -22,41 +22,41 @@ typedef struct owned_str {
 /* ---- the field table (config.c): the one place that lists the accepted
    names ---- */
 typedef enum field_kind {
-    F_FLAG,     /* int, 0 or 1 */
-    F_INT,      /* int, >= min */
-    F_I64,      /* int64_t, >= min */
-    F_STR,      /* const char *, owned copy */
-    F_EXCLUDE   /* unsigned, SHS_EXCLUDE_* */
+    F_FLAG,   /* int, 0 or 1 */
+    F_INT,    /* int, >= min */
+    F_I64,    /* int64_t, >= min */
+    F_STR,    /* const char *, owned copy */
+    F_EXCLUDE /* unsigned, SHS_EXCLUDE_* */
 } field_kind;
 
 typedef struct field {
     const char *name;
     field_kind kind;
     size_t offset;
-    int64_t min;            /* F_INT / F_I64 */
+    int64_t min;             /* F_INT / F_I64 */
     const char *str_default; /* F_STR: what release resets the field to */
 } field;
 
 /* ---- names other frameworks use for our fields (config.c) ---- */
 typedef enum alias_kind {
-    A_RENAME,      /* same value as field `target` */
-    A_ASYNC_MODE,  /* disabled / async / async_with_pinned_mem -> async_save */
-    A_RESERVED     /* not implemented: only `dflt` is accepted */
+    A_RENAME,     /* same value as field `target` */
+    A_ASYNC_MODE, /* disabled / async / async_with_pinned_mem -> async_save */
+    A_RESERVED    /* not implemented: only `dflt` is accepted */
 } alias_kind;
 
 typedef struct alias {
     const char *name;
     alias_kind kind;
-    const char *target;     /* A_RENAME, A_ASYNC_MODE: a g_fields name */
-    const char *dflt;       /* A_RESERVED: the only accepted value */
-    int is_flag;            /* A_RESERVED: dflt is a boolean */
+    const char *target; /* A_RENAME, A_ASYNC_MODE: a g_fields name */
+    const char *dflt;   /* A_RESERVED: the only accepted value */
+    int is_flag;        /* A_RESERVED: dflt is a boolean */
 } alias;
 
 /* What a key names: a field (directly or through an alias) or a reserved
    name; `bit` is its bit in the duplicate mask. */
 typedef struct key_ref {
-    const field *f;     /* NULL for a reserved name */
-    const alias *a;     /* NULL for a field's own name */
+    const field *f; /* NULL for a reserved name */
+    const alias *a; /* NULL for a field's own name */
     unsigned bit;
 } key_ref;
 

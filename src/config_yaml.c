@@ -28,14 +28,14 @@ typedef struct yaml_loader {
     yaml_parser_t parser;
     const char *path;
     shs_config *tmp;
-    uint64_t seen;          /* key_ref bits already set by this file */
-    size_t seen_line[64];   /* where each was set */
+    uint64_t seen;        /* key_ref bits already set by this file */
+    size_t seen_line[64]; /* where each was set */
     int have_checkpoint, have_callbacks;
     /* MindSpore Transformers top-level keys, resolved after the whole file
        was read (their meaning depends on each other) */
-    char *load_checkpoint;  /* NULL when absent, null or "" */
+    char *load_checkpoint; /* NULL when absent, null or "" */
     size_t load_checkpoint_line, resume_line;
-    int resume;             /* resume_training: -1 absent or null, 0, 1 */
+    int resume; /* resume_training: -1 absent or null, 0, 1 */
 } yaml_loader;
 
 static size_t ev_line(const yaml_event_t *ev)
@@ -51,12 +51,10 @@ static int yl_next(yaml_loader *yl, yaml_event_t *ev)
     if (p->error == YAML_MEMORY_ERROR)
         return shs__err(SHS_ENOMEM, "%s: out of memory parsing YAML", yl->path);
     if (p->context)
-        return shs__err(SHS_ECONFIG,
-                        "%s:%zu:%zu: YAML syntax error: %s (%s at line %zu)",
-                        yl->path, p->problem_mark.line + 1,
-                        p->problem_mark.column + 1,
-                        p->problem ? p->problem : "unknown problem",
-                        p->context, p->context_mark.line + 1);
+        return shs__err(SHS_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s (%s at line %zu)", yl->path,
+                        p->problem_mark.line + 1, p->problem_mark.column + 1,
+                        p->problem ? p->problem : "unknown problem", p->context,
+                        p->context_mark.line + 1);
     return shs__err(SHS_ECONFIG, "%s:%zu:%zu: YAML syntax error: %s", yl->path,
                     p->problem_mark.line + 1, p->problem_mark.column + 1,
                     p->problem ? p->problem : "unknown problem");
@@ -73,11 +71,9 @@ static int yl_skip(yaml_loader *yl, yaml_event_type_t first)
         int rc = yl_next(yl, &ev);
         if (rc < 0)
             return rc;
-        if (ev.type == YAML_MAPPING_START_EVENT ||
-            ev.type == YAML_SEQUENCE_START_EVENT)
+        if (ev.type == YAML_MAPPING_START_EVENT || ev.type == YAML_SEQUENCE_START_EVENT)
             depth++;
-        else if (ev.type == YAML_MAPPING_END_EVENT ||
-                 ev.type == YAML_SEQUENCE_END_EVENT)
+        else if (ev.type == YAML_MAPPING_END_EVENT || ev.type == YAML_SEQUENCE_END_EVENT)
             depth--;
         yaml_event_delete(&ev);
     }
@@ -90,8 +86,7 @@ static int is_null_scalar(const yaml_event_t *ev)
     if (ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
         return 0;
     const char *v = (const char *)ev->data.scalar.value;
-    return !*v || !strcmp(v, "~") || !strcmp(v, "null") ||
-           !strcmp(v, "Null") || !strcmp(v, "NULL");
+    return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL");
 }
 
 static int scalar_has_nul(const yaml_event_t *ev)
@@ -114,19 +109,19 @@ static int yl_claim(yaml_loader *yl, const key_ref *k, const char *name, size_t 
         if (k->f && strcmp(name, k->f->name) != 0)
             return shs__err(SHS_ECONFIG,
                             "%s:%zu: duplicate checkpoint field '%s' (it sets %s, "
-                            "already set on line %zu)", yl->path, line, name,
-                            k->f->name, yl->seen_line[k->bit]);
+                            "already set on line %zu)",
+                            yl->path, line, name, k->f->name, yl->seen_line[k->bit]);
         return shs__err(SHS_ECONFIG,
                         "%s:%zu: duplicate checkpoint field '%s' (already set on "
-                        "line %zu)", yl->path, line, name, yl->seen_line[k->bit]);
+                        "line %zu)",
+                        yl->path, line, name, yl->seen_line[k->bit]);
     }
     yl->seen |= bit;
     yl->seen_line[k->bit] = line;
     return SHS_OK;
 }
 
-static int yl_apply(yaml_loader *yl, const key_ref *k, const char *name,
-                    const char *v, size_t line)
+static int yl_apply(yaml_loader *yl, const key_ref *k, const char *name, const char *v, size_t line)
 {
     int rc = shs__config_set_key(yl->tmp, k, name, v);
     if (rc < 0) {
@@ -143,17 +138,15 @@ static int yl_apply_scalar(yaml_loader *yl, const key_ref *k, const char *name,
                            const yaml_event_t *ev)
 {
     if (scalar_has_nul(ev))
-        return shs__err(SHS_ECONFIG, "%s:%zu: %s: value contains a NUL byte",
-                        yl->path, ev_line(ev), name);
-    return yl_apply(yl, k, name,
-                    is_null_scalar(ev) ? "" : (const char *)ev->data.scalar.value,
+        return shs__err(SHS_ECONFIG, "%s:%zu: %s: value contains a NUL byte", yl->path, ev_line(ev),
+                        name);
+    return yl_apply(yl, k, name, is_null_scalar(ev) ? "" : (const char *)ev->data.scalar.value,
                     ev_line(ev));
 }
 
 /* exclude_from_loading written as a YAML sequence: join the items with
    commas and hand the text to the setter (one validation path). */
-static int yl_sequence_value(yaml_loader *yl, const key_ref *k, const char *name,
-                             size_t line)
+static int yl_sequence_value(yaml_loader *yl, const key_ref *k, const char *name, size_t line)
 {
     shs__buf b = SHS__BUF_INIT;
     int rc = shs__buf_add(&b, "", 0);
@@ -167,15 +160,14 @@ static int yl_sequence_value(yaml_loader *yl, const key_ref *k, const char *name
             break;
         }
         if (ev.type == YAML_ALIAS_EVENT)
-            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: aliases are not supported",
-                          yl->path, ev_line(&ev), name);
+            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: aliases are not supported", yl->path,
+                          ev_line(&ev), name);
         else if (ev.type != YAML_SCALAR_EVENT)
-            rc = shs__err(SHS_ECONFIG,
-                          "%s:%zu: %s: list items must be plain values",
-                          yl->path, ev_line(&ev), name);
+            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: list items must be plain values", yl->path,
+                          ev_line(&ev), name);
         else if (scalar_has_nul(&ev))
-            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: value contains a NUL byte",
-                          yl->path, ev_line(&ev), name);
+            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: value contains a NUL byte", yl->path,
+                          ev_line(&ev), name);
         else if (!b.len || (rc = shs__buf_addc(&b, ',')) >= 0)
             rc = shs__buf_add(&b, ev.data.scalar.value, ev.data.scalar.length);
         yaml_event_delete(&ev);
@@ -200,18 +192,16 @@ static int yl_checkpoint(yaml_loader *yl)
         char name[64] = "";
         key_ref k;
         if (ev.type == YAML_ALIAS_EVENT) {
-            rc = shs__err(SHS_ECONFIG, "%s:%zu: aliases are not supported",
-                          yl->path, line);
+            rc = shs__err(SHS_ECONFIG, "%s:%zu: aliases are not supported", yl->path, line);
         } else if (ev.type != YAML_SCALAR_EVENT) {
-            rc = shs__err(SHS_ECONFIG,
-                          "%s:%zu: keys of 'checkpoint' must be plain names",
-                          yl->path, line);
+            rc = shs__err(SHS_ECONFIG, "%s:%zu: keys of 'checkpoint' must be plain names", yl->path,
+                          line);
         } else if (!shs__config_resolve_key(&k, (const char *)ev.data.scalar.value,
-                                ev.data.scalar.length)) {
+                                            ev.data.scalar.length)) {
             char where[4200];
             snprintf(where, sizeof where, "%s:%zu: ", yl->path, line);
             rc = shs__config_unknown_key(where, (const char *)ev.data.scalar.value,
-                             ev.data.scalar.length);
+                                         ev.data.scalar.length);
         } else {
             /* a known name: shorter than the buffer */
             memcpy(name, ev.data.scalar.value, ev.data.scalar.length + 1);
@@ -224,29 +214,26 @@ static int yl_checkpoint(yaml_loader *yl)
             return rc;
         size_t vline = ev_line(&ev);
         switch (ev.type) {
-        case YAML_SCALAR_EVENT:
-            rc = yl_apply_scalar(yl, &k, name, &ev);
-            break;
+        case YAML_SCALAR_EVENT: rc = yl_apply_scalar(yl, &k, name, &ev); break;
         case YAML_SEQUENCE_START_EVENT:
             if (k.f && k.f->kind == F_EXCLUDE)
                 rc = yl_sequence_value(yl, &k, name, vline);
             else
-                rc = shs__err(SHS_ECONFIG,
-                              "%s:%zu: %s: expected a single value, got a list",
+                rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: expected a single value, got a list",
                               yl->path, vline, name);
             break;
         case YAML_MAPPING_START_EVENT:
             rc = shs__err(SHS_ECONFIG,
                           "%s:%zu: %s: expected a single value, got a nested "
-                          "mapping", yl->path, vline, name);
+                          "mapping",
+                          yl->path, vline, name);
             break;
         case YAML_ALIAS_EVENT:
-            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: aliases are not supported",
-                          yl->path, vline, name);
+            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: aliases are not supported", yl->path, vline,
+                          name);
             break;
         default:
-            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: unexpected YAML event",
-                          yl->path, vline, name);
+            rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: unexpected YAML event", yl->path, vline, name);
             break;
         }
         yaml_event_delete(&ev);
@@ -293,14 +280,17 @@ static int yl_monitor(yaml_loader *yl, cb_pair *pairs, size_t n)
             continue;
         }
         if (vev->type != YAML_SCALAR_EVENT) {
-            rc = shs__err(SHS_ECONFIG, "%s:%zu: CheckpointMonitor: %s: expected a single "
-                          "value", yl->path, line, name);
+            rc = shs__err(SHS_ECONFIG,
+                          "%s:%zu: CheckpointMonitor: %s: expected a single "
+                          "value",
+                          yl->path, line, name);
             continue;
         }
         if (scalar_is(kev, "checkpoint_format")) {
             /* we only write safetensors */
             if (!is_null_scalar(vev) && !scalar_is(vev, "safetensors"))
-                rc = shs__err(SHS_ECONFIG, "%s:%zu: CheckpointMonitor: checkpoint_format "
+                rc = shs__err(SHS_ECONFIG,
+                              "%s:%zu: CheckpointMonitor: checkpoint_format "
                               "'%s' is not supported (shardsafe writes safetensors)",
                               yl->path, line, (const char *)vev->data.scalar.value);
             continue;
@@ -315,7 +305,8 @@ static int yl_monitor(yaml_loader *yl, cb_pair *pairs, size_t n)
                           "shardsafe (it reads save_checkpoint_steps, keep_checkpoint_max, "
                           "prefix, directory, async_checkpoint, remove_redundancy and "
                           "checkpoint_format: safetensors); remove it or set the "
-                          "equivalent under 'checkpoint:'", yl->path, line, name);
+                          "equivalent under 'checkpoint:'",
+                          yl->path, line, name);
             continue;
         }
         key_ref k;
@@ -376,13 +367,15 @@ static int yl_callback_entry(yaml_loader *yl, size_t entry_line)
         if (scalar_is(&pairs[i].key, "type"))
             type = &pairs[i].val;
     if (type && type->type == YAML_ALIAS_EVENT)
-        rc = shs__err(SHS_ECONFIG, "%s:%zu: callbacks: aliases are not supported "
-                      "(the entry's type must be readable)", yl->path, ev_line(type));
+        rc = shs__err(SHS_ECONFIG,
+                      "%s:%zu: callbacks: aliases are not supported "
+                      "(the entry's type must be readable)",
+                      yl->path, ev_line(type));
     else if (!type || !scalar_is(type, "CheckpointMonitor"))
         rc = SHS_OK;
     else if (odd_key)
-        rc = shs__err(SHS_ECONFIG, "%s:%zu: CheckpointMonitor: keys must be plain names",
-                      yl->path, entry_line);
+        rc = shs__err(SHS_ECONFIG, "%s:%zu: CheckpointMonitor: keys must be plain names", yl->path,
+                      entry_line);
     else
         rc = yl_monitor(yl, pairs, n);
 done:
@@ -407,10 +400,11 @@ static int yl_callbacks(yaml_loader *yl)
         if (type == YAML_SEQUENCE_END_EVENT)
             return SHS_OK;
         if (type == YAML_ALIAS_EVENT)
-            return shs__err(SHS_ECONFIG, "%s:%zu: callbacks: aliases are not supported "
-                            "(one could be a CheckpointMonitor)", yl->path, line);
-        rc = type == YAML_MAPPING_START_EVENT ? yl_callback_entry(yl, line)
-                                              : yl_skip(yl, type);
+            return shs__err(SHS_ECONFIG,
+                            "%s:%zu: callbacks: aliases are not supported "
+                            "(one could be a CheckpointMonitor)",
+                            yl->path, line);
+        rc = type == YAML_MAPPING_START_EVENT ? yl_callback_entry(yl, line) : yl_skip(yl, type);
         if (rc < 0)
             return rc;
     }
@@ -421,14 +415,11 @@ static int yl_mindspore_scalar(yaml_loader *yl, const char *key, const yaml_even
 {
     size_t line = ev_line(ev);
     if (ev->type == YAML_ALIAS_EVENT)
-        return shs__err(SHS_ECONFIG, "%s:%zu: %s: aliases are not supported", yl->path,
-                        line, key);
+        return shs__err(SHS_ECONFIG, "%s:%zu: %s: aliases are not supported", yl->path, line, key);
     if (ev->type != YAML_SCALAR_EVENT)
-        return shs__err(SHS_ECONFIG, "%s:%zu: %s: expected a single value", yl->path,
-                        line, key);
+        return shs__err(SHS_ECONFIG, "%s:%zu: %s: expected a single value", yl->path, line, key);
     if (scalar_has_nul(ev))
-        return shs__err(SHS_ECONFIG, "%s:%zu: %s: value contains a NUL byte", yl->path,
-                        line, key);
+        return shs__err(SHS_ECONFIG, "%s:%zu: %s: value contains a NUL byte", yl->path, line, key);
     const char *v = (const char *)ev->data.scalar.value;
     if (!strcmp(key, "load_checkpoint")) {
         yl->load_checkpoint_line = line;
@@ -446,7 +437,8 @@ static int yl_mindspore_scalar(yaml_loader *yl, const char *key, const yaml_even
         return shs__err(SHS_ECONFIG,
                         "%s:%zu: resume_training: '%.200s': resuming from a checkpoint "
                         "named here is not supported; set checkpoint: load_path to its "
-                        "directory and load_step to its step", yl->path, line, v);
+                        "directory and load_step to its step",
+                        yl->path, line, v);
     return SHS_OK;
 }
 
@@ -466,8 +458,8 @@ static int yl_mindspore_finish(yaml_loader *yl)
     int rc;
     shs__config_resolve_key(&k, target, strlen(target));
     if ((rc = yl_claim(yl, &k, "load_checkpoint", yl->load_checkpoint_line)) < 0 ||
-        (rc = yl_apply(yl, &k, "load_checkpoint", yl->load_checkpoint,
-                       yl->load_checkpoint_line)) < 0)
+        (rc = yl_apply(yl, &k, "load_checkpoint", yl->load_checkpoint, yl->load_checkpoint_line)) <
+            0)
         return rc;
     if (yl->resume != 1) {
         shs__config_resolve_key(&k, "initial_load_model_only", strlen("initial_load_model_only"));
@@ -477,7 +469,13 @@ static int yl_mindspore_finish(yaml_loader *yl)
     return SHS_OK;
 }
 
-enum { TOP_OTHER, TOP_CHECKPOINT, TOP_LOAD_CHECKPOINT, TOP_RESUME, TOP_CALLBACKS };
+enum {
+    TOP_OTHER,
+    TOP_CHECKPOINT,
+    TOP_LOAD_CHECKPOINT,
+    TOP_RESUME,
+    TOP_CALLBACKS
+};
 
 /* The top-level mapping, after its MAPPING_START: find `checkpoint` and
    the MindSpore keys, skip everything else without looking inside. */
@@ -492,10 +490,11 @@ static int yl_top_mapping(yaml_loader *yl)
             yaml_event_delete(&ev);
             return SHS_OK;
         }
-        int which = scalar_is(&ev, "checkpoint") ? TOP_CHECKPOINT
-                  : scalar_is(&ev, "load_checkpoint") ? TOP_LOAD_CHECKPOINT
-                  : scalar_is(&ev, "resume_training") ? TOP_RESUME
-                  : scalar_is(&ev, "callbacks") ? TOP_CALLBACKS : TOP_OTHER;
+        int which = scalar_is(&ev, "checkpoint")        ? TOP_CHECKPOINT
+                    : scalar_is(&ev, "load_checkpoint") ? TOP_LOAD_CHECKPOINT
+                    : scalar_is(&ev, "resume_training") ? TOP_RESUME
+                    : scalar_is(&ev, "callbacks")       ? TOP_CALLBACKS
+                                                        : TOP_OTHER;
         size_t line = ev_line(&ev);
         yaml_event_type_t key_type = ev.type;
         yaml_event_delete(&ev);
@@ -503,7 +502,7 @@ static int yl_top_mapping(yaml_loader *yl)
             return rc;
 
         static const char *const top_names[] = { "", "checkpoint", "load_checkpoint",
-                                                  "resume_training", "callbacks" };
+                                                 "resume_training", "callbacks" };
         int dup = (which == TOP_CHECKPOINT && yl->have_checkpoint) ||
                   (which == TOP_LOAD_CHECKPOINT && yl->load_checkpoint_line) ||
                   (which == TOP_RESUME && yl->resume_line) ||
@@ -517,25 +516,25 @@ static int yl_top_mapping(yaml_loader *yl)
         yaml_event_type_t type = ev.type;
         if (which == TOP_CHECKPOINT) {
             if (type == YAML_ALIAS_EVENT)
-                rc = shs__err(SHS_ECONFIG,
-                              "%s:%zu: checkpoint: aliases are not supported",
+                rc = shs__err(SHS_ECONFIG, "%s:%zu: checkpoint: aliases are not supported",
                               yl->path, ev_line(&ev));
             else if (type == YAML_SCALAR_EVENT && !is_null_scalar(&ev))
                 rc = shs__err(SHS_ECONFIG,
                               "%s:%zu: 'checkpoint' must be a mapping, got a "
-                              "value", yl->path, ev_line(&ev));
+                              "value",
+                              yl->path, ev_line(&ev));
             else if (type == YAML_SEQUENCE_START_EVENT)
                 rc = shs__err(SHS_ECONFIG,
                               "%s:%zu: 'checkpoint' must be a mapping, got a "
-                              "list", yl->path, ev_line(&ev));
+                              "list",
+                              yl->path, ev_line(&ev));
             yl->have_checkpoint = 1;
         } else if (which == TOP_LOAD_CHECKPOINT || which == TOP_RESUME) {
             rc = yl_mindspore_scalar(yl, top_names[which], &ev);
         } else if (which == TOP_CALLBACKS) {
             if (type == YAML_ALIAS_EVENT)
-                rc = shs__err(SHS_ECONFIG,
-                              "%s:%zu: callbacks: aliases are not supported",
-                              yl->path, ev_line(&ev));
+                rc = shs__err(SHS_ECONFIG, "%s:%zu: callbacks: aliases are not supported", yl->path,
+                              ev_line(&ev));
             yl->have_callbacks = 1;
         }
         yaml_event_delete(&ev);
@@ -564,17 +563,12 @@ static int yl_stream(yaml_loader *yl)
         size_t line = ev_line(&ev);
         yaml_event_delete(&ev);
         switch (type) {
-        case YAML_STREAM_END_EVENT:
-            return SHS_OK;
+        case YAML_STREAM_END_EVENT: return SHS_OK;
         case YAML_DOCUMENT_START_EVENT:
             if (++ndocs > 1)
-                return shs__err(SHS_ECONFIG,
-                                "%s:%zu: more than one YAML document",
-                                yl->path, line);
+                return shs__err(SHS_ECONFIG, "%s:%zu: more than one YAML document", yl->path, line);
             break;
-        case YAML_MAPPING_START_EVENT:
-            rc = yl_top_mapping(yl);
-            break;
+        case YAML_MAPPING_START_EVENT: rc = yl_top_mapping(yl); break;
         default:
             /* STREAM_START, DOCUMENT_END, a root that is not a mapping
                (no `checkpoint:` section then). */
@@ -603,8 +597,7 @@ static int read_config_file(char **out, size_t *out_len, const char *path)
         goto done;
     }
     if ((uint64_t)st.st_size > CONFIG_MAX_FILE_SIZE) {
-        rc = shs__err(SHS_ECONFIG,
-                      "%s: config file too large (%lld bytes, limit %u)", path,
+        rc = shs__err(SHS_ECONFIG, "%s: config file too large (%lld bytes, limit %u)", path,
                       (long long)st.st_size, CONFIG_MAX_FILE_SIZE);
         goto done;
     }
@@ -646,8 +639,7 @@ int shs_config_load_yaml(shs_config *config, const char *path)
     yaml_loader yl = { .path = path, .tmp = &tmp, .resume = -1 };
     if (!yaml_parser_initialize(&yl.parser)) {
         shs__free(text);
-        return shs__err(SHS_ENOMEM, "%s: out of memory creating a YAML parser",
-                        path);
+        return shs__err(SHS_ENOMEM, "%s: out of memory creating a YAML parser", path);
     }
     yaml_parser_set_input_string(&yl.parser, (const unsigned char *)text, len);
     rc = yl_stream(&yl);

@@ -77,14 +77,12 @@ static const char *const k_names[SHS_DTYPE_COUNT] = {
 };
 
 static const unsigned char k_bits[SHS_DTYPE_COUNT] = {
-    [SHS_BOOL] = 8,         [SHS_F4] = 4,           [SHS_F6_E2M3] = 6,
-    [SHS_F6_E3M2] = 6,      [SHS_U8] = 8,           [SHS_I8] = 8,
-    [SHS_F8_E5M2] = 8,      [SHS_F8_E4M3] = 8,      [SHS_F8_E8M0] = 8,
-    [SHS_F8_E4M3FNUZ] = 8,  [SHS_F8_E5M2FNUZ] = 8,  [SHS_I16] = 16,
-    [SHS_U16] = 16,         [SHS_F16] = 16,         [SHS_BF16] = 16,
-    [SHS_I32] = 32,         [SHS_U32] = 32,         [SHS_F32] = 32,
-    [SHS_C64] = 64,         [SHS_F64] = 64,         [SHS_I64] = 64,
-    [SHS_U64] = 64,
+    [SHS_BOOL] = 8,    [SHS_F4] = 4,          [SHS_F6_E2M3] = 6,     [SHS_F6_E3M2] = 6,
+    [SHS_U8] = 8,      [SHS_I8] = 8,          [SHS_F8_E5M2] = 8,     [SHS_F8_E4M3] = 8,
+    [SHS_F8_E8M0] = 8, [SHS_F8_E4M3FNUZ] = 8, [SHS_F8_E5M2FNUZ] = 8, [SHS_I16] = 16,
+    [SHS_U16] = 16,    [SHS_F16] = 16,        [SHS_BF16] = 16,       [SHS_I32] = 32,
+    [SHS_U32] = 32,    [SHS_F32] = 32,        [SHS_C64] = 64,        [SHS_F64] = 64,
+    [SHS_I64] = 64,    [SHS_U64] = 64,
 };
 
 static int dtype_valid(shs_dtype dtype)
@@ -111,9 +109,7 @@ static int dtype_lookup(const char *s, size_t len)
 {
     int d = -1;
     switch (len) {
-    case 2:
-        d = s[0] == 'U' ? SHS_U8 : s[0] == 'I' ? SHS_I8 : SHS_F4;
-        break;
+    case 2: d = s[0] == 'U' ? SHS_U8 : s[0] == 'I' ? SHS_I8 : SHS_F4; break;
     case 3: {
         int w = s[1] == '1' ? 0 : s[1] == '3' ? 1 : s[1] == '6' ? 2 : -1;
         if (w < 0)
@@ -127,23 +123,17 @@ static int dtype_lookup(const char *s, size_t len)
         }
         break;
     }
-    case 4:
-        d = s[1] == 'O' ? SHS_BOOL : SHS_BF16;
-        break;
+    case 4: d = s[1] == 'O' ? SHS_BOOL : SHS_BF16; break;
     case 7:
         /* F6_E2M3 F6_E3M2 F8_E5M2 F8_E4M3 F8_E8M0: byte 4 tells them apart
            within each of F6 / F8. */
         if (s[1] == '6')
             d = s[4] == '2' ? SHS_F6_E2M3 : SHS_F6_E3M2;
         else
-            d = s[4] == '5' ? SHS_F8_E5M2 : s[4] == '4' ? SHS_F8_E4M3
-                                                         : SHS_F8_E8M0;
+            d = s[4] == '5' ? SHS_F8_E5M2 : s[4] == '4' ? SHS_F8_E4M3 : SHS_F8_E8M0;
         break;
-    case 11:
-        d = s[4] == '4' ? SHS_F8_E4M3FNUZ : SHS_F8_E5M2FNUZ;
-        break;
-    default:
-        return -1;
+    case 11: d = s[4] == '4' ? SHS_F8_E4M3FNUZ : SHS_F8_E5M2FNUZ; break;
+    default: return -1;
     }
     return memcmp(s, k_names[d], len) == 0 ? d : -1;
 }
@@ -156,8 +146,8 @@ int shs_dtype_parse(shs_dtype *out, const char *name, size_t len)
     if (d < 0) {
         /* A name is at most 11 bytes; show a bounded prefix of junk. */
         int show = len > 32 ? 32 : (int)len;
-        return shs__err(SHS_EDTYPE, "unknown dtype \"%.*s\"%s", show,
-                        name ? name : "", len > 32 ? "..." : "");
+        return shs__err(SHS_EDTYPE, "unknown dtype \"%.*s\"%s", show, name ? name : "",
+                        len > 32 ? "..." : "");
     }
     *out = (shs_dtype)d;
     return SHS_OK;
@@ -174,14 +164,13 @@ int shs__nbytes_from_numel(uint64_t *out, shs_dtype dtype, uint64_t numel)
     if (!dtype_valid(dtype))
         return shs__err(SHS_EINVAL, "invalid dtype value %d", (int)dtype);
     if (shs__mul_u64(numel, k_bits[dtype], &nbits))
-        return shs__err(SHS_EOVERFLOW,
-                        "%" PRIu64 " elements x %u bits (%s) overflows 64 bits",
+        return shs__err(SHS_EOVERFLOW, "%" PRIu64 " elements x %u bits (%s) overflows 64 bits",
                         numel, (unsigned)k_bits[dtype], k_names[dtype]);
     if (nbits % 8 != 0)
         return shs__err(SHS_EMISALIGNED,
                         "%" PRIu64 " elements x %u bits (%s) is not a whole "
-                        "number of bytes", numel, (unsigned)k_bits[dtype],
-                        k_names[dtype]);
+                        "number of bytes",
+                        numel, (unsigned)k_bits[dtype], k_names[dtype]);
     *out = nbits / 8;
     return SHS_OK;
 }
@@ -191,8 +180,7 @@ int shs__nbytes_from_numel(uint64_t *out, shs_dtype dtype, uint64_t numel)
  * dimension at a time, so [2^32, 2^32, 2^32, 0] overflows even though its
  * true product is 0.
  */
-int shs_tensor_nbytes(uint64_t *out, shs_dtype dtype, size_t ndim,
-                      const uint64_t *shape)
+int shs_tensor_nbytes(uint64_t *out, shs_dtype dtype, size_t ndim, const uint64_t *shape)
 {
     uint64_t numel = 1;
     if (!out || (ndim && !shape)) {
@@ -203,9 +191,7 @@ int shs_tensor_nbytes(uint64_t *out, shs_dtype dtype, size_t ndim,
     for (size_t i = 0; i < ndim; i++) {
         if (shs__mul_u64(numel, shape[i], &numel)) {
             *out = 0;
-            return shs__err(SHS_EOVERFLOW,
-                            "shape product overflows 64 bits at dimension %zu",
-                            i);
+            return shs__err(SHS_EOVERFLOW, "shape product overflows 64 bits at dimension %zu", i);
         }
     }
     return shs__nbytes_from_numel(out, dtype, numel);
@@ -266,11 +252,11 @@ static inline uint16_t f16_from_f32_bits(uint32_t u)
 {
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7FFFFFFFu;
-    uint32_t n = a - 0x38000000u;                 /* exponent 127 -> 15 */
+    uint32_t n = a - 0x38000000u; /* exponent 127 -> 15 */
     n = (n + 0x0FFFu + ((n >> 13) & 1u)) >> 13;
     uint32_t sub = f32_bits(f32_from(a) + 0.5f) - 0x3F000000u;
-    uint32_t r = select_u32(a < 0x38800000u, sub, n);   /* below 2^-14 */
-    r = select_u32(a >= 0x477FF000u, 0x7C00u, r);       /* rounds >= 65520 */
+    uint32_t r = select_u32(a < 0x38800000u, sub, n); /* below 2^-14 */
+    r = select_u32(a >= 0x477FF000u, 0x7C00u, r);     /* rounds >= 65520 */
     r = select_u32(a > 0x7F800000u, 0x7E00u | ((a >> 13) & 0x03FFu), r);
     return (uint16_t)(sign | r);
 }
@@ -311,13 +297,13 @@ float shs_f16_to_f32(uint16_t x)
  * ---------------------------------------------------------------------- */
 
 enum fkind {
-    FK_IEEE,   /* all-ones exponent: Inf (mantissa 0) and NaN */
-    FK_FN,     /* no Inf; NaN = S.1111.111 (OCP e4m3fn) */
-    FK_FNUZ    /* no Inf, no -0; the one NaN is 0x80 */
+    FK_IEEE, /* all-ones exponent: Inf (mantissa 0) and NaN */
+    FK_FN,   /* no Inf; NaN = S.1111.111 (OCP e4m3fn) */
+    FK_FNUZ  /* no Inf, no -0; the one NaN is 0x80 */
 };
 
 typedef struct fmt {
-    unsigned mant;       /* stored mantissa bits */
+    unsigned mant; /* stored mantissa bits */
     int bias;
     unsigned sign_shift; /* 15 for 16-bit formats, 7 for 8-bit */
     uint32_t maxcode;    /* largest finite magnitude encoding */
@@ -343,7 +329,7 @@ static uint32_t encode_from_f64_bits(uint64_t bits, const fmt *f)
     uint64_t a = bits & ~(UINT64_C(1) << 63);
     uint32_t mmask = (1u << f->mant) - 1;
 
-    if (a > UINT64_C(0x7FF0000000000000)) {                 /* NaN */
+    if (a > UINT64_C(0x7FF0000000000000)) { /* NaN */
         if (f->kind == FK_FNUZ)
             return 0x80;
         if (f->kind == FK_FN)
@@ -351,15 +337,15 @@ static uint32_t encode_from_f64_bits(uint64_t bits, const fmt *f)
         return sign | f->infcode | (1u << (f->mant - 1)) |
                ((uint32_t)((a & frac_mask) >> (52 - f->mant)) & mmask);
     }
-    if (a == UINT64_C(0x7FF0000000000000))                  /* Inf */
+    if (a == UINT64_C(0x7FF0000000000000)) /* Inf */
         return sign | (f->kind == FK_IEEE ? f->infcode : f->maxcode);
 
     int e = (int)(a >> 52);
-    if (e == 0)   /* zero, or an F64 subnormal: far below every target's
+    if (e == 0) /* zero, or an F64 subnormal: far below every target's
                      smallest subnormal, so it rounds to zero */
         return f->kind == FK_FNUZ ? 0 : sign;
 
-    uint64_t m = (a & frac_mask) | (UINT64_C(1) << 52);     /* 53 bits */
+    uint64_t m = (a & frac_mask) | (UINT64_C(1) << 52); /* 53 bits */
     e -= 1023;
     int emin = 1 - f->bias;
     /* Shift that leaves the target's mantissa (with implicit bit) in m,
@@ -367,7 +353,7 @@ static uint32_t encode_from_f64_bits(uint64_t bits, const fmt *f)
     int shift = 52 - (int)f->mant + (e < emin ? emin - e : 0);
     uint64_t q;
     if (shift > 54) {
-        q = 0;   /* below half the smallest subnormal */
+        q = 0; /* below half the smallest subnormal */
     } else {
         uint64_t rem = m & ((UINT64_C(1) << shift) - 1);
         uint64_t half = UINT64_C(1) << (shift - 1);
@@ -405,7 +391,7 @@ static uint32_t f8_to_f32_bits(unsigned c, const fmt *f)
             return sign | 0x7FC00000u;
         break;
     case FK_IEEE:
-        if ((unsigned)e == emax_field)   /* Inf, or NaN with its payload */
+        if ((unsigned)e == emax_field) /* Inf, or NaN with its payload */
             return sign | 0x7F800000u | ((uint32_t)fr << (23 - f->mant));
         break;
     }
@@ -413,14 +399,13 @@ static uint32_t f8_to_f32_bits(unsigned c, const fmt *f)
         if (fr == 0)
             return sign;
         e = 1;
-        while (!(fr & (1u << f->mant))) {   /* normalise the subnormal */
+        while (!(fr & (1u << f->mant))) { /* normalise the subnormal */
             fr <<= 1;
             e--;
         }
         fr &= mmask;
     }
-    return sign | ((uint32_t)(e - f->bias + 127) << 23) |
-           ((uint32_t)fr << (23 - f->mant));
+    return sign | ((uint32_t)(e - f->bias + 127) << 23) | ((uint32_t)fr << (23 - f->mant));
 }
 
 static uint32_t e8m0_to_f32_bits(unsigned c)
@@ -428,7 +413,7 @@ static uint32_t e8m0_to_f32_bits(unsigned c)
     if (c == 0xFF)
         return 0x7FC00000u;
     if (c == 0)
-        return 0x00400000u;   /* 2^-127 is an F32 subnormal */
+        return 0x00400000u; /* 2^-127 is an F32 subnormal */
     return (uint32_t)c << 23;
 }
 
@@ -437,18 +422,18 @@ static uint32_t e8m0_from_f64_bits(uint64_t bits)
 {
     uint64_t a = bits & ~(UINT64_C(1) << 63);
     if (a > UINT64_C(0x7FF0000000000000))
-        return 0xFF;                              /* NaN */
+        return 0xFF; /* NaN */
     if (a == 0)
-        return 0x00;                              /* +-0 */
+        return 0x00; /* +-0 */
     if (bits >> 63)
-        return 0xFF;                              /* negative */
+        return 0xFF; /* negative */
     if (a == UINT64_C(0x7FF0000000000000))
-        return 0xFE;                              /* +Inf saturates */
+        return 0xFE; /* +Inf saturates */
     int e = (int)(a >> 52);
     if (e == 0)
-        return 0x00;                              /* F64 subnormal */
+        return 0x00; /* F64 subnormal */
     uint64_t frac = a & ((UINT64_C(1) << 52) - 1);
-    const uint64_t half = UINT64_C(1) << 51;      /* 1.5 * 2^k */
+    const uint64_t half = UINT64_C(1) << 51; /* 1.5 * 2^k */
     int code = e - 1023 + 127;
     code += frac > half || (frac == half && (code & 1));
     if (code < 0)
@@ -461,12 +446,16 @@ static uint32_t e8m0_from_f64_bits(uint64_t bits)
 static int is_convertible(shs_dtype t)
 {
     switch (t) {
-    case SHS_F64: case SHS_F32: case SHS_F16: case SHS_BF16:
-    case SHS_F8_E4M3: case SHS_F8_E5M2: case SHS_F8_E4M3FNUZ:
-    case SHS_F8_E5M2FNUZ: case SHS_F8_E8M0:
-        return 1;
-    default:
-        return 0;
+    case SHS_F64:
+    case SHS_F32:
+    case SHS_F16:
+    case SHS_BF16:
+    case SHS_F8_E4M3:
+    case SHS_F8_E5M2:
+    case SHS_F8_E4M3FNUZ:
+    case SHS_F8_E5M2FNUZ:
+    case SHS_F8_E8M0: return 1;
+    default: return 0;
     }
 }
 
@@ -481,21 +470,18 @@ static int is_convertible(shs_dtype t)
 /* The F8 formats are named case by case in the switches below (rather
    than looked up from the dtype) so that each loop gets its format as a
    constant. */
-static inline void decode_f8(uint32_t *restrict out, const unsigned char *restrict s,
-                             const fmt *f, size_t k)
+static inline void decode_f8(uint32_t *restrict out, const unsigned char *restrict s, const fmt *f,
+                             size_t k)
 {
     for (size_t i = 0; i < k; i++)
         out[i] = f8_to_f32_bits(s[i], f);
 }
 
-static inline void decode_f32(uint32_t *restrict out,
-                              const unsigned char *restrict s, shs_dtype st,
+static inline void decode_f32(uint32_t *restrict out, const unsigned char *restrict s, shs_dtype st,
                               size_t k)
 {
     switch (st) {
-    case SHS_F32:
-        memcpy(out, s, k * 4);
-        break;
+    case SHS_F32: memcpy(out, s, k * 4); break;
     case SHS_BF16:
         for (size_t i = 0; i < k; i++) {
             uint16_t h;
@@ -530,20 +516,18 @@ static inline uint64_t f64_bits_from_f32_bits(uint32_t u)
     return b;
 }
 
-static inline void encode_f8_from_f32(unsigned char *restrict d,
-                                      const uint32_t *restrict in, const fmt *f, size_t k)
+static inline void encode_f8_from_f32(unsigned char *restrict d, const uint32_t *restrict in,
+                                      const fmt *f, size_t k)
 {
     for (size_t i = 0; i < k; i++)
         d[i] = (unsigned char)encode_from_f64_bits(f64_bits_from_f32_bits(in[i]), f);
 }
 
-static inline void encode_f32(unsigned char *restrict d, shs_dtype dt,
-                              const uint32_t *restrict in, size_t k)
+static inline void encode_f32(unsigned char *restrict d, shs_dtype dt, const uint32_t *restrict in,
+                              size_t k)
 {
     switch (dt) {
-    case SHS_F32:
-        memcpy(d, in, k * 4);
-        break;
+    case SHS_F32: memcpy(d, in, k * 4); break;
     case SHS_F64:
         for (size_t i = 0; i < k; i++) {
             double v = (double)f32_from(in[i]);
@@ -564,8 +548,7 @@ static inline void encode_f32(unsigned char *restrict d, shs_dtype dt,
         break;
     case SHS_F8_E8M0:
         for (size_t i = 0; i < k; i++)
-            d[i] = (unsigned char)e8m0_from_f64_bits(
-                f64_bits_from_f32_bits(in[i]));
+            d[i] = (unsigned char)e8m0_from_f64_bits(f64_bits_from_f32_bits(in[i]));
         break;
     case SHS_F8_E5M2: encode_f8_from_f32(d, in, &k_e5m2, k); break;
     case SHS_F8_E4M3: encode_f8_from_f32(d, in, &k_e4m3, k); break;
@@ -575,8 +558,8 @@ static inline void encode_f32(unsigned char *restrict d, shs_dtype dt,
     }
 }
 
-static void convert_via_f32(unsigned char *d, shs_dtype dt,
-                            const unsigned char *s, shs_dtype st, size_t n)
+static void convert_via_f32(unsigned char *d, shs_dtype dt, const unsigned char *s, shs_dtype st,
+                            size_t n)
 {
     uint32_t buf[CHUNK];
     size_t dsz = k_bits[dt] / 8, ssz = k_bits[st] / 8;
@@ -593,8 +576,7 @@ static void convert_via_f32(unsigned char *d, shs_dtype dt,
     }
 }
 
-static void encode_f8_from_f64(unsigned char *d, const unsigned char *s, const fmt *f,
-                               size_t n)
+static void encode_f8_from_f64(unsigned char *d, const unsigned char *s, const fmt *f, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         uint64_t b;
@@ -604,15 +586,14 @@ static void encode_f8_from_f64(unsigned char *d, const unsigned char *s, const f
 }
 
 /* F64 source: every target is encoded from the F64 bits directly. */
-static void convert_from_f64(unsigned char *d, shs_dtype dt,
-                             const unsigned char *s, size_t n)
+static void convert_from_f64(unsigned char *d, shs_dtype dt, const unsigned char *s, size_t n)
 {
     switch (dt) {
     case SHS_F32:
         for (size_t i = 0; i < n; i++) {
             double v;
             memcpy(&v, s + 8 * i, 8);
-            float f = (float)v;   /* one IEEE rounding, to nearest even */
+            float f = (float)v; /* one IEEE rounding, to nearest even */
             memcpy(d + 4 * i, &f, 4);
         }
         break;
@@ -642,20 +623,18 @@ static void convert_from_f64(unsigned char *d, shs_dtype dt,
     }
 }
 
-int shs_convert(void *dst, shs_dtype dst_type, const void *src,
-                shs_dtype src_type, size_t n)
+int shs_convert(void *dst, shs_dtype dst_type, const void *src, shs_dtype src_type, size_t n)
 {
     if (!dtype_valid(dst_type) || !dtype_valid(src_type))
-        return shs__err(SHS_EINVAL, "shs_convert: invalid dtype value (%d -> %d)",
-                        (int)src_type, (int)dst_type);
+        return shs__err(SHS_EINVAL, "shs_convert: invalid dtype value (%d -> %d)", (int)src_type,
+                        (int)dst_type);
     if (src_type == dst_type) {
         uint64_t nbytes;
         int rc = shs__nbytes_from_numel(&nbytes, src_type, n);
         if (rc < 0)
             return rc;
         if (nbytes > SIZE_MAX)
-            return shs__err(SHS_EOVERFLOW, "shs_convert: %" PRIu64 " bytes",
-                            nbytes);
+            return shs__err(SHS_EOVERFLOW, "shs_convert: %" PRIu64 " bytes", nbytes);
         if (nbytes && (!dst || !src))
             return shs__err(SHS_EINVAL, "shs_convert: NULL buffer");
         if (nbytes)
@@ -663,8 +642,8 @@ int shs_convert(void *dst, shs_dtype dst_type, const void *src,
         return SHS_OK;
     }
     if (!is_convertible(src_type) || !is_convertible(dst_type))
-        return shs__err(SHS_ECONVERT, "cannot convert %s to %s",
-                        k_names[src_type], k_names[dst_type]);
+        return shs__err(SHS_ECONVERT, "cannot convert %s to %s", k_names[src_type],
+                        k_names[dst_type]);
     if (n == 0)
         return SHS_OK;
     if (!dst || !src)

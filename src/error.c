@@ -98,7 +98,8 @@ int shs__err_errno(int err, const char *what, const char *path)
     int status;
     switch (err) {
     case ENOENT: status = SHS_ENOENT; break;
-    case ENOSPC: case EDQUOT: status = SHS_ENOSPC; break;
+    case ENOSPC:
+    case EDQUOT: status = SHS_ENOSPC; break;
     case ENOMEM: status = SHS_ENOMEM; break;
     case EINVAL: status = SHS_EINVAL; break;
     default: status = SHS_EIO; break;

@@ -23,14 +23,13 @@ typedef struct shs__layout_set {
     size_t *lens;
     shs__lay_entry *e;
     size_t n;
-    uint64_t *words;          /* aligned copies of the shapes and boxes */
+    uint64_t *words; /* aligned copies of the shapes and boxes */
 } shs__layout_set;
 
 /* All-gather every rank's layout (model tensors, and optimizer tensors
    when with_optim) into *ls; collective over comm.  On error *ls is
    empty. */
-int shs__gather_layouts(const shs_state *st, int with_optim, shs_comm *comm,
-                        shs__layout_set *ls);
+int shs__gather_layouts(const shs_state *st, int with_optim, shs_comm *comm, shs__layout_set *ls);
 void shs__layout_set_release(shs__layout_set *ls);
 
 /*

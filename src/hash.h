@@ -21,7 +21,6 @@ uint64_t shs__xxh3_blocks(const void *data, uint64_t len, uint64_t block, uint64
 
 /* The AVX2 builds (hash_avx2.c); only called when the CPU has AVX2. */
 uint64_t shs__xxh3_avx2(const void *data, size_t len);
-uint64_t shs__xxh3_blocks_avx2(const void *data, uint64_t len, uint64_t block,
-                               uint64_t *blocks);
+uint64_t shs__xxh3_blocks_avx2(const void *data, uint64_t len, uint64_t block, uint64_t *blocks);
 
 #endif

@@ -13,8 +13,7 @@ uint64_t shs__xxh3_avx2(const void *data, size_t len)
     return XXH3_64bits(data, len);
 }
 
-uint64_t shs__xxh3_blocks_avx2(const void *data, uint64_t len, uint64_t block,
-                               uint64_t *blocks)
+uint64_t shs__xxh3_blocks_avx2(const void *data, uint64_t len, uint64_t block, uint64_t *blocks)
 {
     XXH3_state_t st;
     XXH3_INITSTATE(&st);

@@ -15,7 +15,7 @@
 
 /* ---- allocation (alloc.c): everything goes through the hook ---- */
 void *shs__malloc(size_t size);
-void *shs__calloc(size_t n, size_t size);   /* checked n * size */
+void *shs__calloc(size_t n, size_t size); /* checked n * size */
 void *shs__realloc(void *ptr, size_t size);
 void shs__free(void *ptr);
 char *shs__strdup(const char *s);
@@ -26,10 +26,8 @@ char *shs__strndup(const char *s, size_t n);
 /* Defined here, not in error.c, so that a static analyzer sees that an
    error path returns `status` (it does not follow a call's return value
    across files). */
-static inline int shs__err(int status, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-int shs__verr(int status, const char *fmt, va_list ap)
-    __attribute__((format(printf, 2, 0)));
+static inline int shs__err(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int shs__verr(int status, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 static inline int shs__err(int status, const char *fmt, ...)
 {
     va_list ap;
@@ -63,12 +61,14 @@ typedef struct shs__buf {
     size_t len;
     size_t cap;
 } shs__buf;
-#define SHS__BUF_INIT { NULL, 0, 0 }
+#define SHS__BUF_INIT                                                                              \
+    {                                                                                              \
+        NULL, 0, 0                                                                                 \
+    }
 int shs__buf_grow(shs__buf *b, size_t extra);
 int shs__buf_add(shs__buf *b, const void *data, size_t len);
 int shs__buf_addc(shs__buf *b, char c);
-int shs__buf_addf(shs__buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+int shs__buf_addf(shs__buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void shs__buf_release(shs__buf *b);
 
 /* Append `s` (len bytes) as a JSON string literal with serde_json's
@@ -81,8 +81,8 @@ struct json_t;
 char *shs__json_dumps(const struct json_t *json, size_t flags);
 /* json_loadb() that fails (NULL, *oom = 1) if an allocation failed in it */
 struct json_error_t;
-struct json_t *shs__json_loadb(const char *buf, size_t len, size_t flags,
-                               struct json_error_t *err, int *oom);
+struct json_t *shs__json_loadb(const char *buf, size_t len, size_t flags, struct json_error_t *err,
+                               int *oom);
 int shs__json_escape(shs__buf *b, const char *s, size_t len);
 
 /* Validate UTF-8 (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).
@@ -90,7 +90,6 @@ int shs__json_escape(shs__buf *b, const char *s, size_t len);
 size_t shs__utf8_check(const unsigned char *s, size_t len);
 
 /* Absolute byte range in the file of a tensor of a sealed writer. */
-int shs__writer_tensor_range(const shs_writer *w, const char *name, uint64_t *begin,
-                             uint64_t *end);
+int shs__writer_tensor_range(const shs_writer *w, const char *name, uint64_t *begin, uint64_t *end);
 
 #endif

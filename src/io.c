@@ -96,8 +96,7 @@ int shs__io_close(int fd, const char *path)
     return SHS_OK;
 }
 
-int shs__io_pread_full(int fd, void *buf, size_t n, uint64_t off,
-                       const char *path)
+int shs__io_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path)
 {
     char *p = buf;
     while (n > 0) {
@@ -109,8 +108,10 @@ int shs__io_pread_full(int fd, void *buf, size_t n, uint64_t off,
             return shs__err_errno(errno, "cannot read", path);
         }
         if (r == 0)
-            return shs__err(SHS_EIO, "cannot read '%s': unexpected end of file at byte %llu "
-                            "(file changed while open?)", path, (unsigned long long)off);
+            return shs__err(SHS_EIO,
+                            "cannot read '%s': unexpected end of file at byte %llu "
+                            "(file changed while open?)",
+                            path, (unsigned long long)off);
         p += r;
         n -= (size_t)r;
         off += (uint64_t)r;
@@ -118,8 +119,7 @@ int shs__io_pread_full(int fd, void *buf, size_t n, uint64_t off,
     return SHS_OK;
 }
 
-int shs__io_pwrite_full(int fd, const void *buf, size_t n, uint64_t off,
-                        const char *path)
+int shs__io_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *path)
 {
     const char *p = buf;
     while (n > 0) {
@@ -184,8 +184,8 @@ void shs__random_suffix(char out[17])
     if (!state) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        state = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^
-                ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)&ts;
+        state = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40) ^
+                (uint64_t)(uintptr_t)&ts;
     }
     /* splitmix64 */
     uint64_t z = (state += 0x9E3779B97F4A7C15ull);

@@ -61,10 +61,8 @@ void shs__io_set(const shs__io_ops *ops);
 /* Helpers with messages.  `path` only names the file in errors. */
 int shs__io_open(int *out_fd, const char *path, int flags, mode_t mode);
 int shs__io_close(int fd, const char *path);
-int shs__io_pread_full(int fd, void *buf, size_t n, uint64_t off,
-                       const char *path);
-int shs__io_pwrite_full(int fd, const void *buf, size_t n, uint64_t off,
-                        const char *path);
+int shs__io_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path);
+int shs__io_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *path);
 int shs__io_fsync(int fd, const char *path);
 /* fsync a directory (opened O_RDONLY|O_DIRECTORY). */
 int shs__io_fsync_dir(const char *dir);

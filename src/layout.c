@@ -3,17 +3,15 @@
 
 #include <string.h>
 
-int shs__box_check(uint64_t *out_bytes, shs_dtype dtype, size_t ndim,
-                   const uint64_t *shape, const uint64_t *start,
-                   const uint64_t *count)
+int shs__box_check(uint64_t *out_bytes, shs_dtype dtype, size_t ndim, const uint64_t *shape,
+                   const uint64_t *start, const uint64_t *count)
 {
     uint64_t numel = 1;
     if (ndim > SHS_MAX_DIMS)
         return shs__err(SHS_EINVAL, "%zu dimensions (at most %d)", ndim, SHS_MAX_DIMS);
     for (size_t d = 0; d < ndim; d++) {
         if (start[d] > shape[d] || count[d] > shape[d] - start[d])
-            return shs__err(SHS_ERANGE,
-                            "box [%llu, +%llu) is outside dimension %zu of size %llu",
+            return shs__err(SHS_ERANGE, "box [%llu, +%llu) is outside dimension %zu of size %llu",
                             (unsigned long long)start[d], (unsigned long long)count[d], d,
                             (unsigned long long)shape[d]);
         numel *= count[d]; /* cannot overflow: bounded by the tensor's numel */
@@ -34,9 +32,8 @@ int shs__box_check(uint64_t *out_bytes, shs_dtype dtype, size_t ndim,
     return SHS_OK;
 }
 
-int shs__box_runs2(unsigned bits, size_t ndim, const uint64_t *src_shape,
-                   const uint64_t *src_start, const uint64_t *dst_shape,
-                   const uint64_t *dst_start, const uint64_t *count,
+int shs__box_runs2(unsigned bits, size_t ndim, const uint64_t *src_shape, const uint64_t *src_start,
+                   const uint64_t *dst_shape, const uint64_t *dst_start, const uint64_t *count,
                    shs__run_fn fn, void *ctx)
 {
     for (size_t d = 0; d < ndim; d++)
@@ -86,18 +83,16 @@ int shs__box_runs2(unsigned bits, size_t ndim, const uint64_t *src_shape,
     }
 }
 
-int shs__box_runs(shs_dtype dtype, size_t ndim, const uint64_t *shape,
-                  const uint64_t *start, const uint64_t *count,
-                  shs__run_fn fn, void *ctx)
+int shs__box_runs(shs_dtype dtype, size_t ndim, const uint64_t *shape, const uint64_t *start,
+                  const uint64_t *count, shs__run_fn fn, void *ctx)
 {
     uint64_t zero[SHS_MAX_DIMS] = { 0 };
-    return shs__box_runs2(shs_dtype_bits(dtype), ndim, shape, start, count, zero, count,
-                          fn, ctx);
+    return shs__box_runs2(shs_dtype_bits(dtype), ndim, shape, start, count, zero, count, fn, ctx);
 }
 
 int shs__box_intersect(size_t ndim, const uint64_t *a_off, const uint64_t *a_shape,
-                       const uint64_t *b_off, const uint64_t *b_shape,
-                       uint64_t *out_off, uint64_t *out_shape)
+                       const uint64_t *b_off, const uint64_t *b_shape, uint64_t *out_off,
+                       uint64_t *out_shape)
 {
     for (size_t d = 0; d < ndim; d++) {
         uint64_t lo = a_off[d] > b_off[d] ? a_off[d] : b_off[d];
@@ -123,9 +118,9 @@ static int copy_run(void *ctx, uint64_t s, uint64_t d, uint64_t len)
     return SHS_OK;
 }
 
-void shs__box_copy(void *dst, const uint64_t *dst_shape, const uint64_t *dst_start,
-                   const void *src, const uint64_t *src_shape, const uint64_t *src_start,
-                   const uint64_t *count, size_t ndim, unsigned bits)
+void shs__box_copy(void *dst, const uint64_t *dst_shape, const uint64_t *dst_start, const void *src,
+                   const uint64_t *src_shape, const uint64_t *src_start, const uint64_t *count,
+                   size_t ndim, unsigned bits)
 {
     copy_ctx c = { dst, src };
     shs__box_runs2(bits, ndim, src_shape, src_start, dst_shape, dst_start, count, copy_run, &c);

@@ -65,18 +65,18 @@ int shs__chunk_locate(shs__loader *L, uint32_t fi, const char *key, uint64_t b0,
     const shs_tensor_info *ti = shs_file_tensor(f, idx);
     uint64_t at = shs_file_data_start(f) + ti->offset;
     if (at != b0 || at + ti->nbytes != b1)
-        return shs__err(SHS_ECORRUPT,
-                        "%s/%s: tensor '%s' is at bytes [%llu, %llu), metadata.json says [%llu, %llu)",
-                        L->dir, L->m->f[fi].name, key, (unsigned long long)at,
-                        (unsigned long long)(at + ti->nbytes), (unsigned long long)b0,
-                        (unsigned long long)b1);
+        return shs__err(
+            SHS_ECORRUPT,
+            "%s/%s: tensor '%s' is at bytes [%llu, %llu), metadata.json says [%llu, %llu)", L->dir,
+            L->m->f[fi].name, key, (unsigned long long)at, (unsigned long long)(at + ti->nbytes),
+            (unsigned long long)b0, (unsigned long long)b1);
     *out_f = f;
     *out_idx = idx;
     return SHS_OK;
 }
 
-int shs__check_hash(const shs__loader *L, const shs__mchunk *c, const char *tname,
-                    const void *data, uint64_t n)
+int shs__check_hash(const shs__loader *L, const shs__mchunk *c, const char *tname, const void *data,
+                    uint64_t n)
 {
     if (!c->has_hash || shs__xxh3(data, (size_t)n) == c->hash)
         return SHS_OK;
@@ -102,9 +102,8 @@ static int mark_run(void *ctx, uint64_t src_off, uint64_t dst_off, uint64_t len)
    [src_start, +count) touches, in the mapped chunk `src`; *read_bytes
    counts them. */
 static int check_blocks(const shs__loader *L, const shs__mchunk *c, const char *tname,
-                        const char *src, unsigned bits, size_t ndim,
-                        const uint64_t *src_start, const uint64_t *count,
-                        uint64_t *read_bytes)
+                        const char *src, unsigned bits, size_t ndim, const uint64_t *src_start,
+                        const uint64_t *count, uint64_t *read_bytes)
 {
     block_marks b = { c->block, shs__calloc(c->nblocks + 1, 1) };
     if (!b.mark)
@@ -120,8 +119,10 @@ static int check_blocks(const shs__loader *L, const shs__mchunk *c, const char *
         uint64_t len = n - at < c->block ? n - at : c->block;
         *read_bytes += len;
         if (shs__xxh3(src + at, (size_t)len) != c->blocks[q])
-            rc = shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': block %zu does not match its "
-                          "xxh3 checksum", L->dir, L->m->f[c->file].name, tname, q);
+            rc = shs__err(SHS_ECHECKSUM,
+                          "%s/%s: tensor '%s': block %zu does not match its "
+                          "xxh3 checksum",
+                          L->dir, L->m->f[c->file].name, tname, q);
     }
     shs__free(b.mark);
     return rc;
@@ -153,7 +154,7 @@ typedef struct fill_ctx {
     const char *tname;
     shs_file *f;
     size_t idx;
-    const char *map;          /* the chunk's bytes when mapped */
+    const char *map; /* the chunk's bytes when mapped */
     char *dst;
     shs_dtype sdt, ddt;
     unsigned sbytes, dbytes;  /* element sizes (conversion only) */
@@ -181,9 +182,10 @@ static int load_window(fill_ctx *x, uint64_t q)
     }
     if (c->nblocks) {
         if (shs__xxh3(x->win, len) != c->blocks[q])
-            return shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': block %llu does not match its "
-                            "xxh3 checksum", x->L->dir, x->L->m->f[c->file].name, x->tname,
-                            (unsigned long long)q);
+            return shs__err(SHS_ECHECKSUM,
+                            "%s/%s: tensor '%s': block %llu does not match its "
+                            "xxh3 checksum",
+                            x->L->dir, x->L->m->f[c->file].name, x->tname, (unsigned long long)q);
         return SHS_OK;
     }
     return x->nwin == 1 ? shs__check_hash(x->L, c, x->tname, x->win, len) : SHS_OK;
@@ -233,8 +235,8 @@ static int fill_run(void *ctx, uint64_t src_off, uint64_t dst_off, uint64_t len)
    [boff, +bshape) held in dst. */
 static int fill_from_chunk(shs__loader *L, const shs__mtensor *mt, const shs__mchunk *c,
                            shs_file *f, size_t idx, const uint64_t *boff, const uint64_t *bshape,
-                           const uint64_t *ioff, const uint64_t *ishape, shs_dtype dtype,
-                           void *dst, uint64_t *read_bytes)
+                           const uint64_t *ioff, const uint64_t *ishape, shs_dtype dtype, void *dst,
+                           uint64_t *read_bytes)
 {
     size_t nd = mt->ndim;
     unsigned bits = shs_dtype_bits(mt->dtype);
@@ -249,9 +251,10 @@ static int fill_from_chunk(shs__loader *L, const shs__mtensor *mt, const shs__mc
     if (bits % 8 && nd &&
         ((src_start[nd - 1] * bits) % 8 || (dst_start[nd - 1] * bits) % 8 ||
          (ishape[nd - 1] * bits) % 8 || (c->shape[nd - 1] * bits) % 8))
-        return shs__err(SHS_EUNSUPPORTED, "%s: tensor '%s': a saved chunk of %s elements does "
-                        "not start and end on byte boundaries", L->dir, mt->name,
-                        shs_dtype_name(mt->dtype));
+        return shs__err(SHS_EUNSUPPORTED,
+                        "%s: tensor '%s': a saved chunk of %s elements does "
+                        "not start and end on byte boundaries",
+                        L->dir, mt->name, shs_dtype_name(mt->dtype));
     /* the chunk is one contiguous run of the box: read it straight into
        place and hash it there (the usual load: saved chunk = wanted box) */
     size_t k = 0;
@@ -294,8 +297,8 @@ static int fill_from_chunk(shs__loader *L, const shs__mtensor *mt, const shs__mc
         }
         if (rc < 0)
             return rc;
-        return shs__box_runs2(bits, nd, c->shape, src_start, bshape, dst_start, ishape,
-                              fill_run, &x);
+        return shs__box_runs2(bits, nd, c->shape, src_start, bshape, dst_start, ishape, fill_run,
+                              &x);
     }
     x.wsize = c->nblocks ? c->block : n <= SHS__HASH_BLOCK ? (n ? n : 1) : SHS__HASH_BLOCK;
     x.nwin = (n + x.wsize - 1) / x.wsize;
@@ -342,17 +345,20 @@ int shs__fill_box(shs__loader *L, const shs__mtensor *mt, const uint64_t *boff,
         const shs_tensor_info *ti = shs_file_tensor(f, idx);
         if (ti->dtype != mt->dtype || ti->ndim != nd ||
             (nd && memcmp(ti->shape, c->shape, nd * sizeof(uint64_t)) != 0))
-            return shs__err(SHS_ECORRUPT, "%s/%s: tensor '%s' has another dtype or shape than "
-                            "metadata.json says", L->dir, L->m->f[c->file].name, c->key);
+            return shs__err(SHS_ECORRUPT,
+                            "%s/%s: tensor '%s' has another dtype or shape than "
+                            "metadata.json says",
+                            L->dir, L->m->f[c->file].name, c->key);
         if ((rc = fill_from_chunk(L, mt, c, f, idx, boff, bshape, ioff, ishape, dtype, dst,
                                   read_bytes)) < 0)
             return rc;
         got += vol;
     }
     if (got != want)
-        return shs__err(SHS_ECORRUPT,
-                        "%s: tensor '%s': the saved chunks cover %llu of the %llu elements requested",
-                        L->dir, mt->name, (unsigned long long)got, (unsigned long long)want);
+        return shs__err(
+            SHS_ECORRUPT,
+            "%s: tensor '%s': the saved chunks cover %llu of the %llu elements requested", L->dir,
+            mt->name, (unsigned long long)got, (unsigned long long)want);
     return SHS_OK;
 }
 
@@ -368,9 +374,9 @@ typedef struct load_pool {
     shs_state *st;
     const shs__load_req *req;
     pthread_mutex_t mu;
-    size_t next;             /* next tensor to take */
+    size_t next; /* next tensor to take */
     uint64_t read_bytes;
-    int rc;                  /* first error */
+    int rc; /* first error */
     char msg[1024];
 } load_pool;
 
@@ -513,8 +519,7 @@ static int load_balanced_tensors(shs__loader *L, shs_state *st, const shs__load_
         const shs__mchunk *ch = &m->t[chunk_t[c]].c[chunk_k[c]];
         uint64_t n = ch->b1 - ch->b0;
         if (!(bufs[c] = shs__calloc(1, (size_t)n + 1)))
-            rc = shs__err(SHS_ENOMEM, "out of memory for a %llu-byte chunk",
-                          (unsigned long long)n);
+            rc = shs__err(SHS_ENOMEM, "out of memory for a %llu-byte chunk", (unsigned long long)n);
     }
     for (uint32_t src = 0; src < plan.nranks; src++)
         for (size_t q = plan.send_start[src]; q < plan.send_start[src + 1]; q++) {
@@ -559,8 +564,8 @@ agree:
             if (me == (int)src) {
                 for (size_t d = 0; d < t->ndim; d++)
                     s0[d] = ioff[d] - ch->off[d];
-                shs__box_copy(tmp, ishape, zero, bufs[it->chunk], ch->shape, s0, ishape,
-                              t->ndim, bits);
+                shs__box_copy(tmp, ishape, zero, bufs[it->chunk], ch->shape, s0, ishape, t->ndim,
+                              bits);
                 rc = comm->ops.send(comm->ctx, tmp, (size_t)n, dst, 7101);
             } else {
                 rc = comm->ops.recv(comm->ctx, tmp, (size_t)n, (int)src, 7101);
@@ -721,8 +726,8 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
         }
     }
     if (n_missing) {
-        rc = shs__err(SHS_EMISMATCH, "%s: %zu registered tensor(s) not in the checkpoint: %s",
-                      dir, n_missing, missing);
+        rc = shs__err(SHS_EMISMATCH, "%s: %zu registered tensor(s) not in the checkpoint: %s", dir,
+                      n_missing, missing);
         goto done;
     }
     char extra[512] = "";
@@ -746,7 +751,8 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
     if (n_extra) {
         rc = shs__err(SHS_EMISMATCH,
                       "%s: %zu tensor(s) in the checkpoint are not registered: %s "
-                      "(non-strict loading skips them)", dir, n_extra, extra);
+                      "(non-strict loading skips them)",
+                      dir, n_extra, extra);
         goto done;
     }
     /* 2. tensors: by `workers` threads, or balanced over the ranks */

@@ -16,9 +16,9 @@
 typedef struct shs__loader {
     const char *dir;
     const shs__meta *m;
-    shs_file **fh;            /* opened lazily, one per file */
-    unsigned open_flags;      /* SHS_OPEN_* for the data files */
-    pthread_mutex_t *mu;      /* non-NULL: fh is shared by threads */
+    shs_file **fh;       /* opened lazily, one per file */
+    unsigned open_flags; /* SHS_OPEN_* for the data files */
+    pthread_mutex_t *mu; /* non-NULL: fh is shared by threads */
 } shs__loader;
 
 /* File fi of the model, opened on first use (a missing file is
@@ -33,8 +33,8 @@ int shs__chunk_locate(shs__loader *L, uint32_t fi, const char *key, uint64_t b0,
 
 /* SHS_ECHECKSUM unless data[0, n) matches the whole-chunk checksum of c
    (when c has one). */
-int shs__check_hash(const shs__loader *L, const shs__mchunk *c, const char *tname,
-                    const void *data, uint64_t n);
+int shs__check_hash(const shs__loader *L, const shs__mchunk *c, const char *tname, const void *data,
+                    uint64_t n);
 
 /*
  * Fill the box [boff, boff + bshape) of the global tensor mt into dst,
@@ -57,10 +57,10 @@ int shs__fill_box(shs__loader *L, const shs__mtensor *mt, const uint64_t *boff,
 struct shs_checkpoint {
     shs__meta m;
     shs_ckpt_tensor_info *info;
-    char *path;               /* what was opened, resolved (shs_checkpoint_path) */
-    char *dir;                /* the folder the model's file names are in */
+    char *path; /* what was opened, resolved (shs_checkpoint_path) */
+    char *dir;  /* the folder the model's file names are in */
     shs__loader L;
-    pthread_mutex_t mu;       /* guards L.fh */
+    pthread_mutex_t mu; /* guards L.fh */
 };
 
 #endif

@@ -42,9 +42,9 @@
 struct shs_savepath_lock_handle {
     int fd;
     char *path;
-    dev_t dev;                              /* of the lock file */
+    dev_t dev; /* of the lock file */
     ino_t ino;
-    struct shs_savepath_lock_handle *next;  /* in g_tool_locks */
+    struct shs_savepath_lock_handle *next; /* in g_tool_locks */
 };
 
 /* The locks this process holds through shs_savepath_lock (tools such as
@@ -124,7 +124,8 @@ static void read_holder(shs_lock_holder *h, int fd)
 static int lock_errno(int err, const char *what, const char *path)
 {
     if (err == ENOLCK || err == ENOSYS || err == EOPNOTSUPP || err == EINVAL)
-        return shs__err(SHS_EUNSUPPORTED, "cannot lock '%s': %s: the file system does not "
+        return shs__err(SHS_EUNSUPPORTED,
+                        "cannot lock '%s': %s: the file system does not "
                         "support locks (NFSv3 needs lockd, Lustre the mount option -o flock)",
                         path, strerror(err));
     if (err == ELOOP)
@@ -145,8 +146,8 @@ static int write_info(int fd, const char *path)
     host[sizeof host - 1] = '\0';
     if (!gmtime_r(&now, &tm) || !strftime(since, sizeof since, "%Y-%m-%dT%H:%M:%SZ", &tm))
         snprintf(since, sizeof since, "?");
-    int n = snprintf(text, sizeof text, "pid %lld\nhost %s\nsince %s\n", (long long)getpid(),
-                     host, since);
+    int n = snprintf(text, sizeof text, "pid %lld\nhost %s\nsince %s\n", (long long)getpid(), host,
+                     since);
     if (n < 0 || (size_t)n >= sizeof text)
         n = (int)strlen(text);
     /* stale details of a dead holder go first */
@@ -198,8 +199,10 @@ int shs__savepath_lock_take(shs_savepath_lock_handle **out, const char *save_pat
             shs_lock_holder h;
             memset(&h, 0, sizeof h);
             read_holder(&h, fd);
-            rc = shs__err(SHS_ELOCKED, "save path %s is locked by %s: another job writes there "
-                          "(lock file %s)", save_path, h.text, lk->path);
+            rc = shs__err(SHS_ELOCKED,
+                          "save path %s is locked by %s: another job writes there "
+                          "(lock file %s)",
+                          save_path, h.text, lk->path);
         } else {
             rc = lock_errno(e, "cannot lock", lk->path);
         }

@@ -355,7 +355,8 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
                         (long long)progress->global_step);
     /* checked here too so that an async save reports it at this call */
     if (!isfinite(progress->loss_scale))
-        return shs__err(SHS_EINVAL, "step %lld: loss_scale %g is not a finite number (JSON "
+        return shs__err(SHS_EINVAL,
+                        "step %lld: loss_scale %g is not a finite number (JSON "
                         "cannot hold it in common.json); nothing was saved",
                         (long long)progress->global_step, progress->loss_scale);
     double t0 = now_s();
@@ -505,8 +506,10 @@ int shs_manager_last_save(const shs_manager *m, shs_save_stats *out)
         return shs__err(SHS_EINVAL, "NULL argument");
     shs_manager *mm = (shs_manager *)m;
     if (out->version != SHS_SAVE_STATS_VERSION)
-        return shs__err(SHS_EINVAL, "shs_save_stats version %u (expected %u): initialise it "
-                        "with SHS_SAVE_STATS_INIT", out->version, SHS_SAVE_STATS_VERSION);
+        return shs__err(SHS_EINVAL,
+                        "shs_save_stats version %u (expected %u): initialise it "
+                        "with SHS_SAVE_STATS_INIT",
+                        out->version, SHS_SAVE_STATS_VERSION);
     pthread_mutex_lock(&mm->mu);
     int has = m->has_stats;
     if (has)
@@ -560,8 +563,8 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     if (!out || !config || !state)
         return shs__err(SHS_EINVAL, "shs_manager_create: NULL argument");
     *out = NULL;
-    if ((rc = shs__check_opts_version(config->version, SHS_CONFIG_VERSION,
-                                      "shs_manager_create")) < 0)
+    if ((rc = shs__check_opts_version(config->version, SHS_CONFIG_VERSION, "shs_manager_create")) <
+        0)
         return rc;
     int saving = config->enable_save && !config->load_only;
     if (saving && (!config->save_path || !*config->save_path))

@@ -15,29 +15,29 @@ typedef struct job {
     int64_t step;
     int with_optim;
     int defer_snapshot;
-    size_t split;            /* caller copies [0, split), the worker the rest */
-    shs__blob *blobs;        /* snapshot of the state's blobs */
+    size_t split;     /* caller copies [0, split), the worker the rest */
+    shs__blob *blobs; /* snapshot of the state's blobs */
     size_t n_blobs;
 } job;
 
 struct shs_manager {
-    shs_config cfg;          /* strings below are the manager's copies */
+    shs_config cfg; /* strings below are the manager's copies */
     char *save_path, *prefix, *load_path, *initial_load_path;
     shs_state *state;
-    shs_comm *comm;          /* every rank calls the manager collectively */
-    shs_comm *own_comm;      /* the one-process comm when none was given */
+    shs_comm *comm;                 /* every rank calls the manager collectively */
+    shs_comm *own_comm;             /* the one-process comm when none was given */
     shs_savepath_lock_handle *lock; /* rank 0 of a saving manager: one writer per
                                 save path */
     shs__layout_cache layout_cache;
 
-    int64_t *run_steps;      /* this run's committed saves, oldest first */
+    int64_t *run_steps; /* this run's committed saves, oldest first */
     size_t n_run, cap_run;
     int64_t last_saved_step; /* -1: none yet */
     int64_t last_full_step;  /* this run's newest save with optimizer state */
     char last_dir[4096];     /* this run's newest committed save */
     shs_save_stats last_stats;
     int has_stats;
-    double blocked_seconds;  /* of the save in flight (guarded by mu) */
+    double blocked_seconds; /* of the save in flight (guarded by mu) */
 
     /* async */
     int async;
@@ -45,14 +45,14 @@ struct shs_manager {
     int thread_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int busy;                /* a job is queued or running */
-    int snapshot_done;       /* the worker's part of the snapshot is taken */
-    int caller_done;         /* the caller's part is taken */
+    int busy;          /* a job is queued or running */
+    int snapshot_done; /* the worker's part of the snapshot is taken */
+    int caller_done;   /* the caller's part is taken */
     int stop;
     job cur;
-    int bg_status;           /* error of the last background save */
+    int bg_status; /* error of the last background save */
     char bg_msg[1024];
-    void **staging;          /* per tensor */
+    void **staging; /* per tensor */
     char *staging_mem;
     uint64_t staging_bytes;
 
@@ -61,7 +61,7 @@ struct shs_manager {
     char *held_path, *held_msg;
     /* shs_manager_warning (guarded by mu: retention runs in the worker) */
     char warning[1024];
-    char warning_out[1024];  /* the copy handed out */
+    char warning_out[1024]; /* the copy handed out */
 };
 
 /* Wait for the save in flight; report (and clear) a background error

@@ -26,15 +26,19 @@ static int refresh_masters(shs_manager *m)
             continue;
         long j = shs__state_find(st, t->master_of, strlen(t->master_of));
         if (j < 0)
-            return shs__err(SHS_EMISMATCH, "tensor '%s': master_of names '%s', which is not "
-                            "registered", t->name, t->master_of);
+            return shs__err(SHS_EMISMATCH,
+                            "tensor '%s': master_of names '%s', which is not "
+                            "registered",
+                            t->name, t->master_of);
         const shs__tensor *src = &st->t[j];
         int same = src->ndim == t->ndim;
         for (size_t d = 0; same && d < t->ndim; d++)
             same = src->shape[d] == t->shape[d] && src->goff[d] == t->goff[d];
         if (!same)
-            return shs__err(SHS_EMISMATCH, "tensor '%s' and its model tensor '%s' have "
-                            "different local shapes", t->name, src->name);
+            return shs__err(SHS_EMISMATCH,
+                            "tensor '%s' and its model tensor '%s' have "
+                            "different local shapes",
+                            t->name, src->name);
         uint64_t numel = 1;
         for (size_t d = 0; d < t->ndim; d++)
             numel *= t->shape[d];
@@ -95,8 +99,8 @@ static int load_dir(shs_manager *m, const char *dir, int source, int weights_onl
         .balanced = c->load_balanced,
     };
     if (weights_only)
-        req.exclude |= SHS_EXCLUDE_TRAIN_STATE | SHS_EXCLUDE_DATALOADER |
-                       SHS_EXCLUDE_LR_SCHEDULER | SHS_EXCLUDE_RNG;
+        req.exclude |= SHS_EXCLUDE_TRAIN_STATE | SHS_EXCLUDE_DATALOADER | SHS_EXCLUDE_LR_SCHEDULER |
+                       SHS_EXCLUDE_RNG;
     shs__load_result_release_names(res);
     res->loaded = 0;
     res->progress_loaded = 0;
@@ -112,9 +116,10 @@ static int load_dir(shs_manager *m, const char *dir, int source, int weights_onl
         new_gbs != p.global_batch_size) {
         int64_t prod;
         if (__builtin_mul_overflow(p.global_step, p.global_batch_size, &prod))
-            rc = shs__err(SHS_ERANGE, "%s: global_step %lld x global_batch_size %lld overflows "
-                          "while rescaling to global_batch_size %lld", dir,
-                          (long long)p.global_step, (long long)p.global_batch_size,
+            rc = shs__err(SHS_ERANGE,
+                          "%s: global_step %lld x global_batch_size %lld overflows "
+                          "while rescaling to global_batch_size %lld",
+                          dir, (long long)p.global_step, (long long)p.global_batch_size,
                           (long long)new_gbs);
         else {
             p.global_step = prod / new_gbs;
@@ -188,16 +193,16 @@ static int newest_verified(shs_manager *m, const int64_t *steps, size_t n, int64
 
 /* What a resume from the save path found and chose. */
 typedef struct resume_plan {
-    const char *sp;           /* the save path */
-    int64_t *steps;           /* its committed steps, oldest first */
+    const char *sp; /* the save path */
+    int64_t *steps; /* its committed steps, oldest first */
     size_t n;
-    int64_t tracked;          /* the tracker's step, -1 without one */
-    int64_t target;           /* the step to load */
-    int64_t floor;            /* -1, or the oldest step as good as target */
-    int repair;               /* the tracker is rewritten after the load */
-    int explicit_step;        /* load_step chose target: no fallback */
-    int has_target;           /* target is a committed step */
-    char first_err[512];      /* why target could not be loaded */
+    int64_t tracked;     /* the tracker's step, -1 without one */
+    int64_t target;      /* the step to load */
+    int64_t floor;       /* -1, or the oldest step as good as target */
+    int repair;          /* the tracker is rewritten after the load */
+    int explicit_step;   /* load_step chose target: no fallback */
+    int has_target;      /* target is a committed step */
+    char first_err[512]; /* why target could not be loaded */
 } resume_plan;
 
 /* What the save path holds, as this rank sees it (the caller agrees on
@@ -247,8 +252,8 @@ static int choose_target(shs_manager *m, resume_plan *p, shs_load_result *res)
         for (size_t i = 0; i < n; i++)
             p->has_target |= steps[i] == want;
         if (!p->has_target)
-            return shs__err(SHS_ENOCHECKPOINT, "%s: no complete checkpoint of load_step %lld",
-                            sp, (long long)want);
+            return shs__err(SHS_ENOCHECKPOINT, "%s: no complete checkpoint of load_step %lld", sp,
+                            (long long)want);
         p->target = want;
     } else if (p->tracked >= 0 && newest > p->tracked) {
         /* a crash between the commit rename and the tracker update, or a
@@ -264,8 +269,10 @@ static int choose_target(shs_manager *m, resume_plan *p, shs_load_result *res)
         p->target = p->tracked;
         p->floor = p->tracked;
         if (!p->has_target)
-            snprintf(p->first_err, sizeof p->first_err, "%s/" SHS__TRACKER " names step %lld, "
-                     "but its directory is missing or incomplete", sp, (long long)p->tracked);
+            snprintf(p->first_err, sizeof p->first_err,
+                     "%s/" SHS__TRACKER " names step %lld, "
+                     "but its directory is missing or incomplete",
+                     sp, (long long)p->tracked);
     } else {
         /* committed steps but no tracker: the first save's tracker update
            never happened */
@@ -278,8 +285,10 @@ static int choose_target(shs_manager *m, resume_plan *p, shs_load_result *res)
            there is one, or the optimizer state would be lost */
         for (size_t i = n; i-- > 0;)
             if (steps[i] < p->target && !step_is_weights_only(sp, steps[i])) {
-                say(m, res, "%s: step %lld holds weights only; resuming from step %lld, the "
-                    "newest full checkpoint", sp, (long long)p->target, (long long)steps[i]);
+                say(m, res,
+                    "%s: step %lld holds weights only; resuming from step %lld, the "
+                    "newest full checkpoint",
+                    sp, (long long)p->target, (long long)steps[i]);
                 p->target = steps[i];
                 p->repair = 0;
                 p->floor = -1;
@@ -300,8 +309,7 @@ static int load_saved_step(shs_manager *m, const char *sp, int64_t step, char **
     if ((rc = shs__step_dir_find(dir, sp, step)) < 0)
         rc = fail_before_load(m, rc);
     else
-        rc = load_dir(m, *dir, SHS_LOAD_SAVE_PATH, step_is_weights_only(sp, step), progress,
-                      res);
+        rc = load_dir(m, *dir, SHS_LOAD_SAVE_PATH, step_is_weights_only(sp, step), progress, res);
     return agree(m, rc);
 }
 
@@ -318,20 +326,22 @@ static int fall_back(shs_manager *m, resume_plan *p, int first_rc, char **dir,
         return rc;
     /* the original error comes first: messages are cut when ranks agree */
     if (alt < 0)
-        return shs__err(first_rc, "%s (and no earlier step of %s verifies)", p->first_err,
-                        p->sp);
+        return shs__err(first_rc, "%s (and no earlier step of %s verifies)", p->first_err, p->sp);
     int automatic = p->floor >= 0 ? alt >= p->floor : p->tracked < 0;
     if (!automatic && !c->resume_fallback)
-        return shs__err(first_rc, "%s; the newest earlier step that verifies is %lld: set "
-                        "load_step: %lld to load it, or resume_fallback: true", p->first_err,
-                        (long long)alt, (long long)alt);
+        return shs__err(first_rc,
+                        "%s; the newest earlier step that verifies is %lld: set "
+                        "load_step: %lld to load it, or resume_fallback: true",
+                        p->first_err, (long long)alt, (long long)alt);
     p->target = alt;
     if ((rc = load_saved_step(m, p->sp, alt, dir, progress, res)) < 0)
         return rc;
     if (!automatic) {
         res->fell_back = 1;
-        say(m, res, "resume_fallback: %s; loaded step %lld, the newest earlier step that "
-            "verifies", p->first_err, (long long)alt);
+        say(m, res,
+            "resume_fallback: %s; loaded step %lld, the newest earlier step that "
+            "verifies",
+            p->first_err, (long long)alt);
     }
     p->repair = p->tracked >= 0 ? alt > p->tracked : 1;
     return SHS_OK;
@@ -355,8 +365,8 @@ static int finish_resume(shs_manager *m, const resume_plan *p, const char *dir,
         if ((rc = agree(m, r)) < 0)
             return rc;
         res->tracker_repaired = c->enable_save && !c->load_only;
-        say(m, res, "%s: the tracker %s; resumed from step %lld, the newest complete step%s",
-            p->sp, p->tracked >= 0 ? "was behind" : "was missing", (long long)p->target,
+        say(m, res, "%s: the tracker %s; resumed from step %lld, the newest complete step%s", p->sp,
+            p->tracked >= 0 ? "was behind" : "was missing", (long long)p->target,
             res->tracker_repaired ? ", and rewrote the tracker" : "");
     } else if (!res->message || !*res->message) {
         say(m, res, "resumed from %s (step %lld)", dir, (long long)p->target);
@@ -432,8 +442,8 @@ static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *r
             m->save_path);
         return SHS_OK;
     }
-    rc = shs_checkpoint_resolve(dir, sizeof dir, from, source == SHS_LOAD_LOAD_PATH ? c->load_step
-                                                                                   : -1);
+    rc = shs_checkpoint_resolve(dir, sizeof dir, from,
+                                source == SHS_LOAD_LOAD_PATH ? c->load_step : -1);
     if (rc < 0)
         return fail_before_load(m, shs__err_prefix(rc, field));
     if ((rc = load_dir(m, dir, source, weights_only, progress, res)) < 0)
@@ -447,8 +457,10 @@ int shs_manager_load(shs_manager *m, shs_progress *progress, shs_load_result *re
     if (!m || !progress)
         return shs__err(SHS_EINVAL, "shs_manager_load: NULL argument");
     if (result && result->version != SHS_LOAD_RESULT_VERSION)
-        return shs__err(SHS_EINVAL, "shs_load_result version %u (expected %u): initialise it "
-                        "with SHS_LOAD_RESULT_INIT", result->version, SHS_LOAD_RESULT_VERSION);
+        return shs__err(SHS_EINVAL,
+                        "shs_load_result version %u (expected %u): initialise it "
+                        "with SHS_LOAD_RESULT_INIT",
+                        result->version, SHS_LOAD_RESULT_VERSION);
     /* an async save in flight uses the communicator from its thread: let
        it finish before this thread's collectives */
     int rc = shs__manager_wait_idle(m);

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define META_MAX (1u << 30)   /* metadata.json larger than this is refused */
+#define META_MAX (1u << 30) /* metadata.json larger than this is refused */
 
 const char *const shs__kind_name[2] = { "model", "opt" };
 
@@ -158,8 +158,16 @@ static const char *first_duplicate(name_ref *v, size_t n)
     return NULL;
 }
 
-#define BAD(...) do { rc = shs__err(SHS_ECORRUPT, __VA_ARGS__); goto done; } while (0)
-#define OOM() do { rc = shs__err(SHS_ENOMEM, "out of memory reading %s", path); goto done; } while (0)
+#define BAD(...)                                                                                   \
+    do {                                                                                           \
+        rc = shs__err(SHS_ECORRUPT, __VA_ARGS__);                                                  \
+        goto done;                                                                                 \
+    } while (0)
+#define OOM()                                                                                      \
+    do {                                                                                           \
+        rc = shs__err(SHS_ENOMEM, "out of memory reading %s", path);                               \
+        goto done;                                                                                 \
+    } while (0)
 
 static int cmp_str_ptr(const void *a, const void *b)
 {
@@ -179,8 +187,8 @@ static int check_tensor_names(const shs__meta *m, const char *path)
     qsort(v, m->nt, sizeof *v, cmp_str_ptr);
     for (size_t i = 1; i < m->nt && rc == SHS_OK; i++)
         if (strcmp(v[i - 1], v[i]) == 0)
-            rc = shs__err(SHS_ECORRUPT, "%s: invalid JSON: duplicate key '%s' in \"tensors\"",
-                          path, v[i]);
+            rc = shs__err(SHS_ECORRUPT, "%s: invalid JSON: duplicate key '%s' in \"tensors\"", path,
+                          v[i]);
     shs__free(v);
     return rc;
 }
@@ -251,8 +259,9 @@ static int check_files(mparse *s, const char *path)
         /* the name a rank gives its files says which rank of which world */
         if (rank_world_of_name(fname, &nrank, &nworld) && (nrank != rank || nworld != ws))
             BAD("%s: files[%zu]: '%s' is named for rank %llu of %llu, but is listed for rank "
-                "%llu with world_size %llu", path, i, fname, (unsigned long long)nrank,
-                (unsigned long long)nworld, (unsigned long long)rank, (unsigned long long)ws);
+                "%llu with world_size %llu",
+                path, i, fname, (unsigned long long)nrank, (unsigned long long)nworld,
+                (unsigned long long)rank, (unsigned long long)ws);
         if (m->version >= 2) {
             if (r->hh_k != H_OK || r->size.k != V_UINT)
                 BAD("%s: files[%zu] ('%s') needs \"size\" and \"header_xxh3\" (16 hex digits)",
@@ -283,14 +292,13 @@ static int check_chunk(const shs__meta *m, shs__mtensor *t, const rchunk *q, siz
     shs__mchunk *c = &t->c[k];
     const char *tname = t->name;
     uint64_t file = q->file.v;
-    if (!q->obj || q->key_k != V_STR || q->file.k != V_UINT || file >= m->nf ||
-        q->br_k != V_ARR || q->br_n != 2)
-        BAD("%s: tensor '%s': chunk %zu needs \"file\", \"key\", \"byte_range\"", path,
-            tname, k);
+    if (!q->obj || q->key_k != V_STR || q->file.k != V_UINT || file >= m->nf || q->br_k != V_ARR ||
+        q->br_n != 2)
+        BAD("%s: tensor '%s': chunk %zu needs \"file\", \"key\", \"byte_range\"", path, tname, k);
     /* data files hold each chunk under the tensor's own name */
     if (strcmp(c->key, tname) != 0)
-        BAD("%s: tensor '%s': chunk %zu has key '%s', not the tensor's name", path,
-            tname, k, c->key);
+        BAD("%s: tensor '%s': chunk %zu has key '%s', not the tensor's name", path, tname, k,
+            c->key);
     c->file = (uint32_t)file;
     if (q->off_k != V_ARR || q->off_n != t->ndim || !q->off_ok || q->shape_k != V_ARR ||
         q->shape_n != t->ndim || !q->shape_ok)
@@ -303,13 +311,10 @@ static int check_chunk(const shs__meta *m, shs__mtensor *t, const rchunk *q, siz
     c->b0 = q->b0.v;
     c->b1 = q->b1.v;
     uint64_t cbytes;
-    if (shs_tensor_nbytes(&cbytes, t->dtype, t->ndim, c->shape) < 0 ||
-        cbytes != c->b1 - c->b0)
-        BAD("%s: tensor '%s': chunk %zu: byte_range does not match its shape", path,
-            tname, k);
+    if (shs_tensor_nbytes(&cbytes, t->dtype, t->ndim, c->shape) < 0 || cbytes != c->b1 - c->b0)
+        BAD("%s: tensor '%s': chunk %zu: byte_range does not match its shape", path, tname, k);
     if (q->hash_k != H_OK)
-        BAD("%s: tensor '%s': chunk %zu: \"xxh3\" (16 hex digits) is required", path,
-            tname, k);
+        BAD("%s: tensor '%s': chunk %zu: \"xxh3\" (16 hex digits) is required", path, tname, k);
     c->has_hash = 1;
     if (q->block.k != V_NONE || q->blocks_k != V_NONE) {
         uint64_t b = q->block.k == V_UINT ? q->block.v : 0;
@@ -317,11 +322,12 @@ static int check_chunk(const shs__meta *m, shs__mtensor *t, const rchunk *q, siz
         if (b < 4096 || b > (1u << 30) || (b & (b - 1)) || q->blocks_k != V_ARR ||
             q->nblocks != (n + b - 1) / b)
             BAD("%s: tensor '%s': chunk %zu: \"xxh3_block\" must be a power of two "
-                "from 4096 and \"xxh3_blocks\" hold one checksum per block", path, tname,
-                k);
+                "from 4096 and \"xxh3_blocks\" hold one checksum per block",
+                path, tname, k);
         if (q->bad_block != SIZE_MAX)
             BAD("%s: tensor '%s': chunk %zu: block checksum %zu must be 16 hex "
-                "digits", path, tname, k, q->bad_block);
+                "digits",
+                path, tname, k, q->bad_block);
         if (!c->blocks && !(c->blocks = shs__calloc(1, sizeof *c->blocks)))
             OOM();
         c->block = b;
@@ -391,13 +397,14 @@ static int check_blobs(mparse *s, const char *path)
             r->br_n != 2 || (r->b0.k != V_UINT && r->b0.k != V_NEG) ||
             (r->b1.k != V_UINT && r->b1.k != V_NEG) || r->hash_k != H_OK)
             BAD("%s: blobs[%zu] is malformed (it needs \"name\", \"rank\", \"file\", \"key\", "
-                "\"byte_range\" and \"xxh3\")", path, i);
+                "\"byte_range\" and \"xxh3\")",
+                path, i);
         if (!*b->name || strcmp(b->name, b->key) != 0)
             BAD("%s: blobs[%zu]: blob '%s' is stored under key '%s', not its own name", path, i,
                 b->name, b->key);
         if ((uint64_t)m->f[file].rank != rank)
-            BAD("%s: blobs[%zu]: blob '%s' of rank %llu is in a file of rank %d", path, i,
-                b->name, (unsigned long long)rank, m->f[file].rank);
+            BAD("%s: blobs[%zu]: blob '%s' of rank %llu is in a file of rank %d", path, i, b->name,
+                (unsigned long long)rank, m->f[file].rank);
         b->rank = (int)rank;
         b->file = (uint32_t)file;
         if (r->b0.k == V_NEG || r->b1.k == V_NEG || r->b1.v < r->b0.v)

@@ -19,16 +19,16 @@
    tensor, stored as tensor `key` of file `file`. */
 typedef struct shs__mchunk {
     uint64_t *off, *shape;
-    uint32_t file;            /* index into shs__meta.f */
+    uint32_t file; /* index into shs__meta.f */
     char *key;
-    uint64_t b0, b1;          /* absolute byte range in the file */
-    uint64_t hash;            /* XXH3 of the whole chunk, when has_hash
+    uint64_t b0, b1; /* absolute byte range in the file */
+    uint64_t hash;   /* XXH3 of the whole chunk, when has_hash
                                  (always, in a step directory) */
     int has_hash;
-    int replica;              /* an earlier chunk of the tensor has the same
+    int replica;      /* an earlier chunk of the tensor has the same
                                  box: readers use that one */
-    uint64_t block;           /* > 0: per-block checksums of `block` bytes */
-    uint64_t *blocks;         /* XXH3 of each block (the last may be short) */
+    uint64_t block;   /* > 0: per-block checksums of `block` bytes */
+    uint64_t *blocks; /* XXH3 of each block (the last may be short) */
     size_t nblocks;
 } shs__mchunk;
 
@@ -49,9 +49,9 @@ typedef struct shs__mtensor {
 typedef struct shs__mfile {
     char *name;
     int rank;
-    int has_header_hash;      /* version 2: header_hash and size known */
-    uint64_t header_hash;     /* XXH3 of bytes [0, data start): length + header */
-    uint64_t size;            /* bytes */
+    int has_header_hash;  /* version 2: header_hash and size known */
+    uint64_t header_hash; /* XXH3 of bytes [0, data start): length + header */
+    uint64_t size;        /* bytes */
 } shs__mfile;
 
 /* A rank-local blob (rank state): bytes in a U8 tensor of a file. */
@@ -67,11 +67,11 @@ typedef struct shs__mblob {
 typedef struct shs__meta {
     int64_t step;
     int world_size;
-    int plain;                /* a plain directory of safetensors files */
-    int version;              /* of metadata.json (0 for a plain directory) */
-    int has_common_hash;      /* version 2: common.json's XXH3 is known */
+    int plain;           /* a plain directory of safetensors files */
+    int version;         /* of metadata.json (0 for a plain directory) */
+    int has_common_hash; /* version 2: common.json's XXH3 is known */
     uint64_t common_hash;
-    int model_only;           /* "model_only": true -- weights only, no
+    int model_only; /* "model_only": true -- weights only, no
                                  optimizer state (optional key) */
     shs__mfile *f;
     size_t nf;

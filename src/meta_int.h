@@ -23,12 +23,27 @@
  */
 
 /* What kind of JSON value a member held. */
-enum { V_NONE, V_UINT, V_NEG, V_REAL, V_OTHER, V_STR, V_ARR, V_OBJ, V_TRUE, V_FALSE };
+enum {
+    V_NONE,
+    V_UINT,
+    V_NEG,
+    V_REAL,
+    V_OTHER,
+    V_STR,
+    V_ARR,
+    V_OBJ,
+    V_TRUE,
+    V_FALSE
+};
 /* A string as a checksum: absent, 16 hex digits, or anything else. */
-enum { H_NONE, H_OK, H_BAD };
+enum {
+    H_NONE,
+    H_OK,
+    H_BAD
+};
 
 typedef struct jnum {
-    uint64_t v;               /* V_UINT: the value; V_NEG: its magnitude */
+    uint64_t v; /* V_UINT: the value; V_NEG: its magnitude */
     uint8_t k;
 } jnum;
 
@@ -60,7 +75,7 @@ typedef struct rblob {
 typedef struct mparse {
     shs__json js;
     shs__meta *m;
-    int root_k;               /* V_OBJ, or V_ARR for a top-level array */
+    int root_k;                /* V_OBJ, or V_ARR for a top-level array */
     const char *format, *seal; /* in the arena */
     jnum version, step, world_size;
     uint8_t format_k, seal_k, common_k, model_only_k, files_k, tensors_k, blobs_k;

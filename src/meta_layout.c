@@ -46,7 +46,7 @@ static size_t lower_bound(const uint64_t *v, size_t n, uint64_t x)
 }
 
 typedef struct sweep_ent {
-    uint64_t start;           /* in the sweep dimension */
+    uint64_t start; /* in the sweep dimension */
     const shs__mchunk *c;
 } sweep_ent;
 
@@ -190,7 +190,8 @@ int shs__meta_check_tiling(shs__mtensor *t, const char *path)
         total *= t->gshape[d]; /* cannot overflow: shs_tensor_nbytes passed */
     size_t n = 0;
     for (size_t k = 0; k < t->nc; k++) {
-        if (k && cmp_box(&(box_ref){ bx[k].c, t->ndim, 0 }, &(box_ref){ bx[k - 1].c, t->ndim, 0 }) == 0) {
+        if (k && cmp_box(&(box_ref){ bx[k].c, t->ndim, 0 },
+                         &(box_ref){ bx[k - 1].c, t->ndim, 0 }) == 0) {
             t->c[bx[k].idx].replica = 1;
             continue;
         }
@@ -200,25 +201,28 @@ int shs__meta_check_tiling(shs__mtensor *t, const char *path)
         if (!vol)
             continue;
         if (vol > total - sum) {
-            rc = shs__err(SHS_ECORRUPT, "%s: tensor '%s': its chunks overlap (they hold more "
-                          "than its %llu elements)", path, t->name, (unsigned long long)total);
+            rc = shs__err(SHS_ECORRUPT,
+                          "%s: tensor '%s': its chunks overlap (they hold more "
+                          "than its %llu elements)",
+                          path, t->name, (unsigned long long)total);
             goto done;
         }
         sum += vol;
         bx[n++] = bx[k];
     }
     if (sum < total) {
-        rc = shs__err(SHS_ECORRUPT, "%s: tensor '%s': the saved chunks cover %llu of its "
-                      "%llu elements", path, t->name, (unsigned long long)sum,
-                      (unsigned long long)total);
+        rc = shs__err(SHS_ECORRUPT,
+                      "%s: tensor '%s': the saved chunks cover %llu of its "
+                      "%llu elements",
+                      path, t->name, (unsigned long long)sum, (unsigned long long)total);
         goto done;
     }
     int r = total ? boxes_disjoint(t, bx, n) : 1;
     if (r < 0)
         rc = shs__err(SHS_ENOMEM, "out of memory reading %s", path);
     else if (r == 0)
-        rc = shs__err(SHS_ECORRUPT, "%s: tensor '%s': its chunks overlap and leave a gap",
-                      path, t->name);
+        rc = shs__err(SHS_ECORRUPT, "%s: tensor '%s': its chunks overlap and leave a gap", path,
+                      t->name);
 done:
     shs__free(bx);
     return rc;

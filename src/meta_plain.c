@@ -116,8 +116,8 @@ static int build(shs__meta *m, const char *dir, char **names, size_t n, json_t *
             if (weight_map) {
                 /* the index decides which file holds a tensor; a name with
                    a NUL byte cannot be in the map */
-                json_t *v = strlen(ti->name) == ti->name_len
-                                ? json_object_get(weight_map, ti->name) : NULL;
+                json_t *v = strlen(ti->name) == ti->name_len ? json_object_get(weight_map, ti->name)
+                                                             : NULL;
                 if (!v || strcmp(json_string_value(v), m->f[i].name) != 0)
                     continue;
             }
@@ -131,17 +131,19 @@ static int build(shs__meta *m, const char *dir, char **names, size_t n, json_t *
         qsort(m->t, m->nt, sizeof *m->t, cmp_mtensor);
     for (size_t i = 1; i < m->nt; i++)
         if (strcmp(m->t[i - 1].name, m->t[i].name) == 0) {
-            rc = shs__err(SHS_ECORRUPT, "%s: tensor '%s' appears in two files", what,
-                          m->t[i].name);
+            rc = shs__err(SHS_ECORRUPT, "%s: tensor '%s' appears in two files", what, m->t[i].name);
             goto done;
         }
     if (weight_map) {
         const char *key;
         json_t *v;
-        json_object_foreach(weight_map, key, v) {
+        json_object_foreach(weight_map, key, v)
+        {
             if (!shs__meta_find(m, key)) {
-                rc = shs__err(SHS_ECORRUPT, "%s: tensor '%s' is mapped to '%s', which does not "
-                              "hold it", what, key, json_string_value(v));
+                rc = shs__err(SHS_ECORRUPT,
+                              "%s: tensor '%s' is mapped to '%s', which does not "
+                              "hold it",
+                              what, key, json_string_value(v));
                 goto done;
             }
         }
@@ -233,17 +235,20 @@ int shs__meta_from_hf_index(shs__meta *m, const char *index_path)
     }
     const char *key;
     json_t *v;
-    json_object_foreach(wm, key, v) {
+    json_object_foreach(wm, key, v)
+    {
         const char *fname = json_string_value(v);
         if (!fname) {
-            rc = shs__err(SHS_ECORRUPT, "%s: weight_map entry '%s' is not a file name",
-                          index_path, key);
+            rc = shs__err(SHS_ECORRUPT, "%s: weight_map entry '%s' is not a file name", index_path,
+                          key);
             goto done;
         }
         /* the index may only name files beside it */
         if (!plain_file_name(fname)) {
-            rc = shs__err(SHS_ECORRUPT, "%s: tensor '%s' is mapped to '%s', which is not a file "
-                          "in the index's folder", index_path, key, fname);
+            rc = shs__err(SHS_ECORRUPT,
+                          "%s: tensor '%s' is mapped to '%s', which is not a file "
+                          "in the index's folder",
+                          index_path, key, fname);
             goto done;
         }
         size_t i = 0;

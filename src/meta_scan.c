@@ -282,9 +282,8 @@ static int scan_blocks(mparse *s, shs__mchunk *c, rchunk *r)
     }
 }
 
-static const char *const k_chunk_keys[] = { "offset", "shape",      "file", "key",
-                                             "byte_range", "xxh3", "xxh3_block",
-                                             "xxh3_blocks" };
+static const char *const k_chunk_keys[] = { "offset",     "shape", "file",       "key",
+                                            "byte_range", "xxh3",  "xxh3_block", "xxh3_blocks" };
 
 static int scan_chunk(mparse *s, shs__mchunk *c, rchunk *r)
 {
@@ -409,8 +408,7 @@ static int scan_tensors(mparse *s)
     }
 }
 
-static const char *const k_blob_keys[] = { "name", "rank", "file", "key", "byte_range",
-                                            "xxh3" };
+static const char *const k_blob_keys[] = { "name", "rank", "file", "key", "byte_range", "xxh3" };
 
 static int scan_blob(mparse *s, shs__mblob *b, rblob *r)
 {
@@ -471,11 +469,22 @@ static int scan_blobs(mparse *s)
     }
 }
 
-enum { R_FORMAT, R_VERSION, R_STEP, R_WORLD, R_COMMON, R_MODEL_ONLY, R_FILES, R_TENSORS,
-       R_BLOBS, R_SEAL, R_N };
-static const char *const k_root_keys[R_N] = { "format", "version", "step", "world_size",
-                                              "common_xxh3", "model_only", "files",
-                                              "tensors", "blobs", "metadata_xxh3" };
+enum {
+    R_FORMAT,
+    R_VERSION,
+    R_STEP,
+    R_WORLD,
+    R_COMMON,
+    R_MODEL_ONLY,
+    R_FILES,
+    R_TENSORS,
+    R_BLOBS,
+    R_SEAL,
+    R_N
+};
+static const char *const k_root_keys[R_N] = { "format",      "version",      "step",  "world_size",
+                                              "common_xxh3", "model_only",   "files", "tensors",
+                                              "blobs",       "metadata_xxh3" };
 
 static int scan_model_only(mparse *s)
 {

@@ -98,11 +98,13 @@ int shs__meta_check_seal(char *buf, size_t len, const char *value, const char *p
     size_t at = len - SEAL_TAIL + sizeof SEAL_KEY - 1;
     uint64_t want;
     if (len < SEAL_TAIL || memcmp(buf + len - SEAL_TAIL, SEAL_KEY, sizeof SEAL_KEY - 1) != 0 ||
-        memcmp(buf + len - (sizeof SEAL_END - 1), SEAL_END, sizeof SEAL_END - 1) != 0 ||
-        !value || strlen(value) != 16 || memcmp(value, buf + at, 16) != 0 ||
+        memcmp(buf + len - (sizeof SEAL_END - 1), SEAL_END, sizeof SEAL_END - 1) != 0 || !value ||
+        strlen(value) != 16 || memcmp(value, buf + at, 16) != 0 ||
         shs__parse_hex64(&want, value) < 0)
-        return shs__err(SHS_ECORRUPT, "%s: version 2 ends with \"metadata_xxh3\", its checksum "
-                        "(16 hex digits), as the last key", path);
+        return shs__err(SHS_ECORRUPT,
+                        "%s: version 2 ends with \"metadata_xxh3\", its checksum "
+                        "(16 hex digits), as the last key",
+                        path);
     char digits[16];
     memcpy(digits, buf + at, 16);
     memset(buf + at, '0', 16);
@@ -124,8 +126,10 @@ int shs__meta_check_common(const shs__meta *m, const char *dir)
         return shs__err(SHS_ENOMEM, "out of memory");
     int rc = shs__read_file_nofollow(&buf, &len, path, COMMON_MAX);
     if (rc == SHS_OK && shs__xxh3(buf, len) != m->common_hash)
-        rc = shs__err(SHS_ECHECKSUM, "%s: does not match its checksum (common_xxh3 in "
-                      "metadata.json)", path);
+        rc = shs__err(SHS_ECHECKSUM,
+                      "%s: does not match its checksum (common_xxh3 in "
+                      "metadata.json)",
+                      path);
     shs__free(buf);
     shs__free(path);
     return rc;
@@ -137,11 +141,12 @@ int shs__meta_check_file(const shs__meta *m, const char *dir, uint32_t fi, const
     if (!e->has_header_hash)
         return SHS_OK;
     if (shs_file_size(f) != e->size)
-        return shs__err(SHS_ECORRUPT, "%s/%s: %llu bytes, metadata.json says %llu", dir,
-                        e->name, (unsigned long long)shs_file_size(f),
-                        (unsigned long long)e->size);
+        return shs__err(SHS_ECORRUPT, "%s/%s: %llu bytes, metadata.json says %llu", dir, e->name,
+                        (unsigned long long)shs_file_size(f), (unsigned long long)e->size);
     if (shs__header_hash(f) != e->header_hash)
-        return shs__err(SHS_ECHECKSUM, "%s/%s: the safetensors header does not match its "
-                        "checksum (header_xxh3 in metadata.json)", dir, e->name);
+        return shs__err(SHS_ECHECKSUM,
+                        "%s/%s: the safetensors header does not match its "
+                        "checksum (header_xxh3 in metadata.json)",
+                        dir, e->name);
     return SHS_OK;
 }

@@ -79,9 +79,8 @@ static int grow(shs__namemap *m, shs__name_fn fn, const void *ctx)
     return SHS_OK;
 }
 
-int shs__namemap_insert(shs__namemap *m, const char *name, size_t len,
-                        uint32_t idx, shs__name_fn fn, const void *ctx,
-                        uint32_t *existing)
+int shs__namemap_insert(shs__namemap *m, const char *name, size_t len, uint32_t idx,
+                        shs__name_fn fn, const void *ctx, uint32_t *existing)
 {
     if ((m->count + 1) * 2 > m->mask + 1) {
         int rc = grow(m, fn, ctx);
@@ -107,8 +106,8 @@ int shs__namemap_insert(shs__namemap *m, const char *name, size_t len,
     return 1;
 }
 
-long shs__namemap_find(const shs__namemap *m, const char *name, size_t len,
-                       shs__name_fn fn, const void *ctx)
+long shs__namemap_find(const shs__namemap *m, const char *name, size_t len, shs__name_fn fn,
+                       const void *ctx)
 {
     if (!m->slots)
         return -1;

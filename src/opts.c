@@ -9,8 +9,7 @@ int shs__check_opts_version(unsigned have, unsigned max, const char *what)
                         "*_INIT macro",
                         what);
     if (have > max)
-        return shs__err(SHS_EINVAL,
-                        "%s: option struct version %u is newer than this library (%u)", what,
-                        have, max);
+        return shs__err(SHS_EINVAL, "%s: option struct version %u is newer than this library (%u)",
+                        what, have, max);
     return SHS_OK;
 }

@@ -20,9 +20,9 @@ void shs__save_plan_release(shs__save_plan *p)
     memset(p, 0, sizeof *p);
 }
 
-int shs__plan_save(shs__save_plan *out, const shs_plan_tensor *tensors,
-                   uint32_t ntensors, const shs_plan_chunk *chunks,
-                   size_t nchunks, uint32_t nranks, bool remove_redundancy)
+int shs__plan_save(shs__save_plan *out, const shs_plan_tensor *tensors, uint32_t ntensors,
+                   const shs_plan_chunk *chunks, size_t nchunks, uint32_t nranks,
+                   bool remove_redundancy)
 {
     shs__plan_analysis a;
     uint32_t *ids = NULL;
@@ -89,8 +89,7 @@ int shs__plan_save(shs__save_plan *out, const shs_plan_tensor *tensors,
     goto done;
 
 nomem:
-    rc = shs__err(SHS_ENOMEM, "plan: out of memory planning a save of %zu chunks",
-                  nchunks);
+    rc = shs__err(SHS_ENOMEM, "plan: out of memory planning a save of %zu chunks", nchunks);
 done:
     shs__free(ids);
     shs__plan_analysis_release(&a);
@@ -99,9 +98,8 @@ done:
     return rc;
 }
 
-int shs__plan_covers(uint32_t *out_tensor, const shs_plan_tensor *tensors,
-                     uint32_t ntensors, const shs_plan_chunk *chunks,
-                     size_t nchunks, uint32_t nranks)
+int shs__plan_covers(uint32_t *out_tensor, const shs_plan_tensor *tensors, uint32_t ntensors,
+                     const shs_plan_chunk *chunks, size_t nchunks, uint32_t nranks)
 {
     shs__save_plan p;
     int rc = shs__plan_save(&p, tensors, ntensors, chunks, nchunks, nranks, false);

@@ -49,9 +49,9 @@
 
 /* A tensor of the global state: id = its index in the tensor array. */
 typedef struct shs_plan_tensor {
-    uint32_t ndim;          /* <= SHS_PLAN_MAX_NDIM; 0 = scalar */
-    shs_dtype dtype;        /* chunk bytes = volume x element bits / 8 */
-    const uint64_t *shape;  /* [ndim] global shape */
+    uint32_t ndim;         /* <= SHS_PLAN_MAX_NDIM; 0 = scalar */
+    shs_dtype dtype;       /* chunk bytes = volume x element bits / 8 */
+    const uint64_t *shape; /* [ndim] global shape */
 } shs_plan_tensor;
 
 /* A chunk: a box of one tensor held (save), stored (load: saved chunk) or
@@ -72,13 +72,13 @@ typedef struct shs_plan_chunk {
 typedef struct shs__save_plan {
     size_t nchunks;
     uint32_t nranks;
-    uint8_t *write;           /* [nchunks]: 1 = chunks[i]'s holder writes it */
-    uint64_t *rank_bytes;     /* [nranks]: bytes each rank writes */
-    size_t nunique;           /* unique (tensor, box) pairs */
-    uint64_t unique_bytes;    /* bytes of the unique chunks */
-    uint64_t total_bytes;     /* bytes of all chunks, replicas included */
-    uint64_t written_bytes;   /* sum of rank_bytes */
-    double max_over_mean;     /* max(rank_bytes) / mean(rank_bytes); 1 if 0 */
+    uint8_t *write;            /* [nchunks]: 1 = chunks[i]'s holder writes it */
+    uint64_t *rank_bytes;      /* [nranks]: bytes each rank writes */
+    size_t nunique;            /* unique (tensor, box) pairs */
+    uint64_t unique_bytes;     /* bytes of the unique chunks */
+    uint64_t total_bytes;      /* bytes of all chunks, replicas included */
+    uint64_t written_bytes;    /* sum of rank_bytes */
+    double max_over_mean;      /* max(rank_bytes) / mean(rank_bytes); 1 if 0 */
     uint32_t first_incomplete; /* lowest tensor id whose unique boxes do not
                                   tile it exactly, UINT32_MAX if none */
 } shs__save_plan;
@@ -90,9 +90,9 @@ typedef struct shs__save_plan {
    not cover the tensor; see first_incomplete and shs__plan_covers.
    On success *out owns its arrays (shs__save_plan_release); on failure
    *out is zeroed and nothing is allocated. */
-int shs__plan_save(shs__save_plan *out, const shs_plan_tensor *tensors,
-                   uint32_t ntensors, const shs_plan_chunk *chunks,
-                   size_t nchunks, uint32_t nranks, bool remove_redundancy);
+int shs__plan_save(shs__save_plan *out, const shs_plan_tensor *tensors, uint32_t ntensors,
+                   const shs_plan_chunk *chunks, size_t nchunks, uint32_t nranks,
+                   bool remove_redundancy);
 
 /* Free the arrays of a save plan (NULL or zeroed plan: no-op). */
 void shs__save_plan_release(shs__save_plan *plan);
@@ -102,9 +102,8 @@ void shs__save_plan_release(shs__save_plan *plan);
    (then *out_tensor = the lowest incomplete tensor id and the thread's
    message names it), or a negative status for invalid input.
    `out_tensor` may be NULL. */
-int shs__plan_covers(uint32_t *out_tensor, const shs_plan_tensor *tensors,
-                     uint32_t ntensors, const shs_plan_chunk *chunks,
-                     size_t nchunks, uint32_t nranks);
+int shs__plan_covers(uint32_t *out_tensor, const shs_plan_tensor *tensors, uint32_t ntensors,
+                     const shs_plan_chunk *chunks, size_t nchunks, uint32_t nranks);
 
 /* ------------------------------------------------------------------------
  * Load plan
@@ -112,15 +111,15 @@ int shs__plan_covers(uint32_t *out_tensor, const shs_plan_tensor *tensors,
 
 /* One (saved chunk, requested box) intersection needed by a rank. */
 typedef struct shs__load_item {
-    uint32_t chunk;  /* index in saved[] */
-    uint32_t req;    /* index in requests[]; the rank is requests[req].rank */
-    uint32_t src;    /* rank that reads `chunk` from storage and provides
+    uint32_t chunk; /* index in saved[] */
+    uint32_t req;   /* index in requests[]; the rank is requests[req].rank */
+    uint32_t src;   /* rank that reads `chunk` from storage and provides
                         this part: == the requester when it reads it itself,
                         otherwise src sends it (see sends) */
 } shs__load_item;
 
 typedef struct shs__load_plan {
-    const shs_plan_tensor *tensors;   /* borrowed inputs */
+    const shs_plan_tensor *tensors; /* borrowed inputs */
     const shs_plan_chunk *saved;
     const shs_plan_chunk *requests;
     uint32_t nranks;
@@ -131,7 +130,7 @@ typedef struct shs__load_plan {
        (replicas saved several times) one of them is used. */
     shs__load_item *items;
     size_t nitems;
-    size_t *item_start;       /* [nranks + 1] */
+    size_t *item_start; /* [nranks + 1] */
 
     /* load_balanced only (otherwise all read_start[] are 0): saved chunks
        that rank r reads in full, reads[read_start[r] .. read_start[r+1]),
@@ -139,22 +138,22 @@ typedef struct shs__load_plan {
        exactly once over all ranks. */
     uint32_t *reads;
     size_t nreads;
-    size_t *read_start;       /* [nranks + 1] */
+    size_t *read_start; /* [nranks + 1] */
 
     /* Item indices that rank r sends (items[i].src == r, requester != r),
        sends[send_start[r] .. send_start[r+1]), ordered by destination rank
        then item order.  Empty without load_balanced. */
     uint32_t *sends;
     size_t nsends;
-    size_t *send_start;       /* [nranks + 1] */
+    size_t *send_start; /* [nranks + 1] */
 
-    uint64_t *rank_read_bytes;  /* [nranks]: bytes read from storage:
+    uint64_t *rank_read_bytes; /* [nranks]: bytes read from storage:
                                    whole chunks (balanced) or the
                                    intersections (not balanced) */
-    uint64_t read_bytes;        /* sum of rank_read_bytes */
-    uint64_t needed_bytes;      /* bytes of the distinct saved chunks needed */
-    uint64_t sent_bytes;        /* bytes of all sends */
-    double max_over_mean;       /* of rank_read_bytes; 1 if all 0 */
+    uint64_t read_bytes;       /* sum of rank_read_bytes */
+    uint64_t needed_bytes;     /* bytes of the distinct saved chunks needed */
+    uint64_t sent_bytes;       /* bytes of all sends */
+    double max_over_mean;      /* of rank_read_bytes; 1 if all 0 */
 } shs__load_plan;
 
 /* Plan a load.  `saved` boxes must lie inside their tensors and must not
@@ -162,17 +161,15 @@ typedef struct shs__load_plan {
    box must be covered by saved chunks, else SHS_EINVAL naming the first
    uncovered request in (rank, tensor, box) order and how much of it is
    covered.  Ownership as for shs__plan_save. */
-int shs__plan_load(shs__load_plan *out, const shs_plan_tensor *tensors,
-                   uint32_t ntensors, const shs_plan_chunk *saved,
-                   size_t nsaved, const shs_plan_chunk *requests,
+int shs__plan_load(shs__load_plan *out, const shs_plan_tensor *tensors, uint32_t ntensors,
+                   const shs_plan_chunk *saved, size_t nsaved, const shs_plan_chunk *requests,
                    size_t nrequests, uint32_t nranks, bool load_balanced);
 
 void shs__load_plan_release(shs__load_plan *plan);
 
 /* The intersection box of an item, in global tensor coordinates
    (off/shape have the tensor's ndim entries); returns its byte size. */
-uint64_t shs__load_item_box(const shs__load_plan *plan,
-                            const shs__load_item *item, uint64_t *off,
+uint64_t shs__load_item_box(const shs__load_plan *plan, const shs__load_item *item, uint64_t *off,
                             uint64_t *shape);
 
 #endif

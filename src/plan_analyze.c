@@ -24,15 +24,15 @@ static unsigned bits_for(uint64_t v) /* bits needed to hold 0..v */
 }
 
 /* "[o0:e0, o1:e1]" (half-open ranges per dimension) into buf. */
-const char *shs__plan_fmt_box(char *buf, size_t cap, const uint64_t *off,
-                              const uint64_t *shape, uint32_t ndim)
+const char *shs__plan_fmt_box(char *buf, size_t cap, const uint64_t *off, const uint64_t *shape,
+                              uint32_t ndim)
 {
     size_t n = 0;
     int w = snprintf(buf, cap, "[");
     n = w > 0 ? (size_t)w : 0;
     for (uint32_t d = 0; d < ndim && n < cap; d++) {
-        w = snprintf(buf + n, cap - n, "%s%" PRIu64 ":%" PRIu64, d ? ", " : "",
-                     off[d], off[d] + shape[d]);
+        w = snprintf(buf + n, cap - n, "%s%" PRIu64 ":%" PRIu64, d ? ", " : "", off[d],
+                     off[d] + shape[d]);
         if (w < 0)
             break;
         n += (size_t)w;
@@ -151,17 +151,18 @@ static int check_tensors(const shs_plan_tensor *tensors, uint32_t nt)
         const shs_plan_tensor *T = &tensors[t];
         uint64_t numel = 1, nb;
         if (T->ndim > SHS_PLAN_MAX_NDIM)
-            return shs__err(SHS_EINVAL, "plan: tensor %" PRIu32 " has %" PRIu32
-                            " dimensions (at most %d)", t, T->ndim, SHS_PLAN_MAX_NDIM);
+            return shs__err(SHS_EINVAL,
+                            "plan: tensor %" PRIu32 " has %" PRIu32 " dimensions (at most %d)", t,
+                            T->ndim, SHS_PLAN_MAX_NDIM);
         if (T->ndim && !T->shape)
             return shs__err(SHS_EINVAL, "plan: tensor %" PRIu32 " has no shape", t);
         if (shs_dtype_bits(T->dtype) == 0)
-            return shs__err(SHS_EINVAL, "plan: tensor %" PRIu32 " has invalid dtype %d",
-                            t, (int)T->dtype);
+            return shs__err(SHS_EINVAL, "plan: tensor %" PRIu32 " has invalid dtype %d", t,
+                            (int)T->dtype);
         for (uint32_t d = 0; d < T->ndim; d++)
             if (shs__mul_u64(numel, T->shape[d], &numel))
-                return shs__err(SHS_EOVERFLOW, "plan: tensor %" PRIu32
-                                " has more than 2^64 elements", t);
+                return shs__err(SHS_EOVERFLOW,
+                                "plan: tensor %" PRIu32 " has more than 2^64 elements", t);
         int rc = shs__nbytes_from_numel(&nb, T->dtype, numel);
         if (rc < 0) {
             char p[64];
@@ -174,40 +175,43 @@ static int check_tensors(const shs_plan_tensor *tensors, uint32_t nt)
 
 /* One chunk: tensor id, rank (when nranks != 0), box inside the tensor,
    whole bytes. */
-int shs__plan_check_chunk(const shs_plan_tensor *tensors, uint32_t nt,
-                       const shs_plan_chunk *c, size_t i, uint32_t nranks,
-                       const char *what)
+int shs__plan_check_chunk(const shs_plan_tensor *tensors, uint32_t nt, const shs_plan_chunk *c,
+                          size_t i, uint32_t nranks, const char *what)
 {
     if (c->tensor >= nt)
-        return shs__err(SHS_EINVAL, "plan: %s %zu: tensor id %" PRIu32
-                        " out of range (%" PRIu32 " tensors)", what, i, c->tensor, nt);
+        return shs__err(SHS_EINVAL,
+                        "plan: %s %zu: tensor id %" PRIu32 " out of range (%" PRIu32 " tensors)",
+                        what, i, c->tensor, nt);
     if (nranks && c->rank >= nranks)
-        return shs__err(SHS_EINVAL, "plan: %s %zu (tensor %" PRIu32 "): rank %" PRIu32
-                        " out of range (%" PRIu32 " ranks)", what, i, c->tensor,
-                        c->rank, nranks);
+        return shs__err(SHS_EINVAL,
+                        "plan: %s %zu (tensor %" PRIu32 "): rank %" PRIu32 " out of range (%" PRIu32
+                        " ranks)",
+                        what, i, c->tensor, c->rank, nranks);
     const shs_plan_tensor *T = &tensors[c->tensor];
     if (T->ndim == 0)
         return SHS_OK;
     if (!c->box)
-        return shs__err(SHS_EINVAL, "plan: %s %zu (tensor %" PRIu32 "): box is NULL",
-                        what, i, c->tensor);
+        return shs__err(SHS_EINVAL, "plan: %s %zu (tensor %" PRIu32 "): box is NULL", what, i,
+                        c->tensor);
     uint64_t vol = 1;
     for (uint32_t d = 0; d < T->ndim; d++) {
         uint64_t end;
         if (shs__add_u64(c->box[d], c->box[T->ndim + d], &end) || end > T->shape[d]) {
             char b[BOXSTR], s[BOXSTR];
             uint64_t zero[SHS_PLAN_MAX_NDIM] = { 0 };
-            return shs__err(SHS_EINVAL, "plan: %s %zu: box %s of rank %" PRIu32
-                            " is outside tensor %" PRIu32 " %s", what, i,
-                            shs__plan_fmt_box(b, sizeof b, c->box, c->box + T->ndim, T->ndim),
-                            c->rank, c->tensor,
-                            shs__plan_fmt_box(s, sizeof s, zero, T->shape, T->ndim));
+            return shs__err(
+                SHS_EINVAL,
+                "plan: %s %zu: box %s of rank %" PRIu32 " is outside tensor %" PRIu32 " %s", what,
+                i, shs__plan_fmt_box(b, sizeof b, c->box, c->box + T->ndim, T->ndim), c->rank,
+                c->tensor, shs__plan_fmt_box(s, sizeof s, zero, T->shape, T->ndim));
         }
         vol *= c->box[T->ndim + d];
     }
     if (vol * shs_dtype_bits(T->dtype) % 8 != 0)
-        return shs__err(SHS_EINVAL, "plan: %s %zu (tensor %" PRIu32 "): box is not a "
-                        "whole number of bytes", what, i, c->tensor);
+        return shs__err(SHS_EINVAL,
+                        "plan: %s %zu (tensor %" PRIu32 "): box is not a "
+                        "whole number of bytes",
+                        what, i, c->tensor);
     return SHS_OK;
 }
 
@@ -228,13 +232,13 @@ void shs__plan_analysis_release(shs__plan_analysis *a)
 /* Scratch arrays of the per-tensor steps, sized for the tensor with the
    most chunks (m below). */
 typedef struct scratch {
-    uint64_t *keys, *ktmp;   /* radix keys (start << bits | local index) */
-    uint64_t *lkey;          /* [m] start of each chunk in the sweep dim */
-    const uint64_t **lbox;   /* [m] box of each chunk */
-    uint32_t *lrank;         /* [m] rank of each chunk */
-    uint32_t *perm;          /* [m] local indices in canonical order */
+    uint64_t *keys, *ktmp; /* radix keys (start << bits | local index) */
+    uint64_t *lkey;        /* [m] start of each chunk in the sweep dim */
+    const uint64_t **lbox; /* [m] box of each chunk */
+    uint32_t *lrank;       /* [m] rank of each chunk */
+    uint32_t *perm;        /* [m] local indices in canonical order */
     uint32_t *seg, *mtmp;
-    uint32_t *stamp;         /* [nranks] (save side): last unique per rank */
+    uint32_t *stamp; /* [nranks] (save side): last unique per rank */
 } scratch;
 
 static void scratch_release(scratch *s)
@@ -395,9 +399,9 @@ static int merge_uniques(shs__plan_analysis *a, uint32_t t, size_t base, size_t 
         if (s->stamp) {
             if (s->stamp[rank] == *nu) {
                 char b[BOXSTR];
-                return shs__err(SHS_EINVAL, "plan: tensor %" PRIu32 ": rank %" PRIu32
-                                " holds box %s twice", t, rank,
-                                shs__plan_fmt_box(b, sizeof b, box, box + nd, nd));
+                return shs__err(SHS_EINVAL,
+                                "plan: tensor %" PRIu32 ": rank %" PRIu32 " holds box %s twice", t,
+                                rank, shs__plan_fmt_box(b, sizeof b, box, box + nd, nd));
             }
             s->stamp[rank] = (uint32_t)*nu;
         }
@@ -421,11 +425,12 @@ static int check_overlaps(const shs__plan_analysis *a, uint32_t t, size_t u0, si
                 break;
             if (shs__box_intersect(nd, A->box, A->box + nd, B->box, B->box + nd, io, is)) {
                 char b1[BOXSTR], b2[BOXSTR];
-                return shs__err(SHS_EINVAL, "plan: tensor %" PRIu32 ": %s of rank %" PRIu32
+                return shs__err(SHS_EINVAL,
+                                "plan: tensor %" PRIu32 ": %s of rank %" PRIu32
                                 " %s and of rank %" PRIu32 " %s overlap but are not "
-                                "identical", t, what, A->rank,
-                                shs__plan_fmt_box(b1, sizeof b1, A->box, A->box + nd, nd),
-                                B->rank,
+                                "identical",
+                                t, what, A->rank,
+                                shs__plan_fmt_box(b1, sizeof b1, A->box, A->box + nd, nd), B->rank,
                                 shs__plan_fmt_box(b2, sizeof b2, B->box, B->box + nd, nd));
             }
         }
@@ -434,8 +439,7 @@ static int check_overlaps(const shs__plan_analysis *a, uint32_t t, size_t u0, si
 }
 
 int shs__plan_analyze(shs__plan_analysis *a, const shs_plan_tensor *tensors, uint32_t nt,
-                      const shs_plan_chunk *chunks, size_t n, uint32_t nranks,
-                      const char *what)
+                      const shs_plan_chunk *chunks, size_t n, uint32_t nranks, const char *what)
 {
     int rc = SHS_OK;
     size_t *tstart = NULL, maxm = 0, nu = 0;
@@ -529,7 +533,7 @@ static int cmp_order(const void *vctx, uint32_t x, uint32_t y)
 
 typedef struct oclass {
     uint64_t major, bytes;
-    size_t pos;   /* count, then placement cursor */
+    size_t pos; /* count, then placement cursor */
     uint32_t used;
 } oclass;
 
@@ -557,7 +561,7 @@ static inline uint64_t mix64(uint64_t x)
 /* The unique ids u < a->nu with sel == NULL or sel[u + 1] != 0, in greedy
    order, into a new array *out (count *out_k). */
 int shs__plan_order_uniques(uint32_t **out, size_t *out_k, const shs__plan_analysis *a,
-                         const uint32_t *sel, bool by_holders)
+                            const uint32_t *sel, bool by_holders)
 {
     order_ctx c = { a, by_holders };
     size_t k = 0;

@@ -51,8 +51,8 @@ static inline bool box_eq(const uint64_t *a, const uint64_t *b, uint32_t ndim)
 #define BOXSTR 256
 
 /* "[o0:e0, o1:e1]" (half-open ranges per dimension) into buf; returns buf. */
-const char *shs__plan_fmt_box(char *buf, size_t cap, const uint64_t *off,
-                              const uint64_t *shape, uint32_t ndim);
+const char *shs__plan_fmt_box(char *buf, size_t cap, const uint64_t *off, const uint64_t *shape,
+                              uint32_t ndim);
 
 /* Stable merge sort of u32 ids with a context comparator; tmp holds at
    least n / 2 ids. */
@@ -63,20 +63,19 @@ void shs__plan_msort_u32(uint32_t *a, uint32_t *tmp, size_t n, shs__plan_cmp_fn 
 /* One chunk: tensor id, rank (when nranks != 0), box inside the tensor,
    whole bytes.  `what` ("chunk", "request") and `i` name it in the
    error. */
-int shs__plan_check_chunk(const shs_plan_tensor *tensors, uint32_t nt,
-                          const shs_plan_chunk *c, size_t i, uint32_t nranks,
-                          const char *what);
+int shs__plan_check_chunk(const shs_plan_tensor *tensors, uint32_t nt, const shs_plan_chunk *c,
+                          size_t i, uint32_t nranks, const char *what);
 
 typedef struct shs__plan_analysis {
     const shs_plan_tensor *tensors;
     uint32_t nt;
     const shs_plan_chunk *chunks;
     size_t n;
-    uint32_t *ord;     /* [n] chunk ids grouped by tensor, canonical order */
-    uint32_t *ustart;  /* [nu + 1] position in ord where each unique starts */
-    uint32_t *tu;      /* [nt + 1] first unique of each tensor */
-    uint32_t *ds;      /* [nt] sweep dimension of each tensor */
-    uint64_t *ubytes;  /* [nu] bytes of each unique */
+    uint32_t *ord;    /* [n] chunk ids grouped by tensor, canonical order */
+    uint32_t *ustart; /* [nu + 1] position in ord where each unique starts */
+    uint32_t *tu;     /* [nt + 1] first unique of each tensor */
+    uint32_t *ds;     /* [nt] sweep dimension of each tensor */
+    uint64_t *ubytes; /* [nu] bytes of each unique */
     size_t nu;
 } shs__plan_analysis;
 
@@ -94,8 +93,7 @@ static inline uint64_t unique_bytes(const shs__plan_analysis *a, size_t u)
    nranks != 0 ranks are checked and one rank holding a box twice is an
    error (save side).  On failure *a is released. */
 int shs__plan_analyze(shs__plan_analysis *a, const shs_plan_tensor *tensors, uint32_t nt,
-                      const shs_plan_chunk *chunks, size_t n, uint32_t nranks,
-                      const char *what);
+                      const shs_plan_chunk *chunks, size_t n, uint32_t nranks, const char *what);
 void shs__plan_analysis_release(shs__plan_analysis *a);
 
 /* The unique ids u < a->nu with sel == NULL or sel[u + 1] != 0, in greedy

@@ -26,15 +26,15 @@ void shs__load_plan_release(shs__load_plan *p)
     memset(p, 0, sizeof *p);
 }
 
-uint64_t shs__load_item_box(const shs__load_plan *plan, const shs__load_item *it,
-                            uint64_t *off, uint64_t *shape)
+uint64_t shs__load_item_box(const shs__load_plan *plan, const shs__load_item *it, uint64_t *off,
+                            uint64_t *shape)
 {
     const shs_plan_chunk *s = &plan->saved[it->chunk], *q = &plan->requests[it->req];
     const shs_plan_tensor *T = &plan->tensors[q->tensor];
     if (T->ndim == 0)
         return elem_bytes(T, 1);
-    if (!shs__box_intersect(T->ndim, s->box, s->box + T->ndim, q->box, q->box + T->ndim,
-                            off, shape))
+    if (!shs__box_intersect(T->ndim, s->box, s->box + T->ndim, q->box, q->box + T->ndim, off,
+                            shape))
         return 0;
     return elem_bytes(T, box_volume(shape, T->ndim));
 }
@@ -90,7 +90,11 @@ typedef struct qrun {
    temporaries are freed by the phase that last needs them (set to NULL),
    the rest at the end of shs__plan_load. */
 /* Free a temporary as soon as it is no longer needed (see load_ctx). */
-#define FREE_NULL(p) do { shs__free(p); (p) = NULL; } while (0)
+#define FREE_NULL(p)                                                                               \
+    do {                                                                                           \
+        shs__free(p);                                                                              \
+        (p) = NULL;                                                                                \
+    } while (0)
 
 typedef struct load_ctx {
     const shs_plan_tensor *tensors;
@@ -101,14 +105,14 @@ typedef struct load_ctx {
     uint32_t nranks;
     bool load_balanced;
     shs__plan_analysis a;
-    uint32_t *rep;           /* [nu] representative chunk of each unique */
-    uint32_t *tord;          /* [nrequests] requests in (tensor, rank, box) order */
+    uint32_t *rep;  /* [nu] representative chunk of each unique */
+    uint32_t *tord; /* [nrequests] requests in (tensor, rank, box) order */
     uint32_t *tmp, *tstamp, *ucnt, *uranks, *uorder, *reader;
     uint8_t *tdup, *uneed;
-    size_t *pos, *qt;        /* qt: [ntensors + 1] start of each tensor in tord */
+    size_t *pos, *qt; /* qt: [ntensors + 1] start of each tensor in tord */
     uint64_t *ukey, *maxlen;
-    qrun *runs;              /* [nrequests] pass 1's result, in tord order */
-    size_t total;            /* items (request x unique intersections) */
+    qrun *runs;   /* [nrequests] pass 1's result, in tord order */
+    size_t total; /* items (request x unique intersections) */
 } load_ctx;
 
 static int load_nomem(const load_ctx *c)
@@ -136,9 +140,8 @@ static int order_requests(load_ctx *c, shs__load_plan *out)
     c->tmp = shs__malloc((nrequests ? nrequests : 1) * sizeof *c->tmp);
     c->tstamp = shs__calloc((size_t)ntensors + 1, sizeof *c->tstamp);
     c->tdup = shs__calloc((size_t)ntensors + 1, 1);
-    if (!out->item_start || !out->read_start || !out->send_start ||
-        !out->rank_read_bytes || !c->pos || !c->qt || !c->tord || !c->tmp || !c->tstamp ||
-        !c->tdup)
+    if (!out->item_start || !out->read_start || !out->send_start || !out->rank_read_bytes ||
+        !c->pos || !c->qt || !c->tord || !c->tmp || !c->tstamp || !c->tdup)
         return load_nomem(c);
     size_t *pos = c->pos, *qt = c->qt;
     uint32_t *tord = c->tord, *tmp = c->tmp, *tstamp = c->tstamp;
@@ -319,10 +322,11 @@ static int match_requests(load_ctx *c, shs__load_plan *out)
         const shs_plan_chunk *q = &requests[bad_q];
         uint32_t nd = tensors[q->tensor].ndim;
         char b[BOXSTR];
-        return shs__err(SHS_EINVAL, "plan: tensor %" PRIu32 ": box %s requested by rank %"
-                        PRIu32 " is not covered by the saved chunks (%" PRIu64 " of %"
-                        PRIu64 " elements covered)", q->tensor,
-                        shs__plan_fmt_box(b, sizeof b, q->box, q->box + nd, nd), q->rank,
+        return shs__err(SHS_EINVAL,
+                        "plan: tensor %" PRIu32 ": box %s requested by rank %" PRIu32
+                        " is not covered by the saved chunks (%" PRIu64 " of %" PRIu64
+                        " elements covered)",
+                        q->tensor, shs__plan_fmt_box(b, sizeof b, q->box, q->box + nd, nd), q->rank,
                         bad_got, bad_want);
     }
     FREE_NULL(c->ukey);
@@ -371,8 +375,7 @@ static int choose_readers(load_ctx *c, shs__load_plan *out)
                 continue;
             const shs_plan_chunk *q = &requests[tord[k]];
             for (; n; u++) {
-                if ((runs[k].n & QRUN_GAPS) && nd &&
-                    !isect_vol(saved[rep[u]].box, q->box, nd))
+                if ((runs[k].n & QRUN_GAPS) && nd && !isect_vol(saved[rep[u]].box, q->box, nd))
                     continue;
                 uranks[ucnt[u]++] = q->rank;
                 n--;
@@ -497,13 +500,16 @@ static int build_reads_sends(load_ctx *c, shs__load_plan *out)
  * phases above run in order.  Arrays are sized exactly from the counts and
  * freed as soon as they are no longer needed.
  */
-int shs__plan_load(shs__load_plan *out, const shs_plan_tensor *tensors,
-                   uint32_t ntensors, const shs_plan_chunk *saved,
-                   size_t nsaved, const shs_plan_chunk *requests,
+int shs__plan_load(shs__load_plan *out, const shs_plan_tensor *tensors, uint32_t ntensors,
+                   const shs_plan_chunk *saved, size_t nsaved, const shs_plan_chunk *requests,
                    size_t nrequests, uint32_t nranks, bool load_balanced)
 {
-    load_ctx c = { .tensors = tensors, .ntensors = ntensors, .saved = saved,
-                   .requests = requests, .nrequests = nrequests, .nranks = nranks,
+    load_ctx c = { .tensors = tensors,
+                   .ntensors = ntensors,
+                   .saved = saved,
+                   .requests = requests,
+                   .nrequests = nrequests,
+                   .nranks = nranks,
                    .load_balanced = load_balanced };
     shs__plan_analysis *a = &c.a;
     int rc;
@@ -538,13 +544,11 @@ int shs__plan_load(shs__load_plan *out, const shs_plan_tensor *tensors,
             goto done;
 
     if ((rc = order_requests(&c, out)) < 0 || (rc = index_saved(&c)) < 0 ||
-        (rc = match_requests(&c, out)) < 0 ||
-        (load_balanced && (rc = choose_readers(&c, out)) < 0))
+        (rc = match_requests(&c, out)) < 0 || (load_balanced && (rc = choose_readers(&c, out)) < 0))
         goto done;
     FREE_NULL(c.ucnt);
     FREE_NULL(a->ubytes);
-    if ((rc = place_items(&c, out)) < 0 ||
-        (load_balanced && (rc = build_reads_sends(&c, out)) < 0))
+    if ((rc = place_items(&c, out)) < 0 || (load_balanced && (rc = build_reads_sends(&c, out)) < 0))
         goto done;
     for (uint32_t r = 0; r < nranks; r++)
         out->read_bytes += out->rank_read_bytes[r];

@@ -39,8 +39,8 @@ static int open_dir(shs__meta *m, char **resolved, const char *path, int64_t ste
         if ((rc = shs__meta_parse(m, path)) < 0)
             return rc;
         if (step >= 0 && m->step != step) {
-            rc = shs__err(SHS_ENOCHECKPOINT, "%s: the step directory of step %lld, not %lld",
-                          path, (long long)m->step, (long long)step);
+            rc = shs__err(SHS_ENOCHECKPOINT, "%s: the step directory of step %lld, not %lld", path,
+                          (long long)m->step, (long long)step);
             shs__meta_free(m);
             return rc;
         }
@@ -99,8 +99,8 @@ int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path, const shs_ckp
     if (S_ISDIR(st.st_mode)) {
         if ((rc = open_dir(&c->m, &c->path, path, o.step)) < 0)
             goto fail;
-    } else if (S_ISREG(st.st_mode) && (ends_with(path, ".safetensors") ||
-                                       ends_with(path, ".json"))) {
+    } else if (S_ISREG(st.st_mode) &&
+               (ends_with(path, ".safetensors") || ends_with(path, ".json"))) {
         if (o.step >= 0) {
             rc = shs__err(SHS_EINVAL, "%s: a step can only be chosen in a save path", path);
             goto fail;
@@ -114,8 +114,10 @@ int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path, const shs_ckp
             goto fail;
         }
     } else {
-        rc = shs__err(SHS_EINVAL, "%s: not a checkpoint (a directory, a .safetensors file or a "
-                      "model.safetensors.index.json)", path);
+        rc = shs__err(SHS_EINVAL,
+                      "%s: not a checkpoint (a directory, a .safetensors file or a "
+                      "model.safetensors.index.json)",
+                      path);
         goto fail;
     }
     /* the model's file names are relative to the step directory or
@@ -134,8 +136,9 @@ int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path, const shs_ckp
     c->L.mu = &c->mu;
     for (size_t i = 0; i < c->m.nt; i++) {
         const shs__mtensor *t = &c->m.t[i];
-        c->info[i] = (shs_ckpt_tensor_info){ t->name, t->kind, t->dtype, t->ndim, t->gshape,
-                                             t->nc };
+        c->info[i] = (shs_ckpt_tensor_info){
+            t->name, t->kind, t->dtype, t->ndim, t->gshape, t->nc
+        };
     }
     *out = c;
     return SHS_OK;
@@ -180,10 +183,10 @@ int shs_checkpoint_read(const shs_checkpoint *ckpt, size_t tensor, const uint64_
     int rc;
     if (!c || (!start) != (!count))
         return shs__err(SHS_EINVAL, "shs_checkpoint_read: NULL handle, or only one of "
-                        "start and count");
+                                    "start and count");
     if (tensor >= c->m.nt)
-        return shs__err(SHS_ERANGE, "%s: tensor %zu out of range (%zu tensors)", c->path,
-                        tensor, c->m.nt);
+        return shs__err(SHS_ERANGE, "%s: tensor %zu out of range (%zu tensors)", c->path, tensor,
+                        c->m.nt);
     const shs__mtensor *mt = &c->m.t[tensor];
     if (!start) {
         start = zero;
@@ -194,14 +197,17 @@ int shs_checkpoint_read(const shs_checkpoint *ckpt, size_t tensor, const uint64_
     if (shs_dtype_bits(dtype) == 0)
         return shs__err(SHS_EINVAL, "shs_checkpoint_read: invalid dtype %d", (int)dtype);
     if (dtype != mt->dtype && shs_convert(NULL, dtype, NULL, mt->dtype, 0) < 0)
-        return shs__err(SHS_ECONVERT, "%s: tensor '%s': cannot convert %s to %s", c->path,
-                        mt->name, shs_dtype_name(mt->dtype), shs_dtype_name(dtype));
-    need = dtype == mt->dtype ? stored : stored / (shs_dtype_bits(mt->dtype) / 8) *
-                                             (shs_dtype_bits(dtype) / 8);
+        return shs__err(SHS_ECONVERT, "%s: tensor '%s': cannot convert %s to %s", c->path, mt->name,
+                        shs_dtype_name(mt->dtype), shs_dtype_name(dtype));
+    need = dtype == mt->dtype
+               ? stored
+               : stored / (shs_dtype_bits(mt->dtype) / 8) * (shs_dtype_bits(dtype) / 8);
     if (need != dst_len)
-        return shs__err(SHS_ERANGE, "%s: tensor '%s': the box holds %llu bytes of %s, the "
-                        "buffer %zu", c->path, mt->name, (unsigned long long)need,
-                        shs_dtype_name(dtype), dst_len);
+        return shs__err(SHS_ERANGE,
+                        "%s: tensor '%s': the box holds %llu bytes of %s, the "
+                        "buffer %zu",
+                        c->path, mt->name, (unsigned long long)need, shs_dtype_name(dtype),
+                        dst_len);
     if (need && !dst)
         return shs__err(SHS_EINVAL, "shs_checkpoint_read: NULL buffer");
     uint64_t read_bytes = 0;

@@ -122,7 +122,7 @@ static int cmp_lay_name(const void *a, const void *b)
 /* With a layout cache, a save whose layouts all hashed the same as last
    time reuses the plan after one 8-byte all-gather. */
 int shs__plan_replicas(const shs_state *st, const shs__save_req *req, shs_comm *comm,
-                        uint8_t **skip_out)
+                       uint8_t **skip_out)
 {
     int rc;
     shs__buf mine = SHS__BUF_INIT;
@@ -179,8 +179,8 @@ int shs__plan_replicas(const shs_state *st, const shs__save_req *req, shs_comm *
                    memcmp(by[i - 1]->gshape, x->gshape, (size_t)x->ndim * 8) != 0) {
             rc = shs__err(SHS_EMISMATCH,
                           "tensor '%.*s': rank %u registers another kind, dtype or global "
-                          "shape than rank %u", (int)x->name_len, x->name, x->rank,
-                          by[i - 1]->rank);
+                          "shape than rank %u",
+                          (int)x->name_len, x->name, x->rank, by[i - 1]->rank);
             goto done;
         }
         chunks[i] = (shs_plan_chunk){ nt - 1, x->rank, x->box };

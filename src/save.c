@@ -33,20 +33,22 @@
 #include <sys/stat.h>
 
 /* Where a tensor of the state goes in this save. */
-enum { SLOT_SKIP = -1 };
+enum {
+    SLOT_SKIP = -1
+};
 
 typedef struct out_file {
     char name[320];
-    int linked;              /* hard link of a previous file */
-    size_t prev_index;       /* its index in the previous metadata */
-    json_t *entry;           /* its "files" entry */
+    int linked;        /* hard link of a previous file */
+    size_t prev_index; /* its index in the previous metadata */
+    json_t *entry;     /* its "files" entry */
 } out_file;
 
 typedef struct tensor_out {
-    int file;                /* index into files, or SLOT_SKIP */
+    int file; /* index into files, or SLOT_SKIP */
     uint64_t b0, b1;
     uint64_t hash;
-    uint64_t *blocks;        /* per-block checksums (chunks > SHS__HASH_BLOCK) */
+    uint64_t *blocks; /* per-block checksums (chunks > SHS__HASH_BLOCK) */
 } tensor_out;
 
 static const void *tensor_src(const shs_state *st, const shs__save_req *req, size_t i)
@@ -65,7 +67,7 @@ static int add_out_file(out_file **files, size_t *n, size_t *cap, const char *na
         *cap = c;
     }
     memset(&(*files)[*n], 0, sizeof **files);
-    snprintf((*files)[*n].name, sizeof (*files)[*n].name, "%s", name);
+    snprintf((*files)[*n].name, sizeof(*files)[*n].name, "%s", name);
     return (int)(*n)++;
 }
 
@@ -246,16 +248,16 @@ static int commit_dir(const char *tmp, const char *target, const char *save_path
 typedef struct local_save {
     const shs_state *st;
     const shs__save_req *req;
-    const char *tmp;          /* the temporary step directory */
-    shs__meta prev;           /* the previous step, when have_prev */
+    const char *tmp; /* the temporary step directory */
+    shs__meta prev;  /* the previous step, when have_prev */
     int have_prev;
     out_file *files;
     size_t nfiles, capfiles;
-    tensor_out *to;           /* per tensor: its file, range, checksums */
-    int *incl;                /* per tensor: saved in this step */
-    int *unchanged;           /* per tensor: 1 + its previous file, or 0 */
-    int blob_file;            /* the blobs' file, -1 without blobs */
-    uint64_t *blob_range;     /* b0, b1 of each blob */
+    tensor_out *to;       /* per tensor: its file, range, checksums */
+    int *incl;            /* per tensor: saved in this step */
+    int *unchanged;       /* per tensor: 1 + its previous file, or 0 */
+    int blob_file;        /* the blobs' file, -1 without blobs */
+    uint64_t *blob_range; /* b0, b1 of each blob */
     shs_save_stats s;
 } local_save;
 
@@ -272,8 +274,8 @@ static int hash_included(local_save *L, const uint8_t *skip)
             continue;
         uint64_t n = st->t[i].nbytes;
         if (n > SHS__HASH_BLOCK) {
-            if (!(L->to[i].blocks = shs__calloc((size_t)((n + SHS__HASH_BLOCK - 1) /
-                                                         SHS__HASH_BLOCK), 8)))
+            if (!(L->to[i].blocks = shs__calloc(
+                      (size_t)((n + SHS__HASH_BLOCK - 1) / SHS__HASH_BLOCK), 8)))
                 return shs__err(SHS_ENOMEM, "out of memory for block checksums");
             L->to[i].hash = shs__xxh3_blocks(tensor_src(st, req, i), n, SHS__HASH_BLOCK,
                                              L->to[i].blocks);
@@ -363,16 +365,16 @@ static int assign_files(local_save *L)
         const char *kind = shs__kind_name[st->t[i].kind];
         int frozen = L->unchanged && L->unchanged[i];
         if (frozen)
-            snprintf(name, sizeof name, "%s-%s-frozen%08lld-%07d-%07d.safetensors",
-                     req->prefix, kind, (long long)req->step, req->rank, req->world_size);
+            snprintf(name, sizeof name, "%s-%s-frozen%08lld-%07d-%07d.safetensors", req->prefix,
+                     kind, (long long)req->step, req->rank, req->world_size);
         else
-            snprintf(name, sizeof name, "%s-%s-%07d-%07d.safetensors", req->prefix, kind,
-                     req->rank, req->world_size);
+            snprintf(name, sizeof name, "%s-%s-%07d-%07d.safetensors", req->prefix, kind, req->rank,
+                     req->world_size);
         int fi = find_out_file(L->files, L->nfiles, name);
         if (fi >= 0 && L->files[fi].linked) {
             /* a linked file already has the plain name: use a step-tagged one */
-            snprintf(name, sizeof name, "%s-%s-s%08lld-%07d-%07d.safetensors", req->prefix,
-                     kind, (long long)req->step, req->rank, req->world_size);
+            snprintf(name, sizeof name, "%s-%s-s%08lld-%07d-%07d.safetensors", req->prefix, kind,
+                     (long long)req->step, req->rank, req->world_size);
             fi = find_out_file(L->files, L->nfiles, name);
         }
         if (fi < 0 && (fi = add_out_file(&L->files, &L->nfiles, &L->capfiles, name)) < 0)
@@ -402,8 +404,7 @@ static int write_files(local_save *L)
             }
             continue;
         }
-        if ((rc = write_one_file(st, L->req, L->tmp, &L->files[fi], (int)fi, L->to,
-                                 L->incl)) < 0)
+        if ((rc = write_one_file(st, L->req, L->tmp, &L->files[fi], (int)fi, L->to, L->incl)) < 0)
             return rc;
         for (size_t i = 0; i < st->n; i++)
             if (L->to[i].file == (int)fi)
@@ -461,10 +462,9 @@ static json_t *tensor_entry(const local_save *L, size_t i)
     char hx[17];
     shs__hex64(hx, o->hash);
     json_t *chunk = json_pack("{s:o, s:o, s:i, s:s, s:o, s:s}", "offset",
-                              json_dims(t->goff, t->ndim), "shape",
-                              json_dims(t->shape, t->ndim), "file", o->file, "key",
-                              t->name, "byte_range", json_range(o->b0, o->b1), "xxh3",
-                              hx);
+                              json_dims(t->goff, t->ndim), "shape", json_dims(t->shape, t->ndim),
+                              "file", o->file, "key", t->name, "byte_range",
+                              json_range(o->b0, o->b1), "xxh3", hx);
     /* large chunks also get per-block checksums, so a load that needs
        only part of the chunk checks only the blocks it reads */
     if (chunk && o->blocks) {
@@ -482,9 +482,9 @@ static json_t *tensor_entry(const local_save *L, size_t i)
             chunk = NULL;
         }
     }
-    return chunk ? json_pack("{s:s, s:s, s:o, s:[o]}", "kind", shs__kind_name[t->kind],
-                             "dtype", shs_dtype_name(t->dtype), "shape",
-                             json_dims(t->gshape, t->ndim), "chunks", chunk)
+    return chunk ? json_pack("{s:s, s:s, s:o, s:[o]}", "kind", shs__kind_name[t->kind], "dtype",
+                             shs_dtype_name(t->dtype), "shape", json_dims(t->gshape, t->ndim),
+                             "chunks", chunk)
                  : NULL;
 }
 
@@ -522,11 +522,10 @@ static int describe(local_save *L, json_t **out)
     char hx[17];
     for (size_t k = 0; !bad && k < req->n_blobs; k++) {
         shs__hex64(hx, shs__xxh3(req->blobs[k].data, req->blobs[k].len));
-        json_t *e = json_pack("{s:s, s:i, s:i, s:s, s:o, s:s}", "name", req->blobs[k].name,
-                              "rank", req->rank, "file", L->blob_file, "key", req->blobs[k].name,
-                              "byte_range", json_range(L->blob_range[2 * k],
-                                                       L->blob_range[2 * k + 1]),
-                              "xxh3", hx);
+        json_t *e = json_pack(
+            "{s:s, s:i, s:i, s:s, s:o, s:s}", "name", req->blobs[k].name, "rank", req->rank, "file",
+            L->blob_file, "key", req->blobs[k].name, "byte_range",
+            json_range(L->blob_range[2 * k], L->blob_range[2 * k + 1]), "xxh3", hx);
         bad = !e || json_array_append_new(jb, e) < 0;
     }
     if (bad) {
@@ -559,8 +558,8 @@ static int save_local(const shs_state *st, const shs__save_req *req, const char 
         goto done;
     }
     if ((rc = hash_included(&L, skip)) < 0 || (rc = link_unchanged(&L)) < 0 ||
-        (rc = assign_files(&L)) < 0 || (rc = write_files(&L)) < 0 ||
-        (rc = write_blobs(&L)) < 0 || (rc = describe(&L, frag_out)) < 0)
+        (rc = assign_files(&L)) < 0 || (rc = write_files(&L)) < 0 || (rc = write_blobs(&L)) < 0 ||
+        (rc = describe(&L, frag_out)) < 0)
         goto done;
     *stats = L.s;
 done:
@@ -599,15 +598,14 @@ static int merge_fragments(json_t *out, const char *texts, const size_t *lens, i
         json_int_t base = (json_int_t)json_array_size(files);
         size_t i;
         json_t *v;
-        json_array_foreach(json_object_get(f, "files"), i, v)
-            if (json_array_append(files, v) < 0)
-                rc = shs__err(SHS_ENOMEM, "out of memory");
+        json_array_foreach(json_object_get(f, "files"), i, v) if (json_array_append(files, v) < 0)
+            rc = shs__err(SHS_ENOMEM, "out of memory");
         const char *name;
-        json_object_foreach(json_object_get(f, "tensors"), name, v) {
+        json_object_foreach(json_object_get(f, "tensors"), name, v)
+        {
             json_t *chunks = json_object_get(v, "chunks"), *c;
-            json_array_foreach(chunks, i, c)
-                json_object_set_new(c, "file",
-                                    json_integer(json_integer_value(json_object_get(c, "file")) + base));
+            json_array_foreach(chunks, i, c) json_object_set_new(
+                c, "file", json_integer(json_integer_value(json_object_get(c, "file")) + base));
             json_t *have = json_object_get(tensors, name);
             if (!have) {
                 if (json_object_set(tensors, name, v) < 0)
@@ -619,15 +617,17 @@ static int merge_fragments(json_t *out, const char *texts, const size_t *lens, i
                 !json_equal(json_object_get(have, "shape"), json_object_get(v, "shape"))) {
                 rc = shs__err(SHS_EMISMATCH,
                               "tensor '%s': rank %d registers another kind, dtype or global "
-                              "shape than a lower rank", name, r);
+                              "shape than a lower rank",
+                              name, r);
                 break;
             }
             if (json_array_extend(json_object_get(have, "chunks"), chunks) < 0)
                 rc = shs__err(SHS_ENOMEM, "out of memory");
         }
-        json_array_foreach(json_object_get(f, "blobs"), i, v) {
-            json_object_set_new(v, "file",
-                                json_integer(json_integer_value(json_object_get(v, "file")) + base));
+        json_array_foreach(json_object_get(f, "blobs"), i, v)
+        {
+            json_object_set_new(
+                v, "file", json_integer(json_integer_value(json_object_get(v, "file")) + base));
             if (json_array_append(blobs, v) < 0)
                 rc = shs__err(SHS_ENOMEM, "out of memory");
         }
@@ -638,8 +638,7 @@ static int merge_fragments(json_t *out, const char *texts, const size_t *lens, i
 
 /* Root: common.json, metadata.json, then the commit protocol. */
 static int root_commit(const shs__save_req *req, const char *tmp, const char *texts,
-                       const size_t *lens, int world, char *out_dir, size_t out_cap,
-                       int *committed)
+                       const size_t *lens, int world, char *out_dir, size_t out_cap, int *committed)
 {
     int rc;
     char *text = NULL, *mpath = NULL, *target = NULL, *tracker = NULL;
@@ -729,7 +728,8 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
 
     /* the loader finds steps by directory names of at most 18 digits */
     if (req->step < 0 || req->step >= SHS__STEP_LIMIT)
-        return shs__err(SHS_EINVAL, "cannot save step %lld: steps must be from 0 to "
+        return shs__err(SHS_EINVAL,
+                        "cannot save step %lld: steps must be from 0 to "
                         "999999999999999999 (the step directory name holds 18 digits)",
                         (long long)req->step);
     /* the root creates the temporary directory and names it for all */
@@ -806,4 +806,3 @@ done:
     shs__free(tmp);
     return rc;
 }
-

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-__attribute__((format(printf, 3, 4)))
-static void defer(shs__hdr_parser *ps, int status, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void defer(shs__hdr_parser *ps, int status,
+                                                        const char *fmt, ...)
 {
     if (ps->deferred)
         return;
@@ -60,8 +60,8 @@ static int parse_uint_array(shs__hdr_parser *ps, const char *tname, const char *
             ps->shapes[ps->n_shapes++] = v;
             (*count)++;
         } else {
-            defer(ps, SHS_ESCHEMA, "%s: tensor '%s': %s must hold integers",
-                  ps->js.fname, tname, field);
+            defer(ps, SHS_ESCHEMA, "%s: tensor '%s': %s must hold integers", ps->js.fname, tname,
+                  field);
             if ((rc = shs__hdr_skip_value(ps, 3)) < 0)
                 return rc;
         }
@@ -82,7 +82,12 @@ static int parse_tensor(shs__hdr_parser *ps, shs__st_tensor *t)
 {
     int rc;
     const char *name = t->info.name;
-    enum { F_DTYPE = 1, F_SHAPE = 2, F_OFFSETS = 4, MAX_EXTRA = 64 };
+    enum {
+        F_DTYPE = 1,
+        F_SHAPE = 2,
+        F_OFFSETS = 4,
+        MAX_EXTRA = 64
+    };
     unsigned seen = 0;
     /* unknown fields, kept to reject duplicates among them too */
     const char *extra[MAX_EXTRA];
@@ -117,13 +122,13 @@ static int parse_tensor(shs__hdr_parser *ps, shs__st_tensor *t)
         else if (klen == 12 && memcmp(kstart, "data_offsets", 12) == 0)
             field = F_OFFSETS;
         if (field && (seen & field))
-            defer(ps, SHS_EDUPLICATE, "%s: tensor '%s': duplicate field '%.*s'",
-                  ps->js.fname, name, (int)klen, kstart);
+            defer(ps, SHS_EDUPLICATE, "%s: tensor '%s': duplicate field '%.*s'", ps->js.fname, name,
+                  (int)klen, kstart);
         seen |= field;
         if (field == F_DTYPE) {
             if (*ps->js.p != '"') {
-                defer(ps, SHS_ESCHEMA, "%s: tensor '%s': dtype must be a string",
-                      ps->js.fname, name);
+                defer(ps, SHS_ESCHEMA, "%s: tensor '%s': dtype must be a string", ps->js.fname,
+                      name);
                 if ((rc = shs__hdr_skip_value(ps, 2)) < 0)
                     return rc;
             } else {
@@ -133,16 +138,16 @@ static int parse_tensor(shs__hdr_parser *ps, shs__st_tensor *t)
                     return rc;
                 shs_dtype dt;
                 if (shs_dtype_parse(&dt, ds, dlen) < 0)
-                    defer(ps, SHS_EDTYPE, "%s: tensor '%s': unknown dtype \"%.*s\"",
-                          ps->js.fname, name, dlen > 40 ? 40 : (int)dlen, ds);
+                    defer(ps, SHS_EDTYPE, "%s: tensor '%s': unknown dtype \"%.*s\"", ps->js.fname,
+                          name, dlen > 40 ? 40 : (int)dlen, ds);
                 else
                     t->info.dtype = dt;
             }
         } else if (field == F_SHAPE || field == F_OFFSETS) {
             const char *fname = field == F_SHAPE ? "shape" : "data_offsets";
             if (*ps->js.p != '[') {
-                defer(ps, SHS_ESCHEMA, "%s: tensor '%s': %s must be an array",
-                      ps->js.fname, name, fname);
+                defer(ps, SHS_ESCHEMA, "%s: tensor '%s': %s must be an array", ps->js.fname, name,
+                      fname);
                 if ((rc = shs__hdr_skip_value(ps, 2)) < 0)
                     return rc;
             } else {
@@ -172,11 +177,11 @@ static int parse_tensor(shs__hdr_parser *ps, shs__st_tensor *t)
                and, for us, unique */
             for (size_t i = 0; i < n_extra; i++)
                 if (extra_len[i] == klen && memcmp(extra[i], kstart, klen) == 0)
-                    defer(ps, SHS_EDUPLICATE, "%s: tensor '%s': duplicate field '%s'",
-                          ps->js.fname, name, kstart);
+                    defer(ps, SHS_EDUPLICATE, "%s: tensor '%s': duplicate field '%s'", ps->js.fname,
+                          name, kstart);
             if (n_extra == MAX_EXTRA)
-                defer(ps, SHS_ESCHEMA, "%s: tensor '%s': more than %d unknown fields",
-                      ps->js.fname, name, MAX_EXTRA);
+                defer(ps, SHS_ESCHEMA, "%s: tensor '%s': more than %d unknown fields", ps->js.fname,
+                      name, MAX_EXTRA);
             else {
                 extra[n_extra] = kstart;
                 extra_len[n_extra++] = klen;
@@ -193,7 +198,9 @@ static int parse_tensor(shs__hdr_parser *ps, shs__st_tensor *t)
 check:
     if ((seen & (F_DTYPE | F_SHAPE | F_OFFSETS)) != (F_DTYPE | F_SHAPE | F_OFFSETS))
         defer(ps, SHS_ESCHEMA, "%s: tensor '%s': missing field '%s'", ps->js.fname, name,
-              !(seen & F_DTYPE) ? "dtype" : !(seen & F_SHAPE) ? "shape" : "data_offsets");
+              !(seen & F_DTYPE)   ? "dtype"
+              : !(seen & F_SHAPE) ? "shape"
+                                  : "data_offsets");
     return SHS_OK;
 }
 
@@ -237,8 +244,8 @@ static int parse_metadata(shs__hdr_parser *ps)
             }
             ps->meta[ps->n_meta++] = e;
         } else {
-            defer(ps, SHS_ESCHEMA, "%s: __metadata__ value of '%s' must be a string",
-                  ps->js.fname, e.key);
+            defer(ps, SHS_ESCHEMA, "%s: __metadata__ value of '%s' must be a string", ps->js.fname,
+                  e.key);
             if ((rc = shs__hdr_skip_value(ps, 2)) < 0)
                 return rc;
         }
@@ -266,8 +273,10 @@ static void check_nested_keys(shs__hdr_parser *ps)
     qsort(ps->js.nk, ps->js.n_nk, sizeof *ps->js.nk, cmp_nested_key);
     for (size_t i = 1; i < ps->js.n_nk; i++)
         if (cmp_nested_key(&ps->js.nk[i - 1], &ps->js.nk[i]) == 0) {
-            defer(ps, SHS_EDUPLICATE, "%s: duplicate key '%s' in an object inside an unknown "
-                  "field", ps->js.fname, ps->js.nk[i].key);
+            defer(ps, SHS_EDUPLICATE,
+                  "%s: duplicate key '%s' in an object inside an unknown "
+                  "field",
+                  ps->js.fname, ps->js.nk[i].key);
             return;
         }
 }
@@ -315,8 +324,8 @@ static int parse_header(shs__hdr_parser *ps)
             t->doc_index = (uint32_t)ps->n_tensors;
             ps->n_tensors++;
             uint32_t existing;
-            rc = shs__namemap_insert(&ps->names, name, name_len, t->doc_index,
-                                     shs__st_tensor_name, ps->tensors, &existing);
+            rc = shs__namemap_insert(&ps->names, name, name_len, t->doc_index, shs__st_tensor_name,
+                                     ps->tensors, &existing);
             if (rc < 0)
                 return rc;
             if (rc == 0)
@@ -396,33 +405,30 @@ static int validate(shs_file *f, shs__hdr_parser *ps)
         shs__st_tensor *t = &ps->tensors[i];
         t->info.shape = ps->shapes + t->shape_at;
         if (t->begin != start || t->end < t->begin)
-            return shs__err(SHS_EOFFSET,
-                            "%s: tensor '%s': data_offsets [%llu, %llu] %s (expected start %llu)",
-                            fname, t->info.name, (unsigned long long)t->begin,
-                            (unsigned long long)t->end,
-                            t->end < t->begin ? "end before start" :
-                            t->begin > start ? "leave a gap" : "overlap the previous tensor",
-                            (unsigned long long)start);
+            return shs__err(
+                SHS_EOFFSET, "%s: tensor '%s': data_offsets [%llu, %llu] %s (expected start %llu)",
+                fname, t->info.name, (unsigned long long)t->begin, (unsigned long long)t->end,
+                t->end < t->begin  ? "end before start"
+                : t->begin > start ? "leave a gap"
+                                   : "overlap the previous tensor",
+                (unsigned long long)start);
         start = t->end;
         uint64_t numel = 1;
         for (size_t d = 0; d < t->info.ndim; d++)
             if (shs__mul_u64(numel, t->info.shape[d], &numel))
-                return shs__err(SHS_EOVERFLOW, "%s: tensor '%s': element count overflows",
-                                fname, t->info.name);
+                return shs__err(SHS_EOVERFLOW, "%s: tensor '%s': element count overflows", fname,
+                                t->info.name);
         uint64_t nbytes;
         if ((rc = shs__nbytes_from_numel(&nbytes, t->info.dtype, numel)) < 0)
-            return shs__err(rc, "%s: tensor '%s': %llu elements of %s %s", fname,
-                            t->info.name, (unsigned long long)numel,
-                            shs_dtype_name(t->info.dtype),
-                            rc == SHS_EOVERFLOW ? "overflow 64 bits"
-                                                : "do not fill whole bytes");
+            return shs__err(rc, "%s: tensor '%s': %llu elements of %s %s", fname, t->info.name,
+                            (unsigned long long)numel, shs_dtype_name(t->info.dtype),
+                            rc == SHS_EOVERFLOW ? "overflow 64 bits" : "do not fill whole bytes");
         if (t->end - t->begin != nbytes)
             return shs__err(SHS_ETENSOR_SIZE,
                             "%s: tensor '%s': data_offsets [%llu, %llu] hold %llu bytes, "
                             "but %llu elements of %s need %llu",
                             fname, t->info.name, (unsigned long long)t->begin,
-                            (unsigned long long)t->end,
-                            (unsigned long long)(t->end - t->begin),
+                            (unsigned long long)t->end, (unsigned long long)(t->end - t->begin),
                             (unsigned long long)numel, shs_dtype_name(t->info.dtype),
                             (unsigned long long)nbytes);
         t->info.numel = numel;
@@ -431,10 +437,10 @@ static int validate(shs_file *f, shs__hdr_parser *ps)
     }
     uint64_t expect = start + 8 + f->header_len;
     if (expect < start || expect != f->file_size)
-        return shs__err(SHS_ETRAILING,
-                        "%s: tensor data ends at byte %llu of the file, but the file has %llu bytes",
-                        fname, (unsigned long long)(start + 8 + f->header_len),
-                        (unsigned long long)f->file_size);
+        return shs__err(
+            SHS_ETRAILING,
+            "%s: tensor data ends at byte %llu of the file, but the file has %llu bytes", fname,
+            (unsigned long long)(start + 8 + f->header_len), (unsigned long long)f->file_size);
     return SHS_OK;
 }
 
@@ -445,8 +451,8 @@ int shs__st_parse_header(shs_file *f, const char *fname)
     int rc;
     size_t bad = shs__utf8_check((const unsigned char *)f->header, f->header_len);
     if (bad != f->header_len)
-        return shs__err(SHS_EUTF8, "%s: header is not valid UTF-8 (byte %zu of the header)",
-                        fname, bad);
+        return shs__err(SHS_EUTF8, "%s: header is not valid UTF-8 (byte %zu of the header)", fname,
+                        bad);
     f->arena = shs__malloc(f->header_len + 1);
     if (!f->arena)
         return shs__err(SHS_ENOMEM, "%s: out of memory for a %llu-byte header", fname,

@@ -25,15 +25,18 @@ int shs__json_syntax_err(shs__json *ps, const char *what)
         return shs__err(SHS_ECORRUPT, "%s: invalid JSON at line %zu: %s (byte %zu)", ps->fname,
                         line, what, (size_t)(ps->p - ps->start));
     }
-    return shs__err(SHS_EJSON, "%s: header is not valid JSON: %s at byte %zu",
-                    ps->fname, what, (size_t)(ps->p - ps->start));
+    return shs__err(SHS_EJSON, "%s: header is not valid JSON: %s at byte %zu", ps->fname, what,
+                    (size_t)(ps->p - ps->start));
 }
 
 static int hexval(char c)
 {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
     return -1;
 }
 
@@ -126,7 +129,8 @@ int shs__json_string(shs__json *ps, const char **out, size_t *out_len)
                     return rc;
                 p = ps->p;
                 if (lo < 0xDC00 || lo > 0xDFFF)
-                    return shs__json_syntax_err(ps, "high surrogate not followed by a low surrogate");
+                    return shs__json_syntax_err(ps,
+                                                "high surrogate not followed by a low surrogate");
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             }
             if (cp == 0 && ps->meta) {
@@ -153,9 +157,7 @@ int shs__json_string(shs__json *ps, const char **out, size_t *out_len)
             }
             break;
         }
-        default:
-            ps->p = p - 1;
-            return shs__json_syntax_err(ps, "invalid escape");
+        default: ps->p = p - 1; return shs__json_syntax_err(ps, "invalid escape");
         }
         if (dst) {
             memcpy(dst + n, buf, blen);
@@ -190,8 +192,8 @@ static const char k_f64_limit[] =
  * an f64.  The test is done on the digits rather than with strtod, whose
  * decimal point follows the caller's locale.
  */
-static int overflows_f64(const char *ip, const char *ie, const char *fp,
-                         const char *fe, int eneg, const char *ep, const char *ee)
+static int overflows_f64(const char *ip, const char *ie, const char *fp, const char *fe, int eneg,
+                         const char *ep, const char *ee)
 {
     const char *d = ip;
     int64_t mag; /* decimal exponent of the first significant digit */
@@ -296,7 +298,7 @@ int shs__json_number(shs__json *ps, int *is_uint, uint64_t *val)
     if ((big || frac) && overflows_f64(ip, ie, fp, fe, eneg, ep, ee)) {
         ps->p = start;
         return shs__json_syntax_err(ps, "number out of range (beyond the f64 range, "
-                              "which serde_json refuses)");
+                                        "which serde_json refuses)");
     }
     if (ps->meta && !frac && (big || v > (uint64_t)INT64_MAX + (uint64_t)neg)) {
         ps->p = start;
@@ -413,7 +415,7 @@ int shs__json_skip_value(shs__json *ps, int depth)
             break; /* next array element */
         }
         continue;
-    object_key: {
+    object_key : {
         const char *k = NULL;
         size_t klen = 0;
         if ((rc = shs__json_key(ps, &k, &klen)) < 0)
@@ -437,7 +439,8 @@ int shs__json_next_member(shs__json *ps, char close)
         return 0;
     }
     if (*ps->p != ',')
-        return shs__json_syntax_err(ps, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+        return shs__json_syntax_err(ps,
+                                    close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
     ps->p++;
     return 1;
 }

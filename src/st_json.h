@@ -33,18 +33,17 @@ struct nested_key {
 typedef struct shs__json {
     const char *p, *end, *start;
     const char *fname;
-    char *arena;              /* decoded strings; as large as the input + 1 */
+    char *arena; /* decoded strings; as large as the input + 1 */
     size_t arena_len;
     struct nested_key *nk;
     size_t n_nk, cap_nk;
-    uint32_t next_obj;        /* ids of objects, for nested_key.obj */
-    int meta;                 /* dialect: 1 metadata.json, 0 safetensors */
+    uint32_t next_obj; /* ids of objects, for nested_key.obj */
+    int meta;          /* dialect: 1 metadata.json, 0 safetensors */
 } shs__json;
 
 static inline void shs__json_skip_ws(shs__json *js)
 {
-    while (js->p < js->end &&
-           (*js->p == ' ' || *js->p == '\n' || *js->p == '\r' || *js->p == '\t'))
+    while (js->p < js->end && (*js->p == ' ' || *js->p == '\n' || *js->p == '\r' || *js->p == '\t'))
         js->p++;
 }
 

@@ -41,9 +41,9 @@
 
 typedef struct shs__st_tensor {
     shs_tensor_info info;
-    uint64_t begin, end;     /* data_offsets as written */
-    size_t shape_at;         /* index into the shape arena while parsing */
-    uint32_t doc_index;      /* position in the header */
+    uint64_t begin, end; /* data_offsets as written */
+    size_t shape_at;     /* index into the shape arena while parsing */
+    uint32_t doc_index;  /* position in the header */
 } shs__st_tensor;
 
 typedef struct shs__st_meta {
@@ -54,13 +54,13 @@ typedef struct shs__st_meta {
 struct shs_file {
     char *path;
     int fd;
-    const uint8_t *map;      /* whole file (mmap or caller memory) or NULL */
+    const uint8_t *map; /* whole file (mmap or caller memory) or NULL */
     size_t map_len;
     int owns_map;
     uint64_t file_size, header_len;
     const char *header;
-    char *header_copy;       /* when the header was read with pread */
-    char *arena;             /* decoded strings */
+    char *header_copy; /* when the header was read with pread */
+    char *arena;       /* decoded strings */
     uint64_t *shapes;
     shs__st_tensor *tensors;
     size_t n_tensors;
@@ -73,7 +73,7 @@ struct shs_file {
 /* ---- the parser (st_json.c scans, st_header.c interprets) ---- */
 
 typedef struct shs__hdr_parser {
-    shs__json js;            /* the scanner: position, arena, nested keys */
+    shs__json js; /* the scanner: position, arena, nested keys */
     /* growable arrays */
     shs__st_tensor *tensors;
     size_t n_tensors, cap_tensors;

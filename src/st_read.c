@@ -37,16 +37,15 @@ static const char *sniff_foreign(const uint8_t *b, uint64_t len)
 }
 
 /* Checks 2-4 and the parse; `head` holds at least min(len, 8) bytes. */
-static int check_header(shs_file *f, const uint8_t *prefix, size_t prefix_len,
-                        const char *fname)
+static int check_header(shs_file *f, const uint8_t *prefix, size_t prefix_len, const char *fname)
 {
     if (f->file_size < 8) {
         const char *what = sniff_foreign(prefix, prefix_len);
         if (what)
             return shs__err(SHS_EWRONG_FORMAT, "%s: this is %s", fname, what);
         return shs__err(SHS_EHEADER_TOO_SMALL,
-                        "%s: file has %llu bytes, a safetensors file has at least 8",
-                        fname, (unsigned long long)f->file_size);
+                        "%s: file has %llu bytes, a safetensors file has at least 8", fname,
+                        (unsigned long long)f->file_size);
     }
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
@@ -55,12 +54,12 @@ static int check_header(shs_file *f, const uint8_t *prefix, size_t prefix_len,
     int rc = SHS_OK;
     if (n > MAX_HEADER)
         rc = shs__err(SHS_EHEADER_TOO_LARGE,
-                      "%s: header length %llu is larger than the limit of 100000000",
-                      fname, (unsigned long long)n);
+                      "%s: header length %llu is larger than the limit of 100000000", fname,
+                      (unsigned long long)n);
     else if (n + 8 > f->file_size)
         rc = shs__err(SHS_EHEADER_LENGTH,
-                      "%s: header length %llu runs past the end of the %llu-byte file",
-                      fname, (unsigned long long)n, (unsigned long long)f->file_size);
+                      "%s: header length %llu runs past the end of the %llu-byte file", fname,
+                      (unsigned long long)n, (unsigned long long)f->file_size);
     if (rc < 0) {
         const char *what = sniff_foreign(prefix, prefix_len);
         if (what)
@@ -83,8 +82,7 @@ static shs_file *file_new(const char *name)
     return f;
 }
 
-int shs_file_open_memory(shs_file **out, const void *data, size_t len,
-                         const char *name)
+int shs_file_open_memory(shs_file **out, const void *data, size_t len, const char *name)
 {
     int rc;
     if (!out)
@@ -123,8 +121,8 @@ int shs_file_open(shs_file **out, const char *path, const shs_open_opts *opts)
         return shs__err(SHS_EINVAL, "shs_file_open: out or path is NULL");
     *out = NULL;
     shs__err_clear();
-    if (opts && (rc = shs__check_opts_version(opts->version, SHS_OPEN_OPTS_VERSION,
-                                              "shs_file_open")) < 0)
+    if (opts &&
+        (rc = shs__check_opts_version(opts->version, SHS_OPEN_OPTS_VERSION, "shs_file_open")) < 0)
         return rc;
     unsigned flags = opts ? opts->flags : 0; /* version 1 */
     shs_file *f = file_new(path);
@@ -132,8 +130,7 @@ int shs_file_open(shs_file **out, const char *path, const shs_open_opts *opts)
         return shs__err(SHS_ENOMEM, "out of memory opening %s", path);
     /* O_NONBLOCK: opening a FIFO must not hang; it is rejected below */
     if ((rc = shs__io_open(&f->fd, path,
-                           O_RDONLY | O_NONBLOCK |
-                               ((flags & SHS_OPEN_NO_FOLLOW) ? O_NOFOLLOW : 0),
+                           O_RDONLY | O_NONBLOCK | ((flags & SHS_OPEN_NO_FOLLOW) ? O_NOFOLLOW : 0),
                            0)) < 0)
         goto fail;
     if (shs__io->fstat(f->fd, &st) != 0) {
@@ -164,8 +161,7 @@ int shs_file_open(shs_file **out, const char *path, const shs_open_opts *opts)
     f->header = f->header_copy;
     if ((rc = shs__st_parse_header(f, path)) < 0)
         goto fail;
-    if (!(flags & SHS_OPEN_NO_MMAP) && f->file_size > 0 &&
-        f->file_size <= (uint64_t)SIZE_MAX) {
+    if (!(flags & SHS_OPEN_NO_MMAP) && f->file_size > 0 && f->file_size <= (uint64_t)SIZE_MAX) {
         void *m = shs__io->mmap(f->fd, (size_t)f->file_size);
         if (m) {
             f->map = m;
@@ -198,14 +194,38 @@ void shs_file_close(shs_file *f)
     shs__free(f);
 }
 
-const char *shs_file_path(const shs_file *f) { return f->path; }
-uint64_t shs_file_size(const shs_file *f) { return f->file_size; }
-uint64_t shs_file_header_len(const shs_file *f) { return f->header_len; }
-uint64_t shs_file_data_start(const shs_file *f) { return 8 + f->header_len; }
-const char *shs_file_header(const shs_file *f) { return f->header; }
-size_t shs_file_tensor_count(const shs_file *f) { return f->n_tensors; }
-int shs_file_has_metadata(const shs_file *f) { return f->has_meta; }
-size_t shs_file_metadata_count(const shs_file *f) { return f->n_meta; }
+const char *shs_file_path(const shs_file *f)
+{
+    return f->path;
+}
+uint64_t shs_file_size(const shs_file *f)
+{
+    return f->file_size;
+}
+uint64_t shs_file_header_len(const shs_file *f)
+{
+    return f->header_len;
+}
+uint64_t shs_file_data_start(const shs_file *f)
+{
+    return 8 + f->header_len;
+}
+const char *shs_file_header(const shs_file *f)
+{
+    return f->header;
+}
+size_t shs_file_tensor_count(const shs_file *f)
+{
+    return f->n_tensors;
+}
+int shs_file_has_metadata(const shs_file *f)
+{
+    return f->has_meta;
+}
+size_t shs_file_metadata_count(const shs_file *f)
+{
+    return f->n_meta;
+}
 
 const shs_tensor_info *shs_file_tensor(const shs_file *f, size_t index)
 {
@@ -227,9 +247,8 @@ int shs_file_find(size_t *out_index, const shs_file *f, const char *name)
     return shs_file_find_n(out_index, f, name, strlen(name));
 }
 
-int shs_file_metadata_at_n(const char **out_key, size_t *out_key_len,
-                           const char **out_value, size_t *out_value_len,
-                           const shs_file *f, size_t index)
+int shs_file_metadata_at_n(const char **out_key, size_t *out_key_len, const char **out_value,
+                           size_t *out_value_len, const shs_file *f, size_t index)
 {
     if (index >= f->n_meta)
         return shs__err(SHS_ERANGE, "%s: metadata index %zu out of range", f->path, index);
@@ -240,8 +259,8 @@ int shs_file_metadata_at_n(const char **out_key, size_t *out_key_len,
     return SHS_OK;
 }
 
-int shs_file_metadata_at(const char **out_key, const char **out_value,
-                         const shs_file *f, size_t index)
+int shs_file_metadata_at(const char **out_key, const char **out_value, const shs_file *f,
+                         size_t index)
 {
     size_t kl, vl;
     return shs_file_metadata_at_n(out_key, &kl, out_value, &vl, f, index);
@@ -271,8 +290,7 @@ const void *shs_file_tensor_data(const shs_file *f, size_t index)
     return f->map + 8 + f->header_len + f->tensors[index].info.offset;
 }
 
-int shs_file_read_bytes(const shs_file *f, size_t index, uint64_t offset,
-                        void *dst, size_t len)
+int shs_file_read_bytes(const shs_file *f, size_t index, uint64_t offset, void *dst, size_t len)
 {
     if (index >= f->n_tensors)
         return shs__err(SHS_ERANGE, "%s: tensor index %zu out of range", f->path, index);
@@ -295,8 +313,8 @@ int shs_file_read(const shs_file *f, size_t index, void *dst, size_t dst_len)
         return shs__err(SHS_ERANGE, "%s: tensor index %zu out of range", f->path, index);
     const shs_tensor_info *t = &f->tensors[index].info;
     if (dst_len < t->nbytes)
-        return shs__err(SHS_ERANGE, "%s: tensor '%s' has %llu bytes, buffer holds %zu",
-                        f->path, t->name, (unsigned long long)t->nbytes, dst_len);
+        return shs__err(SHS_ERANGE, "%s: tensor '%s' has %llu bytes, buffer holds %zu", f->path,
+                        t->name, (unsigned long long)t->nbytes, dst_len);
     return shs_file_read_bytes(f, index, 0, dst, (size_t)t->nbytes);
 }
 

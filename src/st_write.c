@@ -47,14 +47,14 @@ struct shs_writer {
     shs_writer_opts opts;
     wtensor *t;
     size_t n, cap;
-    uint32_t *order;          /* sorted position -> index into t */
+    uint32_t *order; /* sorted position -> index into t */
     shs__namemap names;
     wmeta *meta;
     size_t n_meta, cap_meta;
     int created, has_meta, sealed, committed, failed;
     uint64_t data_start, data_len;
-    char *buf;                /* coalescing buffer */
-    uint64_t buf_pos;         /* file offset of buf[0] */
+    char *buf;        /* coalescing buffer */
+    uint64_t buf_pos; /* file offset of buf[0] */
     size_t buf_len;
 };
 
@@ -82,8 +82,7 @@ static void read_opts(shs_writer_opts *o, const shs_writer_opts *in)
     o->align = in->align;
 }
 
-int shs_writer_create(shs_writer **out, const char *path,
-                      const shs_writer_opts *opts)
+int shs_writer_create(shs_writer **out, const char *path, const shs_writer_opts *opts)
 {
     int rc;
     if (!out || !path || !*path)
@@ -99,10 +98,9 @@ int shs_writer_create(shs_writer **out, const char *path,
     read_opts(&w->opts, opts);
     if (w->opts.align == 0)
         w->opts.align = 8;
-    if (w->opts.align < 8 || (w->opts.align & (w->opts.align - 1)) ||
-        w->opts.align > (1u << 24)) {
-        rc = shs__err(SHS_EINVAL, "%s: align %u must be a power of two from 8 to 2^24",
-                      path, w->opts.align);
+    if (w->opts.align < 8 || (w->opts.align & (w->opts.align - 1)) || w->opts.align > (1u << 24)) {
+        rc = shs__err(SHS_EINVAL, "%s: align %u must be a power of two from 8 to 2^24", path,
+                      w->opts.align);
         goto fail;
     }
     /* Temporary: ".<name>.tmp.<hex>" beside the target, hidden, with the
@@ -162,8 +160,8 @@ int shs_writer_set_metadata_present(shs_writer *w)
     return SHS_OK;
 }
 
-int shs_writer_add_metadata_n(shs_writer *w, const char *key, size_t kl,
-                              const char *value, size_t vl)
+int shs_writer_add_metadata_n(shs_writer *w, const char *key, size_t kl, const char *value,
+                              size_t vl)
 {
     int rc = check_open(w, 0);
     if (rc < 0)
@@ -211,8 +209,8 @@ int shs_writer_add_metadata(shs_writer *w, const char *key, const char *value)
     return shs_writer_add_metadata_n(w, key, strlen(key), value, strlen(value));
 }
 
-int shs_writer_add_tensor(shs_writer *w, const char *name, shs_dtype dtype,
-                          size_t ndim, const uint64_t *shape)
+int shs_writer_add_tensor(shs_writer *w, const char *name, shs_dtype dtype, size_t ndim,
+                          const uint64_t *shape)
 {
     int rc = check_open(w, 0);
     if (rc < 0)
@@ -227,8 +225,8 @@ int shs_writer_add_tensor(shs_writer *w, const char *name, shs_dtype dtype,
     if ((unsigned)dtype >= SHS_DTYPE_COUNT)
         return shs__err(SHS_EINVAL, "%s: tensor '%s': invalid dtype %d", w->path, name, (int)dtype);
     if (ndim > SHS_MAX_DIMS || (ndim && !shape))
-        return shs__err(SHS_EINVAL, "%s: tensor '%s': bad shape (%zu dimensions)", w->path,
-                        name, ndim);
+        return shs__err(SHS_EINVAL, "%s: tensor '%s': bad shape (%zu dimensions)", w->path, name,
+                        ndim);
     uint64_t nbytes;
     if ((rc = shs_tensor_nbytes(&nbytes, dtype, ndim, shape)) < 0)
         return shs__err_prefix(rc, w->path);
@@ -342,11 +340,9 @@ static int build_header(shs__buf *b, shs_writer *w)
             (rc = shs__buf_addf(b, ":{\"dtype\":\"%s\",\"shape\":[", shs_dtype_name(t->dtype))) < 0)
             return rc;
         for (size_t d = 0; d < t->ndim; d++)
-            if ((rc = shs__buf_addf(b, d ? ",%llu" : "%llu",
-                                    (unsigned long long)t->shape[d])) < 0)
+            if ((rc = shs__buf_addf(b, d ? ",%llu" : "%llu", (unsigned long long)t->shape[d])) < 0)
                 return rc;
-        if ((rc = shs__buf_addf(b, "],\"data_offsets\":[%llu,%llu]}",
-                                (unsigned long long)t->offset,
+        if ((rc = shs__buf_addf(b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)t->offset,
                                 (unsigned long long)(t->offset + t->nbytes))) < 0)
             return rc;
     }
@@ -454,8 +450,8 @@ static int put(shs_writer *w, uint64_t pos, const void *data, size_t len)
     return SHS_OK;
 }
 
-int shs_writer_write_part(shs_writer *w, const char *name, uint64_t offset,
-                          const void *data, size_t len)
+int shs_writer_write_part(shs_writer *w, const char *name, uint64_t offset, const void *data,
+                          size_t len)
 {
     int rc = check_open(w, 1);
     if (rc < 0)
@@ -469,10 +465,10 @@ int shs_writer_write_part(shs_writer *w, const char *name, uint64_t offset,
         return shs__err(SHS_ENOTFOUND, "%s: tensor '%s' was not declared", w->path, name);
     wtensor *t = &w->t[i];
     if (offset != t->written)
-        return shs__err(SHS_EINVAL,
-                        "%s: tensor '%s': parts must be written in order (next byte is %llu, got %llu)",
-                        w->path, name, (unsigned long long)t->written,
-                        (unsigned long long)offset);
+        return shs__err(
+            SHS_EINVAL,
+            "%s: tensor '%s': parts must be written in order (next byte is %llu, got %llu)",
+            w->path, name, (unsigned long long)t->written, (unsigned long long)offset);
     if (len > t->nbytes - t->written)
         return shs__err(SHS_ERANGE, "%s: tensor '%s': %zu bytes at %llu exceed its %llu bytes",
                         w->path, name, len, (unsigned long long)offset,
@@ -504,8 +500,8 @@ int shs_writer_commit(shs_writer *w)
         return rc;
     for (size_t i = 0; i < w->n; i++)
         if (w->t[i].written != w->t[i].nbytes)
-            return shs__err(SHS_ESTATE, "%s: tensor '%s': %llu of %llu bytes written",
-                            w->path, w->t[i].name, (unsigned long long)w->t[i].written,
+            return shs__err(SHS_ESTATE, "%s: tensor '%s': %llu of %llu bytes written", w->path,
+                            w->t[i].name, (unsigned long long)w->t[i].written,
                             (unsigned long long)w->t[i].nbytes);
     if ((rc = flush_buf(w)) < 0)
         return fail(w, rc);
@@ -553,8 +549,7 @@ void shs_writer_free(shs_writer *w)
 }
 
 int shs_save_file(const char *path, const shs_tensor_view *tensors, size_t n_tensors,
-                  const char *const *metadata, size_t n_metadata,
-                  const shs_writer_opts *opts)
+                  const char *const *metadata, size_t n_metadata, const shs_writer_opts *opts)
 {
     shs_writer *w = NULL;
     int rc;
@@ -586,8 +581,7 @@ done:
     return rc;
 }
 
-int shs__writer_tensor_range(const shs_writer *w, const char *name, uint64_t *begin,
-                             uint64_t *end)
+int shs__writer_tensor_range(const shs_writer *w, const char *name, uint64_t *begin, uint64_t *end)
 {
     long i = shs__namemap_find(&w->names, name, strlen(name), wname_fn, w->t);
     if (i < 0 || !w->sealed)

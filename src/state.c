@@ -80,10 +80,11 @@ int shs_state_add_tensor(shs_state *s, const shs_tensor_spec *sp)
         uint64_t g = sp->global_shape ? sp->global_shape[d] : sp->shape[d];
         uint64_t o = sp->global_offset ? sp->global_offset[d] : 0;
         if (o > g || sp->shape[d] > g - o)
-            return shs__err(SHS_EINVAL,
-                            "tensor '%s': chunk [%llu, +%llu) outside global dimension %zu of size %llu",
-                            sp->name, (unsigned long long)o, (unsigned long long)sp->shape[d], d,
-                            (unsigned long long)g);
+            return shs__err(
+                SHS_EINVAL,
+                "tensor '%s': chunk [%llu, +%llu) outside global dimension %zu of size %llu",
+                sp->name, (unsigned long long)o, (unsigned long long)sp->shape[d], d,
+                (unsigned long long)g);
     }
     uint64_t nbytes, gbytes;
     if ((rc = shs_tensor_nbytes(&nbytes, sp->dtype, sp->ndim, sp->shape)) < 0 ||

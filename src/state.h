@@ -13,12 +13,12 @@ typedef struct shs__tensor {
     shs_kind kind;
     shs_dtype dtype;
     size_t ndim;
-    uint64_t *shape;     /* local chunk */
-    uint64_t *gshape;    /* global */
-    uint64_t *goff;      /* offset of the chunk in the global tensor */
+    uint64_t *shape;  /* local chunk */
+    uint64_t *gshape; /* global */
+    uint64_t *goff;   /* offset of the chunk in the global tensor */
     void *data;
-    uint64_t nbytes;     /* of the local chunk */
-    char *master_of;     /* NULL or a model tensor's name */
+    uint64_t nbytes; /* of the local chunk */
+    char *master_of; /* NULL or a model tensor's name */
 } shs__tensor;
 
 typedef struct shs__blob {

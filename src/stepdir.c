@@ -155,8 +155,8 @@ int shs__step_dir_probe(const char *dir, int *is_step)
            load whatever files a crash or a deletion left, silently */
         return shs__err(SHS_ECORRUPT,
                         "%s: a step directory (%s) without metadata.json: an incomplete or "
-                        "damaged checkpoint", dir,
-                        common ? "it holds common.json" : "by its name");
+                        "damaged checkpoint",
+                        dir, common ? "it holds common.json" : "by its name");
     }
     return SHS_OK;
 }
@@ -208,8 +208,7 @@ int shs_checkpoint_step_dir_name(char *buf, size_t cap, int64_t step, int torcht
 {
     if (!buf || step < 0)
         return -1;
-    return torchtitan ? shs__step_dir_alt_name(buf, cap, step)
-                      : shs__step_dir_name(buf, cap, step);
+    return torchtitan ? shs__step_dir_alt_name(buf, cap, step) : shs__step_dir_name(buf, cap, step);
 }
 
 int shs__is_safetensors_name(const char *name)
@@ -305,8 +304,10 @@ int shs__read_tracker(int64_t *step, const char *save_path)
     if (i == 0 || !(i == len || (i + 1 == len && buf[i] == '\n'))) {
         /* its length only: the tracker is anyone's to write, and its bytes
            may be what a symlink or a mistake put there */
-        rc = shs__err(SHS_ECORRUPT, "%s: not a decimal step (%zu bytes); the tracker must hold "
-                      "the step number", path, len);
+        rc = shs__err(SHS_ECORRUPT,
+                      "%s: not a decimal step (%zu bytes); the tracker must hold "
+                      "the step number",
+                      path, len);
         goto done;
     }
     *step = v;
@@ -363,8 +364,10 @@ int shs__remove_step(const char *save_path, int64_t step)
         goto done;
     }
     if (S_ISLNK(st.st_mode)) {
-        rc = shs__err(SHS_EINVAL, "%s is a symbolic link: not removed (what it points to is "
-                      "outside the save path)", dir);
+        rc = shs__err(SHS_EINVAL,
+                      "%s is a symbolic link: not removed (what it points to is "
+                      "outside the save path)",
+                      dir);
         goto done;
     }
     /* renamed away first: a crash mid-delete leaves only a .trash- entry,

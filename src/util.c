@@ -77,7 +77,9 @@ int shs__json_escape(shs__buf *b, const char *s, size_t len)
         char esc[6];
         size_t n = 0;
         if (c == '"' || c == '\\') {
-            esc[0] = '\\'; esc[1] = (char)c; n = 2;
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            n = 2;
         } else if (c < 0x20) {
             esc[0] = '\\';
             n = 2;
@@ -88,14 +90,17 @@ int shs__json_escape(shs__buf *b, const char *s, size_t len)
             case '\r': esc[1] = 'r'; break;
             case '\t': esc[1] = 't'; break;
             default:
-                esc[1] = 'u'; esc[2] = '0'; esc[3] = '0';
-                esc[4] = hex[c >> 4]; esc[5] = hex[c & 15]; n = 6;
+                esc[1] = 'u';
+                esc[2] = '0';
+                esc[3] = '0';
+                esc[4] = hex[c >> 4];
+                esc[5] = hex[c & 15];
+                n = 6;
             }
         } else {
             continue;
         }
-        if ((rc = shs__buf_add(b, s + run, i - run)) < 0 ||
-            (rc = shs__buf_add(b, esc, n)) < 0)
+        if ((rc = shs__buf_add(b, s + run, i - run)) < 0 || (rc = shs__buf_add(b, esc, n)) < 0)
             return rc;
         run = i + 1;
     }
@@ -124,10 +129,17 @@ size_t shs__utf8_check(const unsigned char *s, size_t len)
         }
         size_t n;
         uint32_t cp;
-        if (c >= 0xC2 && c <= 0xDF) { n = 2; cp = c & 0x1F; }
-        else if (c >= 0xE0 && c <= 0xEF) { n = 3; cp = c & 0x0F; }
-        else if (c >= 0xF0 && c <= 0xF4) { n = 4; cp = c & 0x07; }
-        else return i;
+        if (c >= 0xC2 && c <= 0xDF) {
+            n = 2;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            n = 3;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            n = 4;
+            cp = c & 0x07;
+        } else
+            return i;
         if (i + n > len)
             return i;
         for (size_t k = 1; k < n; k++) {
@@ -135,8 +147,8 @@ size_t shs__utf8_check(const unsigned char *s, size_t len)
                 return i;
             cp = (cp << 6) | (s[i + k] & 0x3F);
         }
-        if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
-            (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF)
+        if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || (cp >= 0xD800 && cp <= 0xDFFF) ||
+            cp > 0x10FFFF)
             return i;
         i += n;
     }

@@ -24,8 +24,10 @@ static int copy_out(char *out, size_t cap, const char *path)
 {
     size_t n = strlen(path);
     if (n >= cap)
-        return shs__err(SHS_ERANGE, "checkpoint path '%s' (%zu bytes) does not fit in a "
-                        "%zu-byte buffer", path, n, cap);
+        return shs__err(SHS_ERANGE,
+                        "checkpoint path '%s' (%zu bytes) does not fit in a "
+                        "%zu-byte buffer",
+                        path, n, cap);
     memcpy(out, path, n + 1);
     return SHS_OK;
 }
@@ -85,7 +87,8 @@ int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step
             if (pick < 0) {
                 rc = shs__err(SHS_ECORRUPT,
                               "%s/" SHS__TRACKER " names step %lld, but there is no complete "
-                              "directory of that step", path, (long long)tracked);
+                              "directory of that step",
+                              path, (long long)tracked);
                 goto done;
             }
         } else if (rc == SHS_ENOENT) {
@@ -103,8 +106,10 @@ int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step
         if ((rc = scan_names(path, &any_step, &any_st)) < 0)
             goto done;
         if (any_step)
-            rc = shs__err(SHS_ENOCHECKPOINT, "%s: no complete checkpoint (its step directories "
-                          "lack metadata.json or common.json)", path);
+            rc = shs__err(SHS_ENOCHECKPOINT,
+                          "%s: no complete checkpoint (its step directories "
+                          "lack metadata.json or common.json)",
+                          path);
         else if (any_st)
             rc = copy_out(out, cap, path);
         else
@@ -166,8 +171,10 @@ int shs_checkpoint_verify(const char *dir)
             const shs_tensor_info *ti = shs_file_tensor(f, idx);
             if (ti->dtype != m.t[j].dtype || ti->ndim != m.t[j].ndim ||
                 (ti->ndim && memcmp(ti->shape, c->shape, ti->ndim * sizeof(uint64_t)) != 0)) {
-                rc = shs__err(SHS_ECORRUPT, "%s/%s: tensor '%s' has another dtype or shape "
-                              "than metadata.json says", dir, m.f[c->file].name, c->key);
+                rc = shs__err(SHS_ECORRUPT,
+                              "%s/%s: tensor '%s' has another dtype or shape "
+                              "than metadata.json says",
+                              dir, m.f[c->file].name, c->key);
                 break;
             }
             mark_used(used, c->file, idx);
@@ -187,8 +194,10 @@ int shs_checkpoint_verify(const char *dir)
                 uint64_t at = (uint64_t)q * c->block, n = c->b1 - c->b0;
                 uint64_t len = n - at < c->block ? n - at : c->block;
                 if (shs__xxh3((const char *)p + at, (size_t)len) != c->blocks[q])
-                    rc = shs__err(SHS_ECHECKSUM, "%s: tensor '%s': block %zu does not match its "
-                                  "xxh3 checksum", dir, m.t[j].name, q);
+                    rc = shs__err(SHS_ECHECKSUM,
+                                  "%s: tensor '%s': block %zu does not match its "
+                                  "xxh3 checksum",
+                                  dir, m.t[j].name, q);
             }
         }
     }
@@ -211,17 +220,17 @@ int shs_checkpoint_verify(const char *dir)
             p = buf;
         }
         if (shs__xxh3(p, (size_t)(b->b1 - b->b0)) != b->hash)
-            rc = shs__err(SHS_ECHECKSUM, "%s: blob '%s' does not match its checksum", dir,
-                          b->name);
+            rc = shs__err(SHS_ECHECKSUM, "%s: blob '%s' does not match its checksum", dir, b->name);
     }
     /* bytes no checksum covers would pass unseen: every tensor of every
        file is a chunk or a blob of metadata.json */
     for (size_t i = 0; i < m.nf && rc == SHS_OK; i++)
         for (size_t k = 0; k < shs_file_tensor_count(L.fh[i]) && rc == SHS_OK; k++)
             if (!used[i][k])
-                rc = shs__err(SHS_ECORRUPT, "%s/%s: tensor '%s' is not described by "
-                              "metadata.json", dir, m.f[i].name,
-                              shs_file_tensor(L.fh[i], k)->name);
+                rc = shs__err(SHS_ECORRUPT,
+                              "%s/%s: tensor '%s' is not described by "
+                              "metadata.json",
+                              dir, m.f[i].name, shs_file_tensor(L.fh[i], k)->name);
     if (rc == SHS_OK)
         rc = shs__meta_check_common(&m, dir);
     if (rc == SHS_OK) {
@@ -240,12 +249,30 @@ done:
     return rc;
 }
 
-int64_t shs_checkpoint_step(const shs_checkpoint *c) { return c->m.step; }
-int shs_checkpoint_world_size(const shs_checkpoint *c) { return c->m.world_size; }
-int shs_checkpoint_is_plain(const shs_checkpoint *c) { return c->m.plain; }
-size_t shs_checkpoint_file_count(const shs_checkpoint *c) { return c->m.nf; }
-size_t shs_checkpoint_tensor_count(const shs_checkpoint *c) { return c->m.nt; }
-size_t shs_checkpoint_blob_count(const shs_checkpoint *c) { return c->m.nb; }
+int64_t shs_checkpoint_step(const shs_checkpoint *c)
+{
+    return c->m.step;
+}
+int shs_checkpoint_world_size(const shs_checkpoint *c)
+{
+    return c->m.world_size;
+}
+int shs_checkpoint_is_plain(const shs_checkpoint *c)
+{
+    return c->m.plain;
+}
+size_t shs_checkpoint_file_count(const shs_checkpoint *c)
+{
+    return c->m.nf;
+}
+size_t shs_checkpoint_tensor_count(const shs_checkpoint *c)
+{
+    return c->m.nt;
+}
+size_t shs_checkpoint_blob_count(const shs_checkpoint *c)
+{
+    return c->m.nb;
+}
 
 const char *shs_checkpoint_file_name(const shs_checkpoint *c, size_t i)
 {
@@ -274,27 +301,31 @@ int shs_checkpoint_find(size_t *out, const shs_checkpoint *c, const char *name)
 int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *c, size_t ti, size_t ci)
 {
     if (!out || out->version < 1 || out->version > SHS_CHUNK_INFO_VERSION)
-        return shs__err(SHS_EINVAL, "shs_checkpoint_chunk: initialise the shs_chunk_info with "
-                        "SHS_CHUNK_INFO_INIT (version %u unknown)", out ? out->version : 0);
+        return shs__err(SHS_EINVAL,
+                        "shs_checkpoint_chunk: initialise the shs_chunk_info with "
+                        "SHS_CHUNK_INFO_INIT (version %u unknown)",
+                        out ? out->version : 0);
     if (ti >= c->m.nt || ci >= c->m.t[ti].nc)
         return shs__err(SHS_ERANGE, "chunk %zu of tensor %zu out of range", ci, ti);
     const shs__mchunk *k = &c->m.t[ti].c[ci];
     /* version 1 holds every field below; a later version fills more */
-    *out = (shs_chunk_info){ out->version, k->off, k->shape, k->file, k->key, k->b0, k->b1,
-                             k->hash, k->has_hash };
+    *out = (shs_chunk_info){ out->version, k->off, k->shape, k->file,    k->key,
+                             k->b0,        k->b1,  k->hash,  k->has_hash };
     return SHS_OK;
 }
 
 int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *c, size_t i)
 {
     if (!out || out->version < 1 || out->version > SHS_BLOB_INFO_VERSION)
-        return shs__err(SHS_EINVAL, "shs_checkpoint_blob: initialise the shs_blob_info with "
-                        "SHS_BLOB_INFO_INIT (version %u unknown)", out ? out->version : 0);
+        return shs__err(SHS_EINVAL,
+                        "shs_checkpoint_blob: initialise the shs_blob_info with "
+                        "SHS_BLOB_INFO_INIT (version %u unknown)",
+                        out ? out->version : 0);
     if (i >= c->m.nb)
         return shs__err(SHS_ERANGE, "blob %zu out of range", i);
     const shs__mblob *b = &c->m.b[i];
-    *out = (shs_blob_info){ out->version, b->name, b->rank, b->file, b->key, b->b0, b->b1,
-                            b->hash, b->b1 - b->b0 };
+    *out = (shs_blob_info){ out->version, b->name, b->rank, b->file,      b->key,
+                            b->b0,        b->b1,   b->hash, b->b1 - b->b0 };
     return SHS_OK;
 }
 

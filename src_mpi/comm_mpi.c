@@ -71,8 +71,8 @@ static int m_gatherv(void *ctx, const void *send, const size_t *lens, void *recv
             }
             /* with no buffer (the root ran out of memory) still drain */
             char *tmp = dst ? NULL : malloc((size_t)n);
-            if (MPI_Recv(dst ? dst + at : tmp, n, MPI_BYTE, r, 7001, c->comm,
-                         MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            if (MPI_Recv(dst ? dst + at : tmp, n, MPI_BYTE, r, 7001, c->comm, MPI_STATUS_IGNORE) !=
+                MPI_SUCCESS)
                 rc = SHS_EIO;
             free(tmp);
         }

@@ -119,8 +119,9 @@ static void test_bitflip(void **state)
     /* the campaign left the checkpoint as it was */
     TU_OK(shs_checkpoint_verify(dir));
     print_message("bitflip: %lu flips tried, %lu detected (metadata.json %lu, common.json %lu, "
-                  "headers %lu, payload %lu%s)\n", cp.tried, cp.detected, part[0], part[1],
-                  part[2], part[3], full ? ", every payload bit" : ", payload sampled");
+                  "headers %lu, payload %lu%s)\n",
+                  cp.tried, cp.detected, part[0], part[1], part[2], part[3],
+                  full ? ", every payload bit" : ", payload sampled");
     if (cp.detected != cp.tried)
         fail_msg("%lu of %lu single-bit flips verified OK", cp.tried - cp.detected, cp.tried);
     free(sp);

@@ -89,8 +89,8 @@ static const tdef k_defs[] = {
     { "model.layers.0.w", SHS_KIND_MODEL, SHS_F32, 2, { 4, 5 } },
     { "model.layers.0.b", SHS_KIND_MODEL, SHS_BF16, 1, { 7 } },
     { "model.emb", SHS_KIND_MODEL, SHS_F16, 3, { 3, 2, 2 } },
-    { "model.scale", SHS_KIND_MODEL, SHS_F64, 0, { 0 } },          /* scalar */
-    { "model.empty", SHS_KIND_MODEL, SHS_F32, 1, { 0 } },          /* empty */
+    { "model.scale", SHS_KIND_MODEL, SHS_F64, 0, { 0 } }, /* scalar */
+    { "model.empty", SHS_KIND_MODEL, SHS_F32, 1, { 0 } }, /* empty */
     { "model.q", SHS_KIND_MODEL, SHS_I8, 1, { 9 } },
     { "model.ids", SHS_KIND_MODEL, SHS_U64, 1, { 2 } },
     { "model.mask", SHS_KIND_MODEL, SHS_BOOL, 2, { 1, 5 } },
@@ -288,8 +288,9 @@ static void test_layout(void **state)
     json_t *o = json_loads(common, JSON_REJECT_DUPLICATES, &je);
     assert_non_null(o);
     assert_int_equal(json_object_size(o), 7);
-    static const char *const keys[] = { "epoch_num", "step_num", "global_step", "loss_scale",
-                                        "global_batch_size", "consumed_samples", "ckpt_status" };
+    static const char *const keys[] = { "epoch_num",  "step_num",          "global_step",
+                                        "loss_scale", "global_batch_size", "consumed_samples",
+                                        "ckpt_status" };
     for (size_t i = 0; i < 7; i++)
         if (!json_object_get(o, keys[i]))
             fail_msg("common.json lacks '%s': %s", keys[i], common);
@@ -355,7 +356,7 @@ static void test_layout(void **state)
         fail_msg("verify: %s", shs_last_error());
     /* no temporary entries left behind */
     assert_int_equal(tu_count_leftovers(sp), 0);
-    assert_int_equal(tu_count_prefixed(dir, ".") , 2); /* "." and ".." only */
+    assert_int_equal(tu_count_prefixed(dir, "."), 2); /* "." and ".." only */
     bundle_free(&a);
     free(dir);
     free(sp);
@@ -503,8 +504,8 @@ typedef void (*meta_edit)(json_t *root);
    directory) is edited by `edit`; with `verify_first` it must verify before
    the edit.  Then load and verify must fail as corrupt, with messages naming
    `needle` and then `file`. */
-static void expect_bad_edit(const char *name, const char *file, int verify_first,
-                            meta_edit edit, const char *needle, const char *what)
+static void expect_bad_edit(const char *name, const char *file, int verify_first, meta_edit edit,
+                            const char *needle, const char *what)
 {
     char *dir = make_ckpt(name, 5, 1.0f, NULL);
     char *fp = strdup(tu_path(dir, file));
@@ -546,9 +547,8 @@ static void edit_version(json_t *r)
 }
 static json_t *w_chunk0(json_t *r)
 {
-    return json_array_get(json_object_get(json_object_get(json_object_get(r, "tensors"), "w"),
-                                          "chunks"),
-                          0);
+    return json_array_get(
+        json_object_get(json_object_get(json_object_get(r, "tensors"), "w"), "chunks"), 0);
 }
 static void edit_chunk_outside(json_t *r)
 {
@@ -683,8 +683,7 @@ static void edit_step(json_t *r)
 }
 static void edit_blob_name(json_t *r)
 {
-    json_object_set_new(json_array_get(json_object_get(r, "blobs"), 0), "name",
-                        json_string("rnf"));
+    json_object_set_new(json_array_get(json_object_get(r, "blobs"), 0), "name", json_string("rnf"));
 }
 static void edit_blob_dup(json_t *r)
 {
@@ -791,7 +790,8 @@ static json_t *reversed(json_t *v)
     size_t n = 0;
     const char *k;
     json_t *x;
-    json_object_foreach(v, k, x) {
+    json_object_foreach(v, k, x)
+    {
         assert_true(n < 64);
         keys[n++] = k;
     }
@@ -831,7 +831,8 @@ static void expect_meta_text(const char *dir, const char *text, const char *need
     if (rc != SHS_ECORRUPT || !strstr(shs_last_error(), needle) ||
         !strstr(shs_last_error(), "metadata.json"))
         fail_msg("%s: verify gave %d (%s), expected SHS_ECORRUPT naming metadata.json and "
-                 "'%s'", what, rc, shs_last_error(), needle);
+                 "'%s'",
+                 what, rc, shs_last_error(), needle);
 }
 
 /* `text` with `len` brackets of nesting in an unknown first member. */
@@ -854,9 +855,9 @@ static char *nested_member(const char *text, size_t len)
 
 static void edit_blob_negative_end(json_t *r)
 {
-    json_array_set_new(json_object_get(json_array_get(json_object_get(r, "blobs"), 0),
-                                       "byte_range"),
-                       1, json_integer(-1));
+    json_array_set_new(
+        json_object_get(json_array_get(json_object_get(r, "blobs"), 0), "byte_range"), 1,
+        json_integer(-1));
 }
 
 static void test_hostile_json_edges(void **state)
@@ -1101,12 +1102,30 @@ static void test_hostile_data_files(void **state)
 }
 
 typedef void (*common_edit)(json_t *o);
-static void ce_gs_string(json_t *o) { json_object_set_new(o, "global_step", json_string("100")); }
-static void ce_extra(json_t *o) { json_object_set_new(o, "foo_unknown", json_integer(1)); }
-static void ce_missing(json_t *o) { json_object_del(o, "global_step"); }
-static void ce_ls_inf(json_t *o) { json_object_set_new(o, "loss_scale", json_string("inf")); }
-static void ce_ls_nan(json_t *o) { json_object_set_new(o, "loss_scale", json_string("nan")); }
-static void ce_ls_neg(json_t *o) { json_object_set_new(o, "loss_scale", json_real(-2.0)); }
+static void ce_gs_string(json_t *o)
+{
+    json_object_set_new(o, "global_step", json_string("100"));
+}
+static void ce_extra(json_t *o)
+{
+    json_object_set_new(o, "foo_unknown", json_integer(1));
+}
+static void ce_missing(json_t *o)
+{
+    json_object_del(o, "global_step");
+}
+static void ce_ls_inf(json_t *o)
+{
+    json_object_set_new(o, "loss_scale", json_string("inf"));
+}
+static void ce_ls_nan(json_t *o)
+{
+    json_object_set_new(o, "loss_scale", json_string("nan"));
+}
+static void ce_ls_neg(json_t *o)
+{
+    json_object_set_new(o, "loss_scale", json_real(-2.0));
+}
 /* no consumed_samples, and global_step x global_batch_size overflows */
 static void ce_derive_overflow(json_t *o)
 {
@@ -1114,9 +1133,18 @@ static void ce_derive_overflow(json_t *o)
     json_object_set_new(o, "global_step", json_integer(INT64_MAX / 2));
     json_object_set_new(o, "global_batch_size", json_integer(3));
 }
-static void ce_negative(json_t *o) { json_object_set_new(o, "epoch_num", json_integer(-1)); }
-static void ce_ls_string(json_t *o) { json_object_set_new(o, "loss_scale", json_string("1.0")); }
-static void ce_ls_bad(json_t *o) { json_object_set_new(o, "loss_scale", json_string("abc")); }
+static void ce_negative(json_t *o)
+{
+    json_object_set_new(o, "epoch_num", json_integer(-1));
+}
+static void ce_ls_string(json_t *o)
+{
+    json_object_set_new(o, "loss_scale", json_string("1.0"));
+}
+static void ce_ls_bad(json_t *o)
+{
+    json_object_set_new(o, "loss_scale", json_string("abc"));
+}
 
 static void test_hostile_common(void **state)
 {
@@ -1125,14 +1153,10 @@ static void test_hostile_common(void **state)
         common_edit fn;
         const char *needle;
     } bad[] = {
-        { ce_gs_string, "global_step" },
-        { ce_extra, "foo_unknown" },
-        { ce_missing, "global_step" },
-        { ce_negative, "epoch_num" },
-        { ce_ls_bad, "loss_scale" },
-        { ce_ls_inf, "loss_scale" },
-        { ce_ls_nan, "loss_scale" },
-        { ce_ls_neg, "loss_scale" },
+        { ce_gs_string, "global_step" },     { ce_extra, "foo_unknown" },
+        { ce_missing, "global_step" },       { ce_negative, "epoch_num" },
+        { ce_ls_bad, "loss_scale" },         { ce_ls_inf, "loss_scale" },
+        { ce_ls_nan, "loss_scale" },         { ce_ls_neg, "loss_scale" },
         { ce_derive_overflow, "overflows" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -1358,12 +1382,12 @@ static void test_resolve(void **state)
         b[i] = -(float)i;
     shs_tensor_view v1 = { "w", SHS_F32, 2, tu_w_shape, w };
     shs_tensor_view v2 = { "b", SHS_F32, 1, tu_b_shape, b };
-    assert_int_equal(shs_save_file(tu_path(pd, "model-00001-of-00002.safetensors"), &v1, 1, NULL,
-                                   0, NULL),
-                     SHS_OK);
-    assert_int_equal(shs_save_file(tu_path(pd, "model-00002-of-00002.safetensors"), &v2, 1, NULL,
-                                   0, NULL),
-                     SHS_OK);
+    assert_int_equal(
+        shs_save_file(tu_path(pd, "model-00001-of-00002.safetensors"), &v1, 1, NULL, 0, NULL),
+        SHS_OK);
+    assert_int_equal(
+        shs_save_file(tu_path(pd, "model-00002-of-00002.safetensors"), &v2, 1, NULL, 0, NULL),
+        SHS_OK);
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, pd, -1), SHS_OK);
     assert_string_equal(out, pd);
     shs_state *ps;
@@ -1383,8 +1407,7 @@ static void test_resolve(void **state)
     assert_int_equal(p.global_step, 77);
     shs_state_free(ps);
     /* a name in two files of a plain directory */
-    assert_int_equal(shs_save_file(tu_path(pd, "model-extra.safetensors"), &v2, 1, NULL, 0,
-                                   NULL),
+    assert_int_equal(shs_save_file(tu_path(pd, "model-extra.safetensors"), &v2, 1, NULL, 0, NULL),
                      SHS_OK);
     assert_int_equal(shs_state_create(&ps), SHS_OK);
     tu_add_tensor(ps, "w", SHS_KIND_MODEL, SHS_F32, 2, tu_w_shape, gw, NULL);
@@ -1411,7 +1434,10 @@ static void test_resolve(void **state)
 static void test_block_checksums(void **state)
 {
     (void)state;
-    enum { ROWS = 2048, COLS = 2048 }; /* F32: 16 MiB = 4 blocks of 512 rows */
+    enum {
+        ROWS = 2048,
+        COLS = 2048
+    }; /* F32: 16 MiB = 4 blocks of 512 rows */
     char *sp = tu_subpath("blocks");
     float *whole = malloc((size_t)ROWS * COLS * sizeof *whole);
     assert_non_null(whole);
@@ -1561,8 +1587,8 @@ static int has_token(const char *msg, const char *name)
 {
     size_t n = strlen(name);
     for (const char *p = strstr(msg, name); p; p = strstr(p + 1, name)) {
-        int before = p == msg || !(p[-1] == '_' || p[-1] == '.' ||
-                                   (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= '0' && p[-1] <= '9'));
+        int before = p == msg || !(p[-1] == '_' || p[-1] == '.' || (p[-1] >= 'a' && p[-1] <= 'z') ||
+                                   (p[-1] >= '0' && p[-1] <= '9'));
         char a = p[n];
         int after = !(a == '_' || a == '.' || (a >= 'a' && a <= 'z') || (a >= '0' && a <= '9'));
         if (before && after)
@@ -1698,7 +1724,10 @@ static ssize_t f_pwrite(int fd, const void *b, size_t n, off_t o)
 {
     return count_fail("pwrite") ? -1 : shs__io_posix.pwrite(fd, b, n, o);
 }
-static int f_fsync(int fd) { return count_fail("fsync") ? -1 : shs__io_posix.fsync(fd); }
+static int f_fsync(int fd)
+{
+    return count_fail("fsync") ? -1 : shs__io_posix.fsync(fd);
+}
 static int f_rename(const char *a, const char *b)
 {
     if (count_fail("rename"))
@@ -1795,8 +1824,7 @@ static int fault_run(const char *name, long n, int err, int incremental, int res
         /* success only when no call failed, or when the failed call was a
            hard link (incremental falls back to writing the data) */
         if (calls >= n && strcmp(g_failed_op, "link") != 0)
-            fail_msg("%s: N=%ld: %s failed, but the save reported success", name, n,
-                     g_failed_op);
+            fail_msg("%s: N=%ld: %s failed, but the save reported success", name, n, g_failed_op);
     } else {
         int want = err == ENOSPC ? SHS_ENOSPC : SHS_EIO;
         if (rc != want)
@@ -1902,8 +1930,7 @@ static void test_leftovers_cleaned(void **state)
     assert_int_equal(mkdir(tu_path(sp, ".tmp-iteration_00000004-0123456789abcdef"), 0755), 0);
     write_text(tu_path(sp, ".tmp-iteration_00000004-0123456789abcdef/metadata.json"), "{}");
     assert_int_equal(mkdir(tu_path(sp, ".trash-iteration_00000002-0123456789abcdef"), 0755), 0);
-    assert_int_equal(mkdir(tu_path(sp, ".trash-iteration_00000002-0123456789abcdef/sub"), 0755),
-                     0);
+    assert_int_equal(mkdir(tu_path(sp, ".trash-iteration_00000002-0123456789abcdef/sub"), 0755), 0);
     write_text(tu_path(sp, ".trash-iteration_00000002-0123456789abcdef/sub/x"), "x");
     write_text(tu_path(sp, TU_TRACKER ".tmp.0123456789abcdef"), "4");
     /* not ours: stays */

@@ -60,8 +60,7 @@ static void *read_range(const char *dir, const char *name, uint64_t b0, uint64_t
 
 /* Every chunk of tensor `ti`: its byte range is where shs_file_find puts
    its key in the named file, and its xxh3 is that of those bytes. */
-static void check_chunks(const shs_checkpoint *ck, const char *dir, size_t ti,
-                         int want_hash)
+static void check_chunks(const shs_checkpoint *ck, const char *dir, size_t ti, int want_hash)
 {
     const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, ti);
     assert_non_null(t);
@@ -158,8 +157,7 @@ static void test_view_of_saved_step(void **state)
     assert_true(ci.offset[0] == 0 && ci.offset[1] == 0);
     assert_true(ci.shape[0] == 4 && ci.shape[1] == 3);
     assert_string_equal(ci.key, "w");
-    float *wd = read_range(dir, shs_checkpoint_file_name(ck, ci.file), ci.byte_begin,
-                           ci.byte_end);
+    float *wd = read_range(dir, shs_checkpoint_file_name(ck, ci.file), ci.byte_begin, ci.byte_end);
     assert_true(ci.byte_end - ci.byte_begin == sizeof(float) * 12);
     for (int i = 0; i < 12; i++)
         assert_true(wd[i] == 10.0f + (float)i);
@@ -194,8 +192,7 @@ static void test_view_of_saved_step(void **state)
         char want[64];
         blob_value(want, sizeof want, b.name, 7);
         assert_true(b.byte_end - b.byte_begin == strlen(want));
-        char *got = read_range(dir, shs_checkpoint_file_name(ck, b.file), b.byte_begin,
-                               b.byte_end);
+        char *got = read_range(dir, shs_checkpoint_file_name(ck, b.file), b.byte_begin, b.byte_end);
         assert_memory_equal(got, want, strlen(want));
         assert_true(XXH3_64bits(got, strlen(want)) == b.xxh3);
         free(got);
@@ -218,12 +215,12 @@ static void test_view_of_saved_step(void **state)
     assert_string_equal(p.ckpt_status, "");
     /* an extra key is refused */
     TU_OK(tu_write_file(tu_path(dir, "common.json"),
-                     "{\"epoch_num\":0,\"step_num\":0,\"global_step\":0,\"loss_scale\":1,"
-                     "\"global_batch_size\":1,\"consumed_samples\":0,\"ckpt_status\":null,"
-                     "\"x\":1}",
-                     strlen("{\"epoch_num\":0,\"step_num\":0,\"global_step\":0,\"loss_scale\":1,"
-                            "\"global_batch_size\":1,\"consumed_samples\":0,\"ckpt_status\":"
-                            "null,\"x\":1}")));
+                        "{\"epoch_num\":0,\"step_num\":0,\"global_step\":0,\"loss_scale\":1,"
+                        "\"global_batch_size\":1,\"consumed_samples\":0,\"ckpt_status\":null,"
+                        "\"x\":1}",
+                        strlen("{\"epoch_num\":0,\"step_num\":0,\"global_step\":0,\"loss_scale\":1,"
+                               "\"global_batch_size\":1,\"consumed_samples\":0,\"ckpt_status\":"
+                               "null,\"x\":1}")));
     assert_int_equal(shs_checkpoint_read_progress(&p, dir), SHS_ECORRUPT);
     unlink(tu_path(dir, "common.json"));
     assert_true(shs_checkpoint_read_progress(&p, dir) < 0);
@@ -384,8 +381,9 @@ static void test_list_and_tracker(void **state)
     TU_OK(tu_write_file(tu_path(sp, TU_TRACKER), "12\n", 3));
     TU_OK(shs_checkpoint_read_tracker(&t, sp));
     assert_int_equal(t, 12);
-    static const char *const bad[] = { "abc", "", "12\n\n", "-3", " 4", "4x",
-                                       "1234567890123456789012" };
+    static const char *const bad[] = {
+        "abc", "", "12\n\n", "-3", " 4", "4x", "1234567890123456789012"
+    };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         TU_OK(tu_write_file(tu_path(sp, TU_TRACKER), bad[i], strlen(bad[i])));
         t = 77;
@@ -534,10 +532,10 @@ static void test_hostile_metadata(void **state)
         assert_non_null(strstr(shs_last_error(), "metadata.json"));
     }
     /* the same shape of document, valid, opens */
-    static const char good[] =
-        "{" HDR "," FILES ",\"tensors\":{\"t\":{\"kind\":\"model\",\"dtype\":\"F32\","
-        "\"shape\":[2],\"chunks\":[" CHUNK("\"byte_range\":[8,16],\"xxh3\":\"00000000000000ff\"")
-        "]}}}";
+    static const char good[] = "{" HDR "," FILES
+                               ",\"tensors\":{\"t\":{\"kind\":\"model\",\"dtype\":\"F32\","
+                               "\"shape\":[2],\"chunks\":[" CHUNK(
+                                   "\"byte_range\":[8,16],\"xxh3\":\"00000000000000ff\"") "]}}}";
     TU_OK(tu_write_file(tu_path(dir, "metadata.json"), good, strlen(good)));
     shs_checkpoint *ck;
     TU_OK(shs_checkpoint_open(&ck, dir));
@@ -559,12 +557,9 @@ static void test_hostile_metadata(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_view_of_saved_step),
-        cmocka_unit_test(test_view_of_plain_dir),
-        cmocka_unit_test(test_open_empty_dir),
-        cmocka_unit_test(test_list_and_tracker),
-        cmocka_unit_test(test_remove_and_clean),
-        cmocka_unit_test(test_hostile_metadata),
+        cmocka_unit_test(test_view_of_saved_step), cmocka_unit_test(test_view_of_plain_dir),
+        cmocka_unit_test(test_open_empty_dir),     cmocka_unit_test(test_list_and_tracker),
+        cmocka_unit_test(test_remove_and_clean),   cmocka_unit_test(test_hostile_metadata),
     };
     return TU_RUN_GROUP(tests, tu_setup_root, tu_teardown_root);
 }

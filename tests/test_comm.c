@@ -11,7 +11,7 @@
 #include <string.h>
 
 typedef struct script {
-    char log[64];   /* one letter per collective: A allgather, G gatherv, B bcast */
+    char log[64]; /* one letter per collective: A allgather, G gatherv, B bcast */
     size_t n;
     int lose_status; /* allgather returns zeros for every rank, own slot too */
 } script;
@@ -24,10 +24,15 @@ static void note(script *s, char c)
     }
 }
 
-static int sc_barrier(void *ctx) { (void)ctx; return SHS_OK; }
+static int sc_barrier(void *ctx)
+{
+    (void)ctx;
+    return SHS_OK;
+}
 static int sc_bcast(void *ctx, void *b, size_t n, int root)
 {
-    (void)b; (void)n;
+    (void)b;
+    (void)n;
     assert_int_equal(root, 0); /* rank 0 sends: nothing comes in */
     note(ctx, 'B');
     return SHS_OK;
@@ -59,17 +64,25 @@ static int sc_gatherv(void *ctx, const void *send, const size_t *lens, void *rec
 }
 static int sc_send(void *ctx, const void *b, size_t n, int d, int t)
 {
-    (void)ctx; (void)b; (void)n; (void)d; (void)t;
+    (void)ctx;
+    (void)b;
+    (void)n;
+    (void)d;
+    (void)t;
     return SHS_EUNSUPPORTED;
 }
 static int sc_recv(void *ctx, void *b, size_t n, int s, int t)
 {
-    (void)ctx; (void)b; (void)n; (void)s; (void)t;
+    (void)ctx;
+    (void)b;
+    (void)n;
+    (void)s;
+    (void)t;
     return SHS_EUNSUPPORTED;
 }
 
 static const shs_comm_ops k_ops = { SHS_COMM_OPS_VERSION, sc_barrier, sc_bcast, sc_allgather,
-                                    sc_gatherv, sc_send, sc_recv, NULL };
+                                    sc_gatherv,           sc_send,    sc_recv,  NULL };
 
 static void test_allgather_bytes(void **state)
 {
@@ -122,7 +135,8 @@ static void test_allgather_bytes_nomem_agrees(void **state)
         if (g) {
             if (!strchr(g, 'A'))
                 fail_msg("allocation %ld failed: rank 0 left after the gather without "
-                         "agreeing (collectives %s)", n, s.log);
+                         "agreeing (collectives %s)",
+                         n, s.log);
             checked++;
         }
     }

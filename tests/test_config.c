@@ -53,8 +53,7 @@ static void assert_config_equal(const shs_config *a, const shs_config *b)
     assert_int_equal(a->async_save, b->async_save);
     assert_int_equal(a->remove_redundancy, b->remove_redundancy);
     assert_int_equal(a->save_global_layout_cache, b->save_global_layout_cache);
-    assert_int_equal(a->enable_first_step_checkpoint,
-                     b->enable_first_step_checkpoint);
+    assert_int_equal(a->enable_first_step_checkpoint, b->enable_first_step_checkpoint);
     assert_int_equal(a->last_save_model_only, b->last_save_model_only);
     assert_int_equal(a->incremental, b->incremental);
     assert_int_equal(a->fsync, b->fsync);
@@ -124,16 +123,35 @@ static void test_set_every_field(void **state)
     shs_config_init(&c);
     /* every flag, both ways, flipped from its default */
     static const char *flags[] = {
-        "enable_save", "no_save_optim", "async_save", "remove_redundancy",
-        "save_global_layout_cache", "enable_first_step_checkpoint",
-        "last_save_model_only", "incremental", "fsync", "load_only",
-        "no_load_optim", "initial_load_model_only", "load_balanced", "strict",
+        "enable_save",
+        "no_save_optim",
+        "async_save",
+        "remove_redundancy",
+        "save_global_layout_cache",
+        "enable_first_step_checkpoint",
+        "last_save_model_only",
+        "incremental",
+        "fsync",
+        "load_only",
+        "no_load_optim",
+        "initial_load_model_only",
+        "load_balanced",
+        "strict",
     };
     int *ptrs[] = {
-        &c.enable_save, &c.no_save_optim, &c.async_save, &c.remove_redundancy,
-        &c.save_global_layout_cache, &c.enable_first_step_checkpoint,
-        &c.last_save_model_only, &c.incremental, &c.fsync, &c.load_only,
-        &c.no_load_optim, &c.initial_load_model_only, &c.load_balanced,
+        &c.enable_save,
+        &c.no_save_optim,
+        &c.async_save,
+        &c.remove_redundancy,
+        &c.save_global_layout_cache,
+        &c.enable_first_step_checkpoint,
+        &c.last_save_model_only,
+        &c.incremental,
+        &c.fsync,
+        &c.load_only,
+        &c.no_load_optim,
+        &c.initial_load_model_only,
+        &c.load_balanced,
         &c.strict,
     };
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
@@ -143,10 +161,12 @@ static void test_set_every_field(void **state)
         set_ok(&c, flags[i], def ? "1" : "0");
         assert_int_equal(*ptrs[i], def);
     }
-    static const struct { const char *v; int want; } spell[] = {
-        { "true", 1 }, { "True", 1 }, { "TRUE", 1 }, { "yes", 1 }, { "Yes", 1 },
-        { "1", 1 }, { "false", 0 }, { "False", 0 }, { "FALSE", 0 },
-        { "no", 0 }, { "NO", 0 }, { "0", 0 },
+    static const struct {
+        const char *v;
+        int want;
+    } spell[] = {
+        { "true", 1 },  { "True", 1 },  { "TRUE", 1 },  { "yes", 1 }, { "Yes", 1 }, { "1", 1 },
+        { "false", 0 }, { "False", 0 }, { "FALSE", 0 }, { "no", 0 },  { "NO", 0 },  { "0", 0 },
     };
     for (size_t i = 0; i < sizeof spell / sizeof spell[0]; i++) {
         c.async_save = !spell[i].want;
@@ -182,8 +202,7 @@ static void test_set_every_field(void **state)
     set_ok(&c, "load_worker_number", "007");
     assert_int_equal(c.load_worker_number, 7);
     set_ok(&c, "exclude_from_loading", "optimizer,rng");
-    assert_int_equal(c.exclude_from_loading,
-                     SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_RNG);
+    assert_int_equal(c.exclude_from_loading, SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_RNG);
     shs_config_release(&c);
     /* owned strings reset to defaults, everything else kept */
     assert_string_equal(c.save_path, "");
@@ -195,8 +214,7 @@ static void test_set_every_field(void **state)
     shs_config_release(&c);
 }
 
-static void expect_reject(const char *key, const char *value,
-                          const char *needle)
+static void expect_reject(const char *key, const char *value, const char *needle)
 {
     shs_config c, before;
     shs_config_init(&c);
@@ -214,8 +232,7 @@ static void expect_reject(const char *key, const char *value,
 static void test_rejections(void **state)
 {
     (void)state;
-    expect_reject("save_max", "abc",
-                  "save_max: expected a non-negative integer, got 'abc'");
+    expect_reject("save_max", "abc", "save_max: expected a non-negative integer, got 'abc'");
     expect_reject("save_max", "-1", "save_max: expected a non-negative integer");
     expect_reject("save_max", "5x", "got '5x'");
     expect_reject("save_max", "", "save_max: expected a non-negative integer, got ''");
@@ -224,8 +241,7 @@ static void test_rejections(void **state)
     expect_reject("save_max", "-", "got '-'");
     expect_reject("save_max", "2147483648", "out of range");
     expect_reject("save_max", "99999999999999999999", "out of range");
-    expect_reject("save_interleaved_steps", "99999999999999999999",
-                  "save_interleaved_steps");
+    expect_reject("save_interleaved_steps", "99999999999999999999", "save_interleaved_steps");
     expect_reject("save_interleaved_steps", "9223372036854775808", "out of range");
     expect_reject("save_interleaved_steps", "0",
                   "save_interleaved_steps: expected a positive integer, got '0'");
@@ -287,13 +303,12 @@ static void test_aliases(void **state)
     /* errors name the key as written */
     expect_reject("interval", "0", "interval: expected a positive integer, got '0'");
     expect_reject("enable", "sometimes", "enable: expected a boolean");
-    expect_reject("async_mode", "Async", "async_mode: expected disabled, async or "
+    expect_reject("async_mode", "Async",
+                  "async_mode: expected disabled, async or "
                   "async_with_pinned_mem, got 'Async'");
     expect_reject("async_mode", "true", "async_mode");
-    expect_reject("export_dtype", "bfloat16",
-                  "export_dtype: 'bfloat16' is not yet supported");
-    expect_reject("initial_load_in_hf", "true",
-                  "initial_load_in_hf: 'true' is not yet supported");
+    expect_reject("export_dtype", "bfloat16", "export_dtype: 'bfloat16' is not yet supported");
+    expect_reject("initial_load_in_hf", "true", "initial_load_in_hf: 'true' is not yet supported");
     expect_reject("last_save_in_hf", "1", "last_save_in_hf: '1' is not yet supported");
     expect_reject("last_save_in_hf", "perhaps", "last_save_in_hf: expected a boolean");
 }
@@ -302,7 +317,8 @@ static void test_aliases(void **state)
 static void test_suggestions(void **state)
 {
     (void)state;
-    expect_reject("save_pth", "/x", "unknown checkpoint field 'save_pth' (did you mean 'save_path'?)");
+    expect_reject("save_pth", "/x",
+                  "unknown checkpoint field 'save_pth' (did you mean 'save_path'?)");
     expect_reject("savemax", "1", "did you mean 'save_max'?");
     expect_reject("keep_last_k", "1", "did you mean 'keep_latest_k'?");
     expect_reject("asyncmode", "async", "did you mean 'async_mode'?");
@@ -326,7 +342,10 @@ static void test_suggestions(void **state)
 static void test_exclude_forms(void **state)
 {
     (void)state;
-    static const struct { const char *text; unsigned want; } cases[] = {
+    static const struct {
+        const char *text;
+        unsigned want;
+    } cases[] = {
         { "", 0 },
         { "[]", 0 },
         { " [ ] ", 0 },
@@ -335,15 +354,12 @@ static void test_exclude_forms(void **state)
         { "optimizer, rng", SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_RNG },
         { "optimizer rng", SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_RNG },
         { "[optimizer, rng]", SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_RNG },
-        { "['optimizer', \"lr_scheduler\"]",
-          SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_LR_SCHEDULER },
-        { "dataloader,,train_state,", SHS_EXCLUDE_DATALOADER |
-                                          SHS_EXCLUDE_TRAIN_STATE },
+        { "['optimizer', \"lr_scheduler\"]", SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_LR_SCHEDULER },
+        { "dataloader,,train_state,", SHS_EXCLUDE_DATALOADER | SHS_EXCLUDE_TRAIN_STATE },
         { "rng,rng", SHS_EXCLUDE_RNG },
         { "optimizer,lr_scheduler,dataloader,train_state,rng",
-          SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_LR_SCHEDULER |
-              SHS_EXCLUDE_DATALOADER | SHS_EXCLUDE_TRAIN_STATE |
-              SHS_EXCLUDE_RNG },
+          SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_LR_SCHEDULER | SHS_EXCLUDE_DATALOADER |
+              SHS_EXCLUDE_TRAIN_STATE | SHS_EXCLUDE_RNG },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         shs_config c;
@@ -351,8 +367,8 @@ static void test_exclude_forms(void **state)
         c.exclude_from_loading = SHS_EXCLUDE_DATALOADER | 0x100;
         set_ok(&c, "exclude_from_loading", cases[i].text);
         if (c.exclude_from_loading != cases[i].want)
-            fail_msg("'%s': got %#x want %#x", cases[i].text,
-                     c.exclude_from_loading, cases[i].want);
+            fail_msg("'%s': got %#x want %#x", cases[i].text, c.exclude_from_loading,
+                     cases[i].want);
         shs_config_release(&c);
     }
 }
@@ -369,7 +385,7 @@ static void test_string_ownership(void **state)
     strcpy(buf, "/first");
     set_ok(&c, "save_path", buf);
     strcpy(buf, "XXXXXX");
-    assert_string_equal(c.save_path, "/first");     /* copied, not aliased */
+    assert_string_equal(c.save_path, "/first"); /* copied, not aliased */
     long live1 = tu_failalloc_live();
     for (int i = 0; i < 100; i++) {
         snprintf(buf, sizeof buf, "/path/%d", i);
@@ -407,24 +423,23 @@ static void test_string_ownership(void **state)
     tu_failalloc_uninstall();
 }
 
-static const char SEED_YAML[] =
-    "model:\n"
-    "  model_type: llama2\n"
-    "checkpoint:\n"
-    "  enable_save: True\n"
-    "  save_path: \"./output/ckpt\"\n"
-    "  save_interleaved_steps: 1000   # comment\n"
-    "  save_max: 5\n"
-    "  prefix: \"checkpoint\"\n"
-    "  no_save_optim: False\n"
-    "  async_save: False\n"
-    "  remove_redundancy: False\n"
-    "  save_global_layout_cache: True\n"
-    "  load_path: \"\"\n"
-    "  no_load_optim: False\n"
-    "  exclude_from_loading: [optimizer, rng]\n"
-    "train:\n"
-    "  epochs: 10\n";
+static const char SEED_YAML[] = "model:\n"
+                                "  model_type: llama2\n"
+                                "checkpoint:\n"
+                                "  enable_save: True\n"
+                                "  save_path: \"./output/ckpt\"\n"
+                                "  save_interleaved_steps: 1000   # comment\n"
+                                "  save_max: 5\n"
+                                "  prefix: \"checkpoint\"\n"
+                                "  no_save_optim: False\n"
+                                "  async_save: False\n"
+                                "  remove_redundancy: False\n"
+                                "  save_global_layout_cache: True\n"
+                                "  load_path: \"\"\n"
+                                "  no_load_optim: False\n"
+                                "  exclude_from_loading: [optimizer, rng]\n"
+                                "train:\n"
+                                "  epochs: 10\n";
 
 static void test_yaml_seed(void **state)
 {
@@ -453,8 +468,7 @@ static void test_yaml_seed(void **state)
     assert_int_equal(c.save_global_layout_cache, 1);
     assert_string_equal(c.load_path, "");
     assert_int_equal(c.no_load_optim, 0);
-    assert_int_equal(c.exclude_from_loading,
-                     SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_RNG);
+    assert_int_equal(c.exclude_from_loading, SHS_EXCLUDE_OPTIMIZER | SHS_EXCLUDE_RNG);
     /* untouched fields keep their values */
     assert_int_equal(c.load_step, -1);
     assert_int_equal(c.fsync, 1);
@@ -466,28 +480,26 @@ static void test_yaml_seed(void **state)
 static void test_yaml_forms(void **state)
 {
     (void)state;
-    const char *p = write_yaml(
-        "forms.yaml",
-        "# leading comment\n"
-        "train: {epochs: 3, lr: [1, 2]}\n"
-        "checkpoint:\n"
-        "  save_path: '/single/quoted'\n"
-        "  prefix: plain-prefix\n"
-        "  load_path:\n"
-        "  initial_load_path: ~\n"
-        "  save_max: \"7\"\n"
-        "  keep_latest_k: 2\n"
-        "  load_step: -1\n"
-        "  async_save: yes\n"
-        "  fsync: 0\n"
-        "  incremental: TRUE\n"
-        "  exclude_from_loading:\n"
-        "    - lr_scheduler\n"
-        "    - 'dataloader'\n"
-        "    - train_state\n"
-        "other:\n"
-        "  - &anchor {a: 1}\n"
-        "  - *anchor\n");
+    const char *p = write_yaml("forms.yaml", "# leading comment\n"
+                                             "train: {epochs: 3, lr: [1, 2]}\n"
+                                             "checkpoint:\n"
+                                             "  save_path: '/single/quoted'\n"
+                                             "  prefix: plain-prefix\n"
+                                             "  load_path:\n"
+                                             "  initial_load_path: ~\n"
+                                             "  save_max: \"7\"\n"
+                                             "  keep_latest_k: 2\n"
+                                             "  load_step: -1\n"
+                                             "  async_save: yes\n"
+                                             "  fsync: 0\n"
+                                             "  incremental: TRUE\n"
+                                             "  exclude_from_loading:\n"
+                                             "    - lr_scheduler\n"
+                                             "    - 'dataloader'\n"
+                                             "    - train_state\n"
+                                             "other:\n"
+                                             "  - &anchor {a: 1}\n"
+                                             "  - *anchor\n");
     shs_config c;
     shs_config_init(&c);
     c.load_path = "/before";
@@ -505,13 +517,11 @@ static void test_yaml_forms(void **state)
     assert_int_equal(c.fsync, 0);
     assert_int_equal(c.incremental, 1);
     assert_int_equal(c.exclude_from_loading,
-                     SHS_EXCLUDE_LR_SCHEDULER | SHS_EXCLUDE_DATALOADER |
-                         SHS_EXCLUDE_TRAIN_STATE);
+                     SHS_EXCLUDE_LR_SCHEDULER | SHS_EXCLUDE_DATALOADER | SHS_EXCLUDE_TRAIN_STATE);
     shs_config_release(&c);
 
     /* flow mapping for the section, empty flow list, quoted "null" */
-    p = write_yaml("flow.yaml",
-                   "checkpoint: {save_path: \"null\", exclude_from_loading: []}\n");
+    p = write_yaml("flow.yaml", "checkpoint: {save_path: \"null\", exclude_from_loading: []}\n");
     shs_config_init(&c);
     c.exclude_from_loading = SHS_EXCLUDE_RNG;
     assert_int_equal(shs_config_load_yaml(&c, p), SHS_OK);
@@ -523,17 +533,15 @@ static void test_yaml_forms(void **state)
 static void test_yaml_aliases(void **state)
 {
     (void)state;
-    const char *p = write_yaml(
-        "tt.yaml",
-        "checkpoint:\n"
-        "  enable: true\n"
-        "  folder: ./outputs/checkpoint\n"
-        "  interval: 500\n"
-        "  async_mode: async_with_pinned_mem\n"
-        "  keep_latest_k: 4\n"
-        "  export_dtype: float32\n"
-        "  initial_load_in_hf: false\n"
-        "  last_save_in_hf: false\n");
+    const char *p = write_yaml("tt.yaml", "checkpoint:\n"
+                                          "  enable: true\n"
+                                          "  folder: ./outputs/checkpoint\n"
+                                          "  interval: 500\n"
+                                          "  async_mode: async_with_pinned_mem\n"
+                                          "  keep_latest_k: 4\n"
+                                          "  export_dtype: float32\n"
+                                          "  initial_load_in_hf: false\n"
+                                          "  last_save_in_hf: false\n");
     shs_config c;
     shs_config_init(&c);
     c.enable_save = 0;
@@ -553,23 +561,21 @@ static void test_yaml_mindspore(void **state)
     (void)state;
     /* the MindSpore Transformers layout: top-level resume keys and a
        CheckpointMonitor among other callbacks, its `type` not first */
-    const char *p = write_yaml(
-        "ms.yaml",
-        "model:\n  model_type: llama2\n"
-        "resume_training: True\n"
-        "load_checkpoint: \"./output/checkpoint\"\n"
-        "callbacks:\n"
-        "  - type: MFLossMonitor\n"
-        "    per_print_times: 1\n"
-        "  - prefix: \"llama2_7b\"\n"
-        "    save_checkpoint_steps: 500\n"
-        "    keep_checkpoint_max: 3\n"
-        "    type: CheckpointMonitor\n"
-        "    async_checkpoint: False\n"
-        "    checkpoint_format: safetensors\n"
-        "  - type: ObsMonitor\n"
-        "    anything: {a: [1, 2]}\n"
-        "  - just a string\n");
+    const char *p = write_yaml("ms.yaml", "model:\n  model_type: llama2\n"
+                                          "resume_training: True\n"
+                                          "load_checkpoint: \"./output/checkpoint\"\n"
+                                          "callbacks:\n"
+                                          "  - type: MFLossMonitor\n"
+                                          "    per_print_times: 1\n"
+                                          "  - prefix: \"llama2_7b\"\n"
+                                          "    save_checkpoint_steps: 500\n"
+                                          "    keep_checkpoint_max: 3\n"
+                                          "    type: CheckpointMonitor\n"
+                                          "    async_checkpoint: False\n"
+                                          "    checkpoint_format: safetensors\n"
+                                          "  - type: ObsMonitor\n"
+                                          "    anything: {a: [1, 2]}\n"
+                                          "  - just a string\n");
     shs_config c;
     shs_config_init(&c);
     c.async_save = 1;
@@ -606,7 +612,7 @@ static void test_yaml_mindspore(void **state)
     }
     /* ... unless the checkpoint section says otherwise */
     p = write_yaml("ms3.yaml", "load_checkpoint: /pre\n"
-                   "checkpoint:\n  initial_load_model_only: false\n  save_path: /s\n");
+                               "checkpoint:\n  initial_load_model_only: false\n  save_path: /s\n");
     shs_config_init(&c);
     assert_int_equal(shs_config_load_yaml(&c, p), SHS_OK);
     assert_string_equal(c.initial_load_path, "/pre");
@@ -616,7 +622,7 @@ static void test_yaml_mindspore(void **state)
     /* resume_training alone: auto-resume is what the manager always does;
        an empty load_checkpoint is no path */
     p = write_yaml("ms4.yaml", "resume_training: true\nload_checkpoint: ''\n"
-                   "callbacks: []\n");
+                               "callbacks: []\n");
     shs_config init;
     shs_config_init(&init);
     shs_config_init(&c);
@@ -625,7 +631,8 @@ static void test_yaml_mindspore(void **state)
     shs_config_release(&c);
 
     /* the other CheckpointMonitor keys we read */
-    p = write_yaml("ms5.yaml", "callbacks:\n"
+    p = write_yaml("ms5.yaml",
+                   "callbacks:\n"
                    "  - {type: CheckpointMonitor, directory: /ms/out, remove_redundancy: true,"
                    " checkpoint_format: ~}\n");
     shs_config_init(&c);
@@ -644,7 +651,7 @@ static void test_yaml_no_section(void **state)
         "# only a comment\n",
         "- a\n- b\n",
         "just a scalar\n",
-        "checkpoint:\n",             /* null section: nothing to apply */
+        "checkpoint:\n", /* null section: nothing to apply */
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         const char *p = write_yaml("nosec.yaml", texts[i]);
@@ -664,8 +671,8 @@ static void test_yaml_no_section(void **state)
 
 /* Loading `text` fails with `status`, a message containing each needle,
    and a config exactly as before (same pointers, same owned list). */
-static void expect_yaml_error(const char *text, int status,
-                              const char *needle1, const char *needle2)
+static void expect_yaml_error(const char *text, int status, const char *needle1,
+                              const char *needle2)
 {
     const char *p = write_yaml("bad.yaml", text);
     shs_config c, before;
@@ -677,8 +684,7 @@ static void expect_yaml_error(const char *text, int status,
     before = c;
     int rc = shs_config_load_yaml(&c, p);
     if (rc != status)
-        fail_msg("expected %d, got %d (%s) for:\n%s", status, rc,
-                 shs_last_error(), text);
+        fail_msg("expected %d, got %d (%s) for:\n%s", status, rc, shs_last_error(), text);
     if (needle1)
         assert_error_contains(needle1);
     if (needle2)
@@ -720,73 +726,67 @@ static void test_yaml_errors(void **state)
                       "  prefix: new\n"
                       "  save_max: 4\n",
                       SHS_ECONFIG, "bad.yaml:4:", "duplicate checkpoint field 'save_max'");
-    expect_yaml_error("checkpoint:\n  save_max: 3\ncheckpoint:\n  save_max: 4\n",
-                      SHS_ECONFIG, "duplicate key 'checkpoint'", NULL);
+    expect_yaml_error("checkpoint:\n  save_max: 3\ncheckpoint:\n  save_max: 4\n", SHS_ECONFIG,
+                      "duplicate key 'checkpoint'", NULL);
     expect_yaml_error("checkpoint:\n"
                       "  save_path: /new\n"
                       "  async_save:\n"
                       "    enabled: true\n",
                       SHS_ECONFIG, "async_save", "nested mapping");
-    expect_yaml_error("checkpoint:\n  save_max: {a: 1}\n",
-                      SHS_ECONFIG, "save_max", "nested mapping");
-    expect_yaml_error("checkpoint:\n  save_max: [1, 2]\n",
-                      SHS_ECONFIG, "save_max", "list");
-    expect_yaml_error("checkpoint:\n  exclude_from_loading: [[optimizer]]\n",
-                      SHS_ECONFIG, "exclude_from_loading", NULL);
-    expect_yaml_error("checkpoint:\n  exclude_from_loading: [optimizer, weights]\n",
-                      SHS_ECONFIG, "bad.yaml:2:", "unknown item 'weights'");
+    expect_yaml_error("checkpoint:\n  save_max: {a: 1}\n", SHS_ECONFIG, "save_max",
+                      "nested mapping");
+    expect_yaml_error("checkpoint:\n  save_max: [1, 2]\n", SHS_ECONFIG, "save_max", "list");
+    expect_yaml_error("checkpoint:\n  exclude_from_loading: [[optimizer]]\n", SHS_ECONFIG,
+                      "exclude_from_loading", NULL);
+    expect_yaml_error("checkpoint:\n  exclude_from_loading: [optimizer, weights]\n", SHS_ECONFIG,
+                      "bad.yaml:2:", "unknown item 'weights'");
     /* aliases inside the section */
     expect_yaml_error("defaults: &d /base\n"
                       "checkpoint:\n"
                       "  save_path: *d\n",
                       SHS_ECONFIG, "aliases are not supported", "bad.yaml:3");
-    expect_yaml_error("base: &b {save_max: 1}\ncheckpoint: *b\n",
-                      SHS_ECONFIG, "aliases are not supported", NULL);
-    expect_yaml_error("x: &x rng\ncheckpoint:\n  exclude_from_loading: [*x]\n",
-                      SHS_ECONFIG, "aliases are not supported", NULL);
-    expect_yaml_error("x: &k save_max\ncheckpoint:\n  *k : 3\n",
-                      SHS_ECONFIG, "aliases are not supported", NULL);
+    expect_yaml_error("base: &b {save_max: 1}\ncheckpoint: *b\n", SHS_ECONFIG,
+                      "aliases are not supported", NULL);
+    expect_yaml_error("x: &x rng\ncheckpoint:\n  exclude_from_loading: [*x]\n", SHS_ECONFIG,
+                      "aliases are not supported", NULL);
+    expect_yaml_error("x: &k save_max\ncheckpoint:\n  *k : 3\n", SHS_ECONFIG,
+                      "aliases are not supported", NULL);
     /* checkpoint of the wrong shape */
-    expect_yaml_error("checkpoint:\n  - save_max: 3\n",
-                      SHS_ECONFIG, "'checkpoint' must be a mapping", NULL);
-    expect_yaml_error("checkpoint: yes\n",
-                      SHS_ECONFIG, "'checkpoint' must be a mapping", NULL);
+    expect_yaml_error("checkpoint:\n  - save_max: 3\n", SHS_ECONFIG,
+                      "'checkpoint' must be a mapping", NULL);
+    expect_yaml_error("checkpoint: yes\n", SHS_ECONFIG, "'checkpoint' must be a mapping", NULL);
     /* bad values, with file:line and the field */
-    expect_yaml_error("checkpoint:\n  save_path: /new\n  save_max: abc\n",
-                      SHS_ECONFIG, "bad.yaml:3: save_max: expected a non-negative "
-                      "integer, got 'abc'", NULL);
-    expect_yaml_error("checkpoint:\n  save_max:\n",
-                      SHS_ECONFIG, "bad.yaml:2", "save_max");
-    expect_yaml_error("checkpoint:\n  async_save: ~\n",
-                      SHS_ECONFIG, "async_save", NULL);
-    expect_yaml_error("checkpoint:\n  async_save: maybe\n",
-                      SHS_ECONFIG, "async_save: expected a boolean", "'maybe'");
-    expect_yaml_error("checkpoint:\n  save_path: \"a\\0b\"\n",
-                      SHS_ECONFIG, "NUL", NULL);
-    expect_yaml_error("checkpoint:\n  save_max: 1\n---\ncheckpoint:\n  save_max: 2\n",
-                      SHS_ECONFIG, "more than one YAML document", NULL);
+    expect_yaml_error("checkpoint:\n  save_path: /new\n  save_max: abc\n", SHS_ECONFIG,
+                      "bad.yaml:3: save_max: expected a non-negative "
+                      "integer, got 'abc'",
+                      NULL);
+    expect_yaml_error("checkpoint:\n  save_max:\n", SHS_ECONFIG, "bad.yaml:2", "save_max");
+    expect_yaml_error("checkpoint:\n  async_save: ~\n", SHS_ECONFIG, "async_save", NULL);
+    expect_yaml_error("checkpoint:\n  async_save: maybe\n", SHS_ECONFIG,
+                      "async_save: expected a boolean", "'maybe'");
+    expect_yaml_error("checkpoint:\n  save_path: \"a\\0b\"\n", SHS_ECONFIG, "NUL", NULL);
+    expect_yaml_error("checkpoint:\n  save_max: 1\n---\ncheckpoint:\n  save_max: 2\n", SHS_ECONFIG,
+                      "more than one YAML document", NULL);
 
     /* suggestions in the YAML loader too */
-    expect_yaml_error("checkpoint:\n  save_path: /x\n  keep_latest: 2\n",
-                      SHS_ECONFIG, "bad.yaml:3: unknown checkpoint field 'keep_latest'",
+    expect_yaml_error("checkpoint:\n  save_path: /x\n  keep_latest: 2\n", SHS_ECONFIG,
+                      "bad.yaml:3: unknown checkpoint field 'keep_latest'",
                       "did you mean 'keep_latest_k'?");
-    expect_yaml_error("checkpoint:\n  save_checkpoint_steps: 5\n",
-                      SHS_ECONFIG, "bad.yaml:2:", "did you mean 'save_interleaved_steps'?");
+    expect_yaml_error("checkpoint:\n  save_checkpoint_steps: 5\n", SHS_ECONFIG,
+                      "bad.yaml:2:", "did you mean 'save_interleaved_steps'?");
     /* aliases: one field set twice under two names */
-    expect_yaml_error("checkpoint:\n  save_path: /a\n  folder: /b\n",
-                      SHS_ECONFIG, "bad.yaml:3: duplicate checkpoint field 'folder'",
+    expect_yaml_error("checkpoint:\n  save_path: /a\n  folder: /b\n", SHS_ECONFIG,
+                      "bad.yaml:3: duplicate checkpoint field 'folder'",
                       "it sets save_path, already set on line 2");
-    expect_yaml_error("checkpoint:\n  async_mode: async\n  async_save: false\n",
-                      SHS_ECONFIG, "bad.yaml:3: duplicate checkpoint field 'async_save'",
-                      "line 2");
+    expect_yaml_error("checkpoint:\n  async_mode: async\n  async_save: false\n", SHS_ECONFIG,
+                      "bad.yaml:3: duplicate checkpoint field 'async_save'", "line 2");
     expect_yaml_error("checkpoint:\n  interval: 0\n", SHS_ECONFIG,
                       "bad.yaml:2: interval: expected a positive integer", NULL);
     expect_yaml_error("checkpoint:\n  async_mode: pinned\n", SHS_ECONFIG,
                       "bad.yaml:2: async_mode: expected disabled", NULL);
     /* reserved torchtitan options at a non-default value */
-    expect_yaml_error("checkpoint:\n  save_path: /a\n  last_save_in_hf: true\n",
-                      SHS_ECONFIG, "bad.yaml:3: last_save_in_hf: 'true' is not yet supported",
-                      NULL);
+    expect_yaml_error("checkpoint:\n  save_path: /a\n  last_save_in_hf: true\n", SHS_ECONFIG,
+                      "bad.yaml:3: last_save_in_hf: 'true' is not yet supported", NULL);
     expect_yaml_error("checkpoint:\n  initial_load_in_hf: yes\n", SHS_ECONFIG,
                       "initial_load_in_hf: 'yes' is not yet supported", NULL);
     expect_yaml_error("checkpoint:\n  export_dtype: bfloat16\n", SHS_ECONFIG,
@@ -796,8 +796,7 @@ static void test_yaml_errors(void **state)
 
     /* MindSpore forms */
     expect_yaml_error("resume_training: llama_7b_rank_0-100_1.ckpt\n", SHS_ECONFIG,
-                      "bad.yaml:1: resume_training: 'llama_7b_rank_0-100_1.ckpt'",
-                      "not supported");
+                      "bad.yaml:1: resume_training: 'llama_7b_rank_0-100_1.ckpt'", "not supported");
     expect_yaml_error("resume_training: [a]\n", SHS_ECONFIG,
                       "resume_training: expected a single value", NULL);
     expect_yaml_error("load_checkpoint: {a: 1}\n", SHS_ECONFIG,
@@ -809,46 +808,54 @@ static void test_yaml_errors(void **state)
                       "bad.yaml:2: duplicate key 'load_checkpoint'", NULL);
     expect_yaml_error("resume_training: true\nresume_training: true\n", SHS_ECONFIG,
                       "duplicate key 'resume_training'", NULL);
-    expect_yaml_error("callbacks: []\ncallbacks: []\n", SHS_ECONFIG,
-                      "duplicate key 'callbacks'", NULL);
+    expect_yaml_error("callbacks: []\ncallbacks: []\n", SHS_ECONFIG, "duplicate key 'callbacks'",
+                      NULL);
     /* load_checkpoint and the section's load_path both set it */
     expect_yaml_error("resume_training: true\nload_checkpoint: /a\n"
-                      "checkpoint:\n  load_path: /b\n", SHS_ECONFIG,
+                      "checkpoint:\n  load_path: /b\n",
+                      SHS_ECONFIG,
                       "bad.yaml:2: duplicate checkpoint field 'load_checkpoint' (it sets "
-                      "load_path, already set on line 4)", NULL);
-    expect_yaml_error("load_checkpoint: /a\ncheckpoint:\n  initial_load_path: /b\n",
-                      SHS_ECONFIG, "it sets initial_load_path", NULL);
+                      "load_path, already set on line 4)",
+                      NULL);
+    expect_yaml_error("load_checkpoint: /a\ncheckpoint:\n  initial_load_path: /b\n", SHS_ECONFIG,
+                      "it sets initial_load_path", NULL);
     /* CheckpointMonitor: read, or refused */
     expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    save_checkpoint_steps: 0\n",
-                      SHS_ECONFIG, "bad.yaml:3: save_checkpoint_steps: expected a positive "
-                      "integer, got '0'", NULL);
-    expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    keep_checkpoint_max: x\n",
-                      SHS_ECONFIG, "keep_checkpoint_max: expected a non-negative integer",
+                      SHS_ECONFIG,
+                      "bad.yaml:3: save_checkpoint_steps: expected a positive "
+                      "integer, got '0'",
                       NULL);
+    expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    keep_checkpoint_max: x\n",
+                      SHS_ECONFIG, "keep_checkpoint_max: expected a non-negative integer", NULL);
     expect_yaml_error("callbacks:\n  - integrated_save: False\n    type: CheckpointMonitor\n",
-                      SHS_ECONFIG, "bad.yaml:2: CheckpointMonitor: 'integrated_save' is not "
-                      "supported", NULL);
+                      SHS_ECONFIG,
+                      "bad.yaml:2: CheckpointMonitor: 'integrated_save' is not "
+                      "supported",
+                      NULL);
     expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    checkpoint_format: ckpt\n",
                       SHS_ECONFIG, "checkpoint_format 'ckpt' is not supported", NULL);
     expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    save_checkpoint_steps: [1]\n",
                       SHS_ECONFIG, "save_checkpoint_steps: expected a single value", NULL);
     expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    type: CheckpointMonitor\n",
                       SHS_ECONFIG, "duplicate key 'type'", NULL);
-    expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    ? [a]\n    : 1\n",
-                      SHS_ECONFIG, "keys must be plain names", NULL);
-    expect_yaml_error("t: &t CheckpointMonitor\ncallbacks:\n  - type: *t\n",
-                      SHS_ECONFIG, "aliases are not supported", NULL);
-    expect_yaml_error("c: &c {type: CheckpointMonitor}\ncallbacks:\n  - *c\n",
-                      SHS_ECONFIG, "callbacks: aliases are not supported", NULL);
-    expect_yaml_error("c: &c []\ncallbacks: *c\n",
-                      SHS_ECONFIG, "callbacks: aliases are not supported", NULL);
+    expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    ? [a]\n    : 1\n", SHS_ECONFIG,
+                      "keys must be plain names", NULL);
+    expect_yaml_error("t: &t CheckpointMonitor\ncallbacks:\n  - type: *t\n", SHS_ECONFIG,
+                      "aliases are not supported", NULL);
+    expect_yaml_error("c: &c {type: CheckpointMonitor}\ncallbacks:\n  - *c\n", SHS_ECONFIG,
+                      "callbacks: aliases are not supported", NULL);
+    expect_yaml_error("c: &c []\ncallbacks: *c\n", SHS_ECONFIG,
+                      "callbacks: aliases are not supported", NULL);
     expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    save_checkpoint_steps: 5\n"
-                      "checkpoint:\n  save_interleaved_steps: 6\n", SHS_ECONFIG,
+                      "checkpoint:\n  save_interleaved_steps: 6\n",
+                      SHS_ECONFIG,
                       "bad.yaml:5: duplicate checkpoint field 'save_interleaved_steps' "
-                      "(already set on line 3)", NULL);
+                      "(already set on line 3)",
+                      NULL);
     expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    keep_checkpoint_max: 5\n"
-                      "  - type: CheckpointMonitor\n    keep_checkpoint_max: 6\n", SHS_ECONFIG,
-                      "bad.yaml:5: duplicate checkpoint field 'keep_checkpoint_max'", NULL);
+                      "  - type: CheckpointMonitor\n    keep_checkpoint_max: 6\n",
+                      SHS_ECONFIG, "bad.yaml:5: duplicate checkpoint field 'keep_checkpoint_max'",
+                      NULL);
 }
 
 static void test_yaml_missing_and_large(void **state)
@@ -906,8 +913,7 @@ static void test_yaml_ownership(void **state)
     (void)state;
     tu_failalloc_install();
     long live0 = tu_failalloc_live();
-    const char *p = write_yaml("own.yaml",
-                               "checkpoint:\n  save_path: /from/file\n");
+    const char *p = write_yaml("own.yaml", "checkpoint:\n  save_path: /from/file\n");
     shs_config c;
     shs_config_init(&c);
     set_ok(&c, "save_path", "/old/save");
@@ -955,8 +961,7 @@ static void yaml_oom_sweep(const char *text, long min_allocs)
             assert_config_equal(&c, &ref);
         } else {
             if (rc != SHS_ENOMEM)
-                fail_msg("n=%ld: expected SHS_ENOMEM, got %d (%s)", n, rc,
-                         shs_last_error());
+                fail_msg("n=%ld: expected SHS_ENOMEM, got %d (%s)", n, rc, shs_last_error());
             assert_config_equal(&c, &before);
             assert_ptr_equal(c.owned_, before.owned_);
             assert_int_equal(tu_failalloc_live(), live_before);
@@ -976,7 +981,8 @@ static void test_yaml_oom(void **state)
     yaml_oom_sweep(SEED_YAML, 3); /* file buffer, three strings, the exclude list */
     /* the MindSpore forms: load_checkpoint is copied, then set */
     yaml_oom_sweep("load_checkpoint: /pre\nresume_training: true\ncallbacks:\n"
-                   "  - {type: CheckpointMonitor, prefix: p, save_checkpoint_steps: 3}\n", 3);
+                   "  - {type: CheckpointMonitor, prefix: p, save_checkpoint_steps: 3}\n",
+                   3);
 }
 
 int main(void)
@@ -995,8 +1001,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_yaml_mindspore, setup, teardown),
         cmocka_unit_test_setup_teardown(test_yaml_no_section, setup, teardown),
         cmocka_unit_test_setup_teardown(test_yaml_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_yaml_missing_and_large, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_yaml_missing_and_large, setup, teardown),
         cmocka_unit_test_setup_teardown(test_yaml_ownership, setup, teardown),
         cmocka_unit_test_setup_teardown(test_yaml_oom, setup, teardown),
     };

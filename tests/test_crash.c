@@ -267,7 +267,13 @@ static void child_report(int recfd, int errfd, int64_t step, int64_t gen)
 }
 
 /* Aimed kills: the child dies right after the k-th io call of one kind. */
-enum { AIM_NONE, AIM_WRITE, AIM_REPLACE, AIM_TRACKER, AIM_N };
+enum {
+    AIM_NONE,
+    AIM_WRITE,
+    AIM_REPLACE,
+    AIM_TRACKER,
+    AIM_N
+};
 static int g_aim;
 static long g_aim_left;
 
@@ -306,8 +312,8 @@ static int aim_rename(const char *from, const char *to)
 
 static shs__io_ops g_aim_ops;
 
-static void child_main(const char *save_path, int recfd, int errfd, int64_t start,
-                       int async, int incremental, uint64_t seed, int aim, long aim_k)
+static void child_main(const char *save_path, int recfd, int errfd, int64_t start, int async,
+                       int incremental, uint64_t seed, int aim, long aim_k)
 {
     if (aim != AIM_NONE) {
         g_aim = aim;
@@ -342,8 +348,7 @@ static void child_main(const char *save_path, int recfd, int errfd, int64_t star
                 child_fail(errfd, "shs_manager_step", rc);
             if (!saved)
                 child_fail(errfd, "shs_manager_step did not save with interval 1", SHS_EINVAL);
-        } else if ((rc = shs_manager_save(m, &p, defer ? SHS_SAVE_DEFER_SNAPSHOT : 0)) !=
-                   SHS_OK) {
+        } else if ((rc = shs_manager_save(m, &p, defer ? SHS_SAVE_DEFER_SNAPSHOT : 0)) != SHS_OK) {
             child_fail(errfd, "shs_manager_save", rc);
         }
         if (!async) {
@@ -383,15 +388,16 @@ typedef struct run {
     long iter;
     const char *save_path;
     /* statistics */
-    long n_none, n_saves, n_resaves_seen, n_ahead, n_tmp_left, n_trash_left,
-        n_trk_tmp_left, n_exchange_dirs, n_nothing_left;
+    long n_none, n_saves, n_resaves_seen, n_ahead, n_tmp_left, n_trash_left, n_trk_tmp_left,
+        n_exchange_dirs, n_nothing_left;
 } run;
 
 static void dump_dir(const char *path)
 {
     char cmd[4400];
     fflush(stdout);
-    snprintf(cmd, sizeof cmd, "ls -la '%s' 1>&2; for d in '%s'/*/ '%s'/.[a-z]*/; do "
+    snprintf(cmd, sizeof cmd,
+             "ls -la '%s' 1>&2; for d in '%s'/*/ '%s'/.[a-z]*/; do "
              "[ -d \"$d\" ] && { echo \"$d:\"; ls -la \"$d\"; }; done 1>&2; "
              "echo 'tracker:' 1>&2; cat '%s/" TU_TRACKER "' 1>&2; echo 1>&2",
              path, path, path, path);
@@ -400,15 +406,15 @@ static void dump_dir(const char *path)
     }
 }
 
-#define FAILF(R, ...)                                                                          \
-    do {                                                                                       \
-        fprintf(stderr, "CRASH TEST FAILURE (seed %" PRIu64 ", iteration %ld): ", (R)->seed,  \
-                (R)->iter);                                                                    \
-        fprintf(stderr, __VA_ARGS__);                                                          \
-        fprintf(stderr, "\nlast error: %s\nsave path (kept): %s\n", shs_last_error(),          \
-                (R)->save_path);                                                               \
-        dump_dir((R)->save_path);                                                              \
-        fail();                                                                                \
+#define FAILF(R, ...)                                                                              \
+    do {                                                                                           \
+        fprintf(stderr, "CRASH TEST FAILURE (seed %" PRIu64 ", iteration %ld): ", (R)->seed,       \
+                (R)->iter);                                                                        \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fprintf(stderr, "\nlast error: %s\nsave path (kept): %s\n", shs_last_error(),              \
+                (R)->save_path);                                                                   \
+        dump_dir((R)->save_path);                                                                  \
+        fail();                                                                                    \
     } while (0)
 
 static int64_t step_of_dirname(const char *name)
@@ -436,8 +442,7 @@ static void count_leftovers(run *r, long *tmp, long *trash, long *trk)
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, ".tmp-", 5) == 0)
             (*tmp)++;
-        else if (strncmp(e->d_name, ".trash-", 7) == 0 ||
-                 strncmp(e->d_name, ".replaced-", 10) == 0)
+        else if (strncmp(e->d_name, ".trash-", 7) == 0 || strncmp(e->d_name, ".replaced-", 10) == 0)
             (*trash)++;
         else if (strncmp(e->d_name, TU_TRACKER ".", sizeof TU_TRACKER) == 0)
             (*trk)++;
@@ -631,10 +636,11 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
     }
     if (!res.loaded || strcmp(res.path, dir) != 0 || res.step != dstep || !res.optimizer_loaded ||
         !res.progress_loaded || !res.rank_state_restored || res.batch_size_changed)
-        FAILF(r, "load result: loaded=%d path=%s (resolved %s) step=%lld optimizer=%d "
-              "progress=%d rank_state=%d batch_size_changed=%d", res.loaded, res.path, dir,
-              (long long)res.step, res.optimizer_loaded, res.progress_loaded,
-              res.rank_state_restored, res.batch_size_changed);
+        FAILF(r,
+              "load result: loaded=%d path=%s (resolved %s) step=%lld optimizer=%d "
+              "progress=%d rank_state=%d batch_size_changed=%d",
+              res.loaded, res.path, dir, (long long)res.step, res.optimizer_loaded,
+              res.progress_loaded, res.rank_state_restored, res.batch_size_changed);
 
     /* 5. everything is the function of one (step, gen) */
     const void *data;
@@ -650,12 +656,13 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
     make_progress(&want, dstep, gen);
     if (p.epoch_num != want.epoch_num || p.step_num != want.step_num ||
         p.loss_scale != want.loss_scale || p.global_batch_size != want.global_batch_size ||
-        p.consumed_samples != want.consumed_samples ||
-        strcmp(p.ckpt_status, want.ckpt_status) != 0)
-        FAILF(r, "progress of step %lld gen %lld: epoch %lld step_num %lld loss_scale %g "
-              "gbs %lld consumed %lld status '%s'", (long long)dstep, (long long)gen,
-              (long long)p.epoch_num, (long long)p.step_num, p.loss_scale,
-              (long long)p.global_batch_size, (long long)p.consumed_samples, p.ckpt_status);
+        p.consumed_samples != want.consumed_samples || strcmp(p.ckpt_status, want.ckpt_status) != 0)
+        FAILF(r,
+              "progress of step %lld gen %lld: epoch %lld step_num %lld loss_scale %g "
+              "gbs %lld consumed %lld status '%s'",
+              (long long)dstep, (long long)gen, (long long)p.epoch_num, (long long)p.step_num,
+              p.loss_scale, (long long)p.global_batch_size, (long long)p.consumed_samples,
+              p.ckpt_status);
     for (size_t i = 0; i < NT; i++) {
         void *w = malloc(tensor_bytes(i) + 8);
         assert_non_null(w);
@@ -679,8 +686,7 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
     int n = blob_sched(textw, sizeof textw, dstep, gen);
     rc = shs_state_get_blob(ts.st, "lr_scheduler", &data, &len);
     if (rc != SHS_OK || len != (size_t)n || memcmp(data, textw, len) != 0)
-        FAILF(r, "lr_scheduler blob of step %lld gen %lld wrong", (long long)dstep,
-              (long long)gen);
+        FAILF(r, "lr_scheduler blob of step %lld gen %lld wrong", (long long)dstep, (long long)gen);
 
     /* 6. nothing committed was lost */
     if (have_reported &&
@@ -689,9 +695,10 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
               (long long)dstep, (long long)gen, (long long)reported->step,
               (long long)reported->gen);
     if (dstep < *loaded_step || (dstep == *loaded_step && gen < *loaded_gen))
-        FAILF(r, "loaded step %lld gen %lld, older than the previous iteration's step %lld gen "
-              "%lld", (long long)dstep, (long long)gen, (long long)*loaded_step,
-              (long long)*loaded_gen);
+        FAILF(r,
+              "loaded step %lld gen %lld, older than the previous iteration's step %lld gen "
+              "%lld",
+              (long long)dstep, (long long)gen, (long long)*loaded_step, (long long)*loaded_gen);
     if (have_reported && (dstep > reported->step || gen > reported->gen))
         r->n_ahead++; /* committed, killed before it was reported */
     if (gen > 0)
@@ -800,9 +807,9 @@ static void test_kill9_during_saves(void **unused)
         if (aim != AIM_NONE)
             delay = 40 * scale_us; /* a fallback: the child kills itself first */
         else if (u < 0.15)
-            delay = 5 + (long)(rnd01() * 500);                  /* 5 us .. 0.5 ms */
+            delay = 5 + (long)(rnd01() * 500); /* 5 us .. 0.5 ms */
         else if (u < 0.3)
-            delay = 500 + (long)(rnd01() * (double)scale_us);   /* within the 1st save */
+            delay = 500 + (long)(rnd01() * (double)scale_us); /* within the 1st save */
         else
             delay = (long)((0.5 + 4.5 * rnd01()) * (double)scale_us); /* a few saves */
         fflush(stdout);
@@ -811,8 +818,7 @@ static void test_kill9_during_saves(void **unused)
         assert_true(pid >= 0);
         if (pid == 0) {
             alarm(0);
-            child_main(save_path, recfd, errfd, start, async, incremental, child_seed, aim,
-                       aim_k);
+            child_main(save_path, recfd, errfd, start, async, incremental, child_seed, aim, aim_k);
             _exit(4);
         }
         close(recfd);
@@ -869,14 +875,13 @@ static void test_kill9_during_saves(void **unused)
            "tracker %ld times; loaded a committed-but-unreported save %ld times; loaded a "
            "re-saved step %ld times; no checkpoint yet %ld times\n",
            iters, el, n_child_saves, n_kill_before_any, (long long)loaded_step,
-           (long long)loaded_gen, r.n_tmp_left, r.n_trash_left, r.n_trk_tmp_left,
-           r.n_exchange_dirs, r.n_ahead, r.n_resaves_seen, r.n_none);
+           (long long)loaded_gen, r.n_tmp_left, r.n_trash_left, r.n_trk_tmp_left, r.n_exchange_dirs,
+           r.n_ahead, r.n_resaves_seen, r.n_none);
     printf("crash test: what the kills left: .tmp-iteration_* (killed writing) %ld, .trash-* / "
            ".replaced-* (killed replacing or deleting) %ld, tracker temp file (killed updating "
            "the tracker) %ld, nothing (killed between saves) %ld; %ld kills aimed at an io "
            "call, %ld of them fell back to the timer\n",
-           r.n_tmp_left, r.n_trash_left, r.n_trk_tmp_left, r.n_nothing_left, n_aimed,
-           n_aim_missed);
+           r.n_tmp_left, r.n_trash_left, r.n_trk_tmp_left, r.n_nothing_left, n_aimed, n_aim_missed);
     if (iters >= 20) {
         assert_true(loaded_step > 0); /* the test made progress at all */
         /* the kills landed inside saves, in every phase */

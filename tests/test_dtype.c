@@ -20,9 +20,9 @@
  * ---------------------------------------------------------------------- */
 
 static const char *const k_all_names[SHS_DTYPE_COUNT] = {
-    "BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3",
-    "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16", "U16", "F16", "BF16",
-    "I32", "U32", "F32", "C64", "F64", "I64", "U64",
+    "BOOL",    "F4",          "F6_E2M3",     "F6_E3M2", "U8",  "I8",  "F8_E5M2", "F8_E4M3",
+    "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16",     "U16", "F16", "BF16",    "I32",
+    "U32",     "F32",         "C64",         "F64",     "I64", "U64",
 };
 
 static const unsigned k_all_bits[SHS_DTYPE_COUNT] = {
@@ -30,8 +30,8 @@ static const unsigned k_all_bits[SHS_DTYPE_COUNT] = {
 };
 
 static const shs_dtype k_float_types[] = {
-    SHS_F64, SHS_F32, SHS_F16, SHS_BF16, SHS_F8_E4M3, SHS_F8_E5M2,
-    SHS_F8_E4M3FNUZ, SHS_F8_E5M2FNUZ, SHS_F8_E8M0,
+    SHS_F64,     SHS_F32,         SHS_F16,         SHS_BF16,    SHS_F8_E4M3,
+    SHS_F8_E5M2, SHS_F8_E4M3FNUZ, SHS_F8_E5M2FNUZ, SHS_F8_E8M0,
 };
 #define N_FLOAT_TYPES (sizeof k_float_types / sizeof k_float_types[0])
 
@@ -96,21 +96,18 @@ static void store_code(void *buf, shs_dtype t, size_t i, unsigned code)
 /* Field layout of the narrow formats, for the reference decoder. */
 typedef struct narrow_fmt {
     shs_dtype t;
-    int mant;        /* stored mantissa bits */
+    int mant; /* stored mantissa bits */
     int bias;
-    unsigned total;  /* 8 or 16 bits */
-    int kind;        /* 0 IEEE (Inf/NaN at all-ones exponent), 1 FN, 2 FNUZ,
+    unsigned total; /* 8 or 16 bits */
+    int kind;       /* 0 IEEE (Inf/NaN at all-ones exponent), 1 FN, 2 FNUZ,
                         3 E8M0 */
     unsigned maxcode;
 } narrow_fmt;
 
 static const narrow_fmt k_narrow[] = {
-    { SHS_F16, 10, 15, 16, 0, 0x7BFF },
-    { SHS_BF16, 7, 127, 16, 0, 0x7F7F },
-    { SHS_F8_E5M2, 2, 15, 8, 0, 0x7B },
-    { SHS_F8_E4M3, 3, 7, 8, 1, 0x7E },
-    { SHS_F8_E4M3FNUZ, 3, 8, 8, 2, 0x7F },
-    { SHS_F8_E5M2FNUZ, 2, 16, 8, 2, 0x7F },
+    { SHS_F16, 10, 15, 16, 0, 0x7BFF },    { SHS_BF16, 7, 127, 16, 0, 0x7F7F },
+    { SHS_F8_E5M2, 2, 15, 8, 0, 0x7B },    { SHS_F8_E4M3, 3, 7, 8, 1, 0x7E },
+    { SHS_F8_E4M3FNUZ, 3, 8, 8, 2, 0x7F }, { SHS_F8_E5M2FNUZ, 2, 16, 8, 2, 0x7F },
     { SHS_F8_E8M0, 0, 127, 8, 3, 0xFE },
 };
 #define N_NARROW (sizeof k_narrow / sizeof k_narrow[0])
@@ -159,7 +156,7 @@ static unsigned with_sign(const narrow_fmt *f, unsigned c, int neg)
     if (!neg || f->kind == 3)
         return c;
     if (f->kind == 2 && c == 0)
-        return 0;   /* FNUZ has no -0 */
+        return 0; /* FNUZ has no -0 */
     return c | (1u << (f->total - 1));
 }
 
@@ -201,12 +198,12 @@ static unsigned ref_round(const narrow_fmt *f, double x)
             return 0;
     }
     if (f->kind == 0 && ax >= ref_overflow_threshold(f))
-        return with_sign(f, f->maxcode + 1, neg);          /* Inf */
+        return with_sign(f, f->maxcode + 1, neg); /* Inf */
     if (ax >= ref_max(f))
-        return with_sign(f, f->maxcode, neg);              /* saturate */
-    unsigned lo = 0, hi = f->maxcode;   /* value(lo) <= ax < value(hi) */
+        return with_sign(f, f->maxcode, neg); /* saturate */
+    unsigned lo = 0, hi = f->maxcode;         /* value(lo) <= ax < value(hi) */
     if (ref_value(f, 0) > ax)
-        return with_sign(f, 0, neg);                       /* E8M0 only */
+        return with_sign(f, 0, neg); /* E8M0 only */
     while (hi - lo > 1) {
         unsigned mid = (lo + hi) / 2;
         if (ref_value(f, mid) <= ax)
@@ -234,13 +231,11 @@ static unsigned conv1_f32(shs_dtype t, float x)
     return load_code(out, t, 0);
 }
 
-static void check_code(const narrow_fmt *f, unsigned got, unsigned want,
-                       double x, const char *what)
+static void check_code(const narrow_fmt *f, unsigned got, unsigned want, double x, const char *what)
 {
     if (got == want || (code_is_nan(f, got) && code_is_nan(f, want)))
         return;
-    fail_msg("%s -> %s: x = %a: got 0x%X, want 0x%X", what,
-             shs_dtype_name(f->t), x, got, want);
+    fail_msg("%s -> %s: x = %a: got 0x%X, want 0x%X", what, shs_dtype_name(f->t), x, got, want);
 }
 
 /* ------------------------------------------------------------------------
@@ -277,9 +272,8 @@ static void expect_reject(const char *s, size_t len)
     shs_dtype out = SHS_F32;
     int rc = shs_dtype_parse(&out, s, len);
     if (rc != SHS_EDTYPE)
-        fail_msg("parse(\"%.*s\", %zu) = %d, want SHS_EDTYPE", (int)len, s,
-                 len, rc);
-    assert_int_equal(out, SHS_F32);   /* untouched on failure */
+        fail_msg("parse(\"%.*s\", %zu) = %d, want SHS_EDTYPE", (int)len, s, len, rc);
+    assert_int_equal(out, SHS_F32); /* untouched on failure */
     assert_true(strlen(shs_last_error()) > 0);
     assert_true(strlen(shs_last_error()) < 200);
 }
@@ -296,10 +290,11 @@ static void test_parse_rejects(void **state)
 {
     (void)state;
     static const char *const bad[] = {
-        "f32", "F32 ", " F32", "", "BF8", "bf16", "Bf16", "F3", "F",
-        "F8_E4M3FNU", "F8_E4M3FNUZZ", "F8_E4M3fnuz", "F8_E3M4", "F6_E2M2",
-        "F8_E5M3", "F8_E8M1", "I128", "C32", "C128", "U1", "F2", "I4",
-        "BOOL\n", "BOO", "BF32", "F16_", "F8E4M3",
+        "f32",     "F32 ",    " F32",    "",           "BF8",          "bf16",
+        "Bf16",    "F3",      "F",       "F8_E4M3FNU", "F8_E4M3FNUZZ", "F8_E4M3fnuz",
+        "F8_E3M4", "F6_E2M2", "F8_E5M3", "F8_E8M1",    "I128",         "C32",
+        "C128",    "U1",      "F2",      "I4",         "BOOL\n",       "BOO",
+        "BF32",    "F16_",    "F8E4M3",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_reject(bad[i], strlen(bad[i]));
@@ -368,10 +363,8 @@ static void test_nbytes(void **state)
     assert_int_equal(n, 0);
     assert_int_equal(shs__nbytes_from_numel(&n, SHS_U8, UINT64_MAX / 8), SHS_OK);
     assert_true(n == UINT64_MAX / 8);
-    assert_int_equal(shs__nbytes_from_numel(&n, SHS_U8, UINT64_MAX / 8 + 1),
-                     SHS_EOVERFLOW);
-    assert_int_equal(shs__nbytes_from_numel(&n, SHS_F64, UINT64_MAX / 64 + 1),
-                     SHS_EOVERFLOW);
+    assert_int_equal(shs__nbytes_from_numel(&n, SHS_U8, UINT64_MAX / 8 + 1), SHS_EOVERFLOW);
+    assert_int_equal(shs__nbytes_from_numel(&n, SHS_F64, UINT64_MAX / 64 + 1), SHS_EOVERFLOW);
     assert_int_equal(shs__nbytes_from_numel(&n, SHS_F64, UINT64_MAX / 64), SHS_OK);
     assert_true(n == (UINT64_MAX / 64) * 8);
     assert_int_equal(shs__nbytes_from_numel(&n, SHS_DTYPE_COUNT, 1), SHS_EINVAL);
@@ -438,34 +431,30 @@ static void roundtrip_16(shs_dtype t)
     for (unsigned i = 0; i < 65536; i++) {
         double want = ref_value(f, i);
         float w = wide[i];
-        float ws = t == SHS_F16 ? shs_f16_to_f32((uint16_t)i)
-                                : shs_bf16_to_f32((uint16_t)i);
+        float ws = t == SHS_F16 ? shs_f16_to_f32((uint16_t)i) : shs_bf16_to_f32((uint16_t)i);
         uint16_t bs = t == SHS_F16 ? shs_f32_to_f16(w) : shs_f32_to_bf16(w);
         if (bits_of_f32(ws) != bits_of_f32(w))
-            fail_msg("%s 0x%04X: scalar widen 0x%08X != bulk 0x%08X",
-                     shs_dtype_name(t), i, bits_of_f32(ws), bits_of_f32(w));
+            fail_msg("%s 0x%04X: scalar widen 0x%08X != bulk 0x%08X", shs_dtype_name(t), i,
+                     bits_of_f32(ws), bits_of_f32(w));
         if (bs != back[i])
-            fail_msg("%s 0x%04X: scalar narrow 0x%04X != bulk 0x%04X",
-                     shs_dtype_name(t), i, bs, back[i]);
+            fail_msg("%s 0x%04X: scalar narrow 0x%04X != bulk 0x%04X", shs_dtype_name(t), i, bs,
+                     back[i]);
         if (isnan(want)) {
-            if (!isnan(w) || !code_is_nan(f, back[i]) ||
-                (back[i] & 0x8000) != (i & 0x8000) || !signbit(w) != !signbit(want))
-                fail_msg("%s NaN 0x%04X -> 0x%08X -> 0x%04X", shs_dtype_name(t),
-                         i, bits_of_f32(w), back[i]);
+            if (!isnan(w) || !code_is_nan(f, back[i]) || (back[i] & 0x8000) != (i & 0x8000) ||
+                !signbit(w) != !signbit(want))
+                fail_msg("%s NaN 0x%04X -> 0x%08X -> 0x%04X", shs_dtype_name(t), i, bits_of_f32(w),
+                         back[i]);
             /* Quiet NaNs come back bit-exactly; signalling ones are
                quietened by the narrowing. */
             unsigned quiet = 1u << (f->mant - 1);
             if ((i & quiet) && back[i] != i)
-                fail_msg("%s quiet NaN 0x%04X came back as 0x%04X",
-                         shs_dtype_name(t), i, back[i]);
+                fail_msg("%s quiet NaN 0x%04X came back as 0x%04X", shs_dtype_name(t), i, back[i]);
             continue;
         }
         if ((double)w != want || !signbit(w) != !signbit(want))
-            fail_msg("%s 0x%04X: got %a, want %a", shs_dtype_name(t), i,
-                     (double)w, want);
+            fail_msg("%s 0x%04X: got %a, want %a", shs_dtype_name(t), i, (double)w, want);
         if (back[i] != i)
-            fail_msg("%s 0x%04X -> %a -> 0x%04X", shs_dtype_name(t), i,
-                     (double)w, back[i]);
+            fail_msg("%s 0x%04X -> %a -> 0x%04X", shs_dtype_name(t), i, (double)w, back[i]);
     }
     /* BF16 widening is exactly a 16-bit shift, NaN payloads included. */
     if (t == SHS_BF16)
@@ -506,19 +495,19 @@ static void test_f8_exhaustive(void **state)
         for (unsigned i = 0; i < 256; i++) {
             double want = ref_value(f, i);
             if (isnan(want)) {
-                if (!isnan(wide[i]) || !isnan(wide64[i]) ||
-                    !code_is_nan(f, back[i]) || !code_is_nan(f, back64[i]))
-                    fail_msg("%s NaN 0x%02X -> %a -> 0x%02X", shs_dtype_name(t),
-                             i, (double)wide[i], back[i]);
+                if (!isnan(wide[i]) || !isnan(wide64[i]) || !code_is_nan(f, back[i]) ||
+                    !code_is_nan(f, back64[i]))
+                    fail_msg("%s NaN 0x%02X -> %a -> 0x%02X", shs_dtype_name(t), i, (double)wide[i],
+                             back[i]);
                 continue;
             }
             if ((double)wide[i] != want || !signbit(wide[i]) != !signbit(want) ||
                 wide64[i] != want || !signbit(wide64[i]) != !signbit(want))
-                fail_msg("%s 0x%02X: got %a / %a, want %a", shs_dtype_name(t),
-                         i, (double)wide[i], wide64[i], want);
+                fail_msg("%s 0x%02X: got %a / %a, want %a", shs_dtype_name(t), i, (double)wide[i],
+                         wide64[i], want);
             if (back[i] != i || back64[i] != i)
-                fail_msg("%s 0x%02X -> %a -> 0x%02X / 0x%02X",
-                         shs_dtype_name(t), i, want, back[i], back64[i]);
+                fail_msg("%s 0x%02X -> %a -> 0x%02X / 0x%02X", shs_dtype_name(t), i, want, back[i],
+                         back64[i]);
         }
     }
 }
@@ -527,33 +516,24 @@ static void test_f8_exhaustive(void **state)
 static void test_f8_constants(void **state)
 {
     (void)state;
-    static const struct { shs_dtype t; unsigned code; double v; } k[] = {
-        { SHS_F8_E4M3, 0x7E, 448.0 },
-        { SHS_F8_E4M3, 0xFE, -448.0 },
-        { SHS_F8_E4M3, 0x01, 0x1p-9 },
-        { SHS_F8_E4M3, 0x08, 0x1p-6 },
-        { SHS_F8_E4M3, 0x38, 1.0 },
-        { SHS_F8_E5M2, 0x7B, 57344.0 },
-        { SHS_F8_E5M2, 0x7C, INFINITY },
-        { SHS_F8_E5M2, 0xFC, -INFINITY },
-        { SHS_F8_E5M2, 0x01, 0x1p-16 },
-        { SHS_F8_E5M2, 0x3C, 1.0 },
-        { SHS_F8_E4M3FNUZ, 0x7F, 240.0 },
-        { SHS_F8_E4M3FNUZ, 0xFF, -240.0 },
-        { SHS_F8_E4M3FNUZ, 0x01, 0x1p-10 },
-        { SHS_F8_E4M3FNUZ, 0x40, 1.0 },
-        { SHS_F8_E5M2FNUZ, 0x7F, 57344.0 },
-        { SHS_F8_E5M2FNUZ, 0x01, 0x1p-17 },
-        { SHS_F8_E5M2FNUZ, 0x40, 1.0 },
-        { SHS_F8_E8M0, 0x7F, 1.0 },
-        { SHS_F8_E8M0, 0x00, 0x1p-127 },
-        { SHS_F8_E8M0, 0xFE, 0x1p127 },
-        { SHS_F16, 0x7BFF, 65504.0 },
-        { SHS_F16, 0x0001, 0x1p-24 },
-        { SHS_F16, 0x3C00, 1.0 },
-        { SHS_BF16, 0x7F7F, 0x1.FEp127 },
-        { SHS_BF16, 0x0001, 0x1p-133 },
-        { SHS_BF16, 0x3F80, 1.0 },
+    static const struct {
+        shs_dtype t;
+        unsigned code;
+        double v;
+    } k[] = {
+        { SHS_F8_E4M3, 0x7E, 448.0 },       { SHS_F8_E4M3, 0xFE, -448.0 },
+        { SHS_F8_E4M3, 0x01, 0x1p-9 },      { SHS_F8_E4M3, 0x08, 0x1p-6 },
+        { SHS_F8_E4M3, 0x38, 1.0 },         { SHS_F8_E5M2, 0x7B, 57344.0 },
+        { SHS_F8_E5M2, 0x7C, INFINITY },    { SHS_F8_E5M2, 0xFC, -INFINITY },
+        { SHS_F8_E5M2, 0x01, 0x1p-16 },     { SHS_F8_E5M2, 0x3C, 1.0 },
+        { SHS_F8_E4M3FNUZ, 0x7F, 240.0 },   { SHS_F8_E4M3FNUZ, 0xFF, -240.0 },
+        { SHS_F8_E4M3FNUZ, 0x01, 0x1p-10 }, { SHS_F8_E4M3FNUZ, 0x40, 1.0 },
+        { SHS_F8_E5M2FNUZ, 0x7F, 57344.0 }, { SHS_F8_E5M2FNUZ, 0x01, 0x1p-17 },
+        { SHS_F8_E5M2FNUZ, 0x40, 1.0 },     { SHS_F8_E8M0, 0x7F, 1.0 },
+        { SHS_F8_E8M0, 0x00, 0x1p-127 },    { SHS_F8_E8M0, 0xFE, 0x1p127 },
+        { SHS_F16, 0x7BFF, 65504.0 },       { SHS_F16, 0x0001, 0x1p-24 },
+        { SHS_F16, 0x3C00, 1.0 },           { SHS_BF16, 0x7F7F, 0x1.FEp127 },
+        { SHS_BF16, 0x0001, 0x1p-133 },     { SHS_BF16, 0x3F80, 1.0 },
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         unsigned char in[2];
@@ -561,14 +541,16 @@ static void test_f8_constants(void **state)
         store_code(in, k[i].t, 0, k[i].code);
         assert_int_equal(shs_convert(&out, SHS_F64, in, k[i].t, 1), SHS_OK);
         if (out != k[i].v)
-            fail_msg("%s 0x%X = %a, want %a", shs_dtype_name(k[i].t),
-                     k[i].code, out, k[i].v);
+            fail_msg("%s 0x%X = %a, want %a", shs_dtype_name(k[i].t), k[i].code, out, k[i].v);
         assert_int_equal(conv1_f64(k[i].t, k[i].v), k[i].code);
     }
     /* NaN encodings decode to NaN */
-    static const struct { shs_dtype t; unsigned code; } nans[] = {
-        { SHS_F8_E4M3, 0x7F }, { SHS_F8_E4M3, 0xFF }, { SHS_F8_E5M2, 0x7D },
-        { SHS_F8_E5M2, 0x7E }, { SHS_F8_E5M2, 0xFF }, { SHS_F8_E4M3FNUZ, 0x80 },
+    static const struct {
+        shs_dtype t;
+        unsigned code;
+    } nans[] = {
+        { SHS_F8_E4M3, 0x7F },     { SHS_F8_E4M3, 0xFF }, { SHS_F8_E5M2, 0x7D },
+        { SHS_F8_E5M2, 0x7E },     { SHS_F8_E5M2, 0xFF }, { SHS_F8_E4M3FNUZ, 0x80 },
         { SHS_F8_E5M2FNUZ, 0x80 }, { SHS_F8_E8M0, 0xFF },
     };
     for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
@@ -603,7 +585,7 @@ static void test_bf16_rounding(void **state)
     assert_int_equal(shs_f32_to_bf16(-INFINITY), 0xFF80);
     /* subnormals: F32 subnormals round into bf16 subnormals */
     assert_int_equal(shs_f32_to_bf16(0x1p-133f), 0x0001);
-    assert_int_equal(shs_f32_to_bf16(0x1p-134f), 0x0000);        /* tie -> 0 */
+    assert_int_equal(shs_f32_to_bf16(0x1p-134f), 0x0000); /* tie -> 0 */
     assert_int_equal(shs_f32_to_bf16(0x1.8p-134f), 0x0001);
     assert_int_equal(shs_f32_to_bf16(0x1p-149f), 0x0000);
     assert_int_equal(shs_f32_to_bf16(-0x1p-149f), 0x8000);
@@ -622,13 +604,13 @@ static void test_f16_rounding(void **state)
 {
     (void)state;
     assert_int_equal(shs_f32_to_f16(1.0f), 0x3C00);
-    assert_int_equal(shs_f32_to_f16(1.0f + 0x1p-11f), 0x3C00);       /* tie */
-    assert_int_equal(shs_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3C02);   /* tie up */
+    assert_int_equal(shs_f32_to_f16(1.0f + 0x1p-11f), 0x3C00);     /* tie */
+    assert_int_equal(shs_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3C02); /* tie up */
     assert_int_equal(shs_f32_to_f16(1.0f + 0x1p-11f + 0x1p-23f), 0x3C01);
     /* overflow */
     assert_int_equal(shs_f32_to_f16(65504.0f), 0x7BFF);
     assert_int_equal(shs_f32_to_f16(65519.99f), 0x7BFF);
-    assert_int_equal(shs_f32_to_f16(65520.0f), 0x7C00);   /* tie -> Inf */
+    assert_int_equal(shs_f32_to_f16(65520.0f), 0x7C00); /* tie -> Inf */
     assert_int_equal(shs_f32_to_f16(-65520.0f), 0xFC00);
     assert_int_equal(shs_f32_to_f16(1e10f), 0x7C00);
     assert_int_equal(shs_f32_to_f16(FLT_MAX), 0x7C00);
@@ -636,13 +618,13 @@ static void test_f16_rounding(void **state)
     assert_int_equal(shs_f32_to_f16(-INFINITY), 0xFC00);
     /* subnormals */
     assert_int_equal(shs_f32_to_f16(0x1p-24f), 0x0001);
-    assert_int_equal(shs_f32_to_f16(0x1p-25f), 0x0000);          /* tie -> 0 */
+    assert_int_equal(shs_f32_to_f16(0x1p-25f), 0x0000); /* tie -> 0 */
     assert_int_equal(shs_f32_to_f16(-0x1p-25f), 0x8000);
     assert_int_equal(shs_f32_to_f16(0x1.8p-25f), 0x0001);
     assert_int_equal(shs_f32_to_f16(0x1.000002p-25f), 0x0001);
-    assert_int_equal(shs_f32_to_f16(3 * 0x1p-25f), 0x0002);      /* tie up */
-    assert_int_equal(shs_f32_to_f16(5 * 0x1p-25f), 0x0002);      /* tie down */
-    assert_int_equal(shs_f32_to_f16(0x1p-14f), 0x0400);          /* min normal */
+    assert_int_equal(shs_f32_to_f16(3 * 0x1p-25f), 0x0002);        /* tie up */
+    assert_int_equal(shs_f32_to_f16(5 * 0x1p-25f), 0x0002);        /* tie down */
+    assert_int_equal(shs_f32_to_f16(0x1p-14f), 0x0400);            /* min normal */
     assert_int_equal(shs_f32_to_f16(0x1p-14f - 0x1p-25f), 0x0400); /* tie up */
     assert_int_equal(shs_f32_to_f16(0x1p-14f - 0x1p-24f), 0x03FF);
     assert_int_equal(shs_f32_to_f16(0x1p-149f), 0x0000);
@@ -665,7 +647,7 @@ static void test_f8_saturation_and_specials(void **state)
     /* e4m3fn: saturate, no Inf */
     assert_int_equal(conv1_f32(SHS_F8_E4M3, 1000.0f), 0x7E);
     assert_int_equal(conv1_f32(SHS_F8_E4M3, -1000.0f), 0xFE);
-    assert_int_equal(conv1_f32(SHS_F8_E4M3, 464.0f), 0x7E);   /* past the top */
+    assert_int_equal(conv1_f32(SHS_F8_E4M3, 464.0f), 0x7E); /* past the top */
     assert_int_equal(conv1_f32(SHS_F8_E4M3, 448.0f), 0x7E);
     assert_int_equal(conv1_f32(SHS_F8_E4M3, INFINITY), 0x7E);
     assert_int_equal(conv1_f32(SHS_F8_E4M3, -INFINITY), 0xFE);
@@ -675,7 +657,7 @@ static void test_f8_saturation_and_specials(void **state)
     assert_int_equal(conv1_f32(SHS_F8_E4M3, NAN), 0x7F);
     assert_int_equal(conv1_f32(SHS_F8_E4M3, -NAN), 0xFF);
     assert_int_equal(conv1_f32(SHS_F8_E4M3, -0.0f), 0x80);
-    assert_int_equal(conv1_f32(SHS_F8_E4M3, 0x1p-10f), 0x00);      /* tie -> 0 */
+    assert_int_equal(conv1_f32(SHS_F8_E4M3, 0x1p-10f), 0x00); /* tie -> 0 */
     assert_int_equal(conv1_f32(SHS_F8_E4M3, 0x1.8p-10f), 0x01);
 
     /* e5m2: IEEE-like, overflow to Inf */
@@ -704,8 +686,8 @@ static void test_f8_saturation_and_specials(void **state)
     assert_int_equal(conv1_f64(SHS_F8_E4M3, snan64), 0xFF);
     assert_int_equal(conv1_f64(SHS_F8_E5M2FNUZ, snan64), 0x80);
     assert_int_equal(conv1_f64(SHS_F8_E8M0, snan64), 0xFF);
-    assert_int_equal(conv1_f32(SHS_F8_E5M2, 0x1p-17f), 0x00);      /* tie -> 0 */
-    assert_int_equal(conv1_f32(SHS_F8_E5M2, 3 * 0x1p-17f), 0x02);  /* tie up */
+    assert_int_equal(conv1_f32(SHS_F8_E5M2, 0x1p-17f), 0x00);     /* tie -> 0 */
+    assert_int_equal(conv1_f32(SHS_F8_E5M2, 3 * 0x1p-17f), 0x02); /* tie up */
 
     /* fnuz: the one NaN is 0x80, no -0, saturate */
     static const shs_dtype fnuz[] = { SHS_F8_E4M3FNUZ, SHS_F8_E5M2FNUZ };
@@ -748,9 +730,9 @@ static void test_e8m0(void **state)
     assert_int_equal(conv1_f32(SHS_F8_E8M0, 1.4f), 0x7F);
     assert_int_equal(conv1_f32(SHS_F8_E8M0, 1.6f), 0x80);
     /* ties between 2^k and 2^(k+1) (at 1.5 * 2^k) go to the even code */
-    assert_int_equal(conv1_f32(SHS_F8_E8M0, 1.5f), 0x80);   /* 0x7F/0x80 */
-    assert_int_equal(conv1_f32(SHS_F8_E8M0, 3.0f), 0x80);   /* 0x80/0x81 */
-    assert_int_equal(conv1_f32(SHS_F8_E8M0, 6.0f), 0x82);   /* 0x81/0x82 */
+    assert_int_equal(conv1_f32(SHS_F8_E8M0, 1.5f), 0x80); /* 0x7F/0x80 */
+    assert_int_equal(conv1_f32(SHS_F8_E8M0, 3.0f), 0x80); /* 0x80/0x81 */
+    assert_int_equal(conv1_f32(SHS_F8_E8M0, 6.0f), 0x82); /* 0x81/0x82 */
     assert_int_equal(conv1_f32(SHS_F8_E8M0, 0x1.800002p1f), 0x81);
     /* F64 source: just above the tie rounds up (no rounding via F32) */
     assert_int_equal(conv1_f64(SHS_F8_E8M0, 3.0 * (1 + 0x1p-40)), 0x81);
@@ -781,13 +763,13 @@ static void test_e8m0(void **state)
     assert_true(bits_of_f32(f) == 0x00400000u);
     uint16_t h = 0;
     assert_int_equal(shs_convert(&h, SHS_F16, &e, SHS_F8_E8M0, 1), SHS_OK);
-    assert_int_equal(h, 0x0000);      /* underflows F16 */
+    assert_int_equal(h, 0x0000); /* underflows F16 */
     e = 0xFE;
     assert_int_equal(shs_convert(&h, SHS_F16, &e, SHS_F8_E8M0, 1), SHS_OK);
-    assert_int_equal(h, 0x7C00);      /* overflows F16 to Inf */
+    assert_int_equal(h, 0x7C00); /* overflows F16 to Inf */
     unsigned char e4 = 0;
     assert_int_equal(shs_convert(&e4, SHS_F8_E4M3, &e, SHS_F8_E8M0, 1), SHS_OK);
-    assert_int_equal(e4, 0x7E);       /* saturates */
+    assert_int_equal(e4, 0x7E); /* saturates */
 }
 
 /*
@@ -799,7 +781,7 @@ static void test_f64_no_double_rounding(void **state)
 {
     (void)state;
     double d = 1.0 + 0x1p-11 + 0x1p-40;
-    assert_true((double)(float)d == 1.0 + 0x1p-11);   /* the trap is real */
+    assert_true((double)(float)d == 1.0 + 0x1p-11); /* the trap is real */
     assert_int_equal(shs_f32_to_f16((float)d), 0x3C00);
     assert_int_equal(conv1_f64(SHS_F16, d), 0x3C01);
     assert_int_equal(conv1_f64(SHS_F16, -d), 0xBC01);
@@ -814,7 +796,7 @@ static void test_f64_no_double_rounding(void **state)
     assert_int_equal(conv1_f64(SHS_F16, 0x1p-25), 0x0000);
     /* F64 -> F32 is correctly rounded too */
     float f;
-    d = 1.0 + 0x1p-24;   /* halfway: to even */
+    d = 1.0 + 0x1p-24; /* halfway: to even */
     assert_int_equal(shs_convert(&f, SHS_F32, &d, SHS_F64, 1), SHS_OK);
     assert_true(f == 1.0f);
     d = 1.0 + 0x1p-24 + 0x1p-50;
@@ -856,18 +838,19 @@ static void test_all_midpoints(void **state)
                     hi = ref_value(f, c + 1);
                 else if (f->kind == 3)
                     hi = 2 * lo;
-                else   /* the would-be next value above the max */
+                else /* the would-be next value above the max */
                     hi = lo + (lo - ref_value(f, c - 1));
                 double mid = lo + (hi - lo) / 2;
-                unsigned even = top ? (f->kind == 0 ? f->maxcode + 1
-                                                    : f->maxcode)
-                                    : (c & 1) ? c + 1 : c;
-                unsigned up = top ? (f->kind == 0 ? f->maxcode + 1 : f->maxcode)
-                                  : c + 1;
-                double pts[6] = { mid, nextafter(mid, INFINITY),
+                unsigned even = top       ? (f->kind == 0 ? f->maxcode + 1 : f->maxcode)
+                                : (c & 1) ? c + 1
+                                          : c;
+                unsigned up = top ? (f->kind == 0 ? f->maxcode + 1 : f->maxcode) : c + 1;
+                double pts[6] = { mid,
+                                  nextafter(mid, INFINITY),
                                   nextafter(mid, 0),
                                   (double)nextafterf((float)mid, INFINITY),
-                                  (double)nextafterf((float)mid, 0), lo };
+                                  (double)nextafterf((float)mid, 0),
+                                  lo };
                 unsigned wants[6] = { even, up, c, up, c, c };
                 for (int p = 0; p < 6; p++) {
                     double v = neg ? -pts[p] : pts[p];
@@ -913,7 +896,7 @@ static uint32_t random_f32_bits(void)
     uint64_t r = rng_next();
     uint32_t u = (uint32_t)r;
     if (r >> 63) {
-        uint32_t e = 100 + (uint32_t)((r >> 40) % 46);   /* 2^-27..2^18 */
+        uint32_t e = 100 + (uint32_t)((r >> 40) % 46); /* 2^-27..2^18 */
         u = (u & 0x807FFFFFu) | ((e & 0xFF) << 23);
     }
     return u;
@@ -977,8 +960,7 @@ static void test_random_f16(void **state)
         memcpy(&h, &hb, 2);
         float want = (float)h, got = shs_f16_to_f32(hb);
         if (!(isnan(want) && isnan(got)) && bits_of_f32(want) != bits_of_f32(got))
-            fail_msg("F16 0x%04X: got %a, _Float16 gives %a", i, (double)got,
-                     (double)want);
+            fail_msg("F16 0x%04X: got %a, _Float16 gives %a", i, (double)got, (double)want);
     }
 #endif
     free(in);
@@ -1044,7 +1026,7 @@ static void test_random_bf16(void **state)
 static unsigned brute_f8(const narrow_fmt *f, double x)
 {
     if (isnan(x) || isinf(x) || (f->kind == 3 && (x < 0 || x == 0)))
-        return ref_round(f, x);   /* specials: covered by hand above */
+        return ref_round(f, x); /* specials: covered by hand above */
     if (f->kind == 0 && fabs(x) >= ref_overflow_threshold(f))
         return ref_round(f, x);
     int best = -1;
@@ -1053,8 +1035,7 @@ static unsigned brute_f8(const narrow_fmt *f, double x)
         double v = ref_value(f, c);
         if (isnan(v) || isinf(v))
             continue;
-        if (f->kind != 3 && !signbit(v) != !signbit(x) &&
-            !(f->kind == 2 && c == 0))
+        if (f->kind != 3 && !signbit(v) != !signbit(x) && !(f->kind == 2 && c == 0))
             continue;
         double d = fabs(x - v);
         if (best < 0 || d < bestd || (d == bestd && !(c & 1) && (best & 1))) {
@@ -1068,7 +1049,9 @@ static unsigned brute_f8(const narrow_fmt *f, double x)
 static void test_random_f8(void **state)
 {
     (void)state;
-    enum { N = 100000 };
+    enum {
+        N = 100000
+    };
     float *in = malloc(N * 4);
     double *in64 = malloc(N * 8);
     unsigned char *out = malloc(N), *out64 = malloc(N);
@@ -1111,9 +1094,8 @@ static size_t sample_values(void *buf, shs_dtype t, size_t cap)
 {
     size_t n = 0;
     if (t == SHS_F32 || t == SHS_F64) {
-        static const double special[] = { 0.0, -0.0, 1.0, -1.0, INFINITY,
-                                          -INFINITY, NAN, -NAN, 1e-40, 1e300,
-                                          -1e-300, 65520.0, 448.0, 1.5 };
+        static const double special[] = { 0.0,  -0.0,  1.0,   -1.0,    INFINITY, -INFINITY, NAN,
+                                          -NAN, 1e-40, 1e300, -1e-300, 65520.0,  448.0,     1.5 };
         for (size_t i = 0; i < sizeof special / sizeof special[0]; i++, n++) {
             if (t == SHS_F32) {
                 float v = (float)special[i];
@@ -1160,7 +1142,9 @@ static int is_nan_of(shs_dtype t, const void *buf, size_t i)
 static void test_all_pairs(void **state)
 {
     (void)state;
-    enum { CAP = 65536 };
+    enum {
+        CAP = 65536
+    };
     unsigned char *src = malloc(CAP * 8 + 1), *mid = malloc(CAP * 8);
     unsigned char *direct = malloc(CAP * 8 + 3), *via = malloc(CAP * 8);
     assert_non_null(src);
@@ -1173,7 +1157,7 @@ static void test_all_pairs(void **state)
         size_t n = sample_values(mid, st, 3000);
         if (esize(st) <= 2)
             n = sample_values(mid, st, CAP);
-        memcpy(src + 1, mid, n * esize(st));   /* misaligned source */
+        memcpy(src + 1, mid, n * esize(st)); /* misaligned source */
         for (size_t b = 0; b < N_FLOAT_TYPES; b++) {
             shs_dtype dt = k_float_types[b];
             size_t dsz = esize(dt);
@@ -1190,8 +1174,8 @@ static void test_all_pairs(void **state)
                     continue;
                 if (is_nan_of(dt, direct + 1, i) && is_nan_of(dt, via, i))
                     continue;
-                fail_msg("%s -> %s element %zu differs from the path via F64",
-                         shs_dtype_name(st), shs_dtype_name(dt), i);
+                fail_msg("%s -> %s element %zu differs from the path via F64", shs_dtype_name(st),
+                         shs_dtype_name(dt), i);
             }
         }
     }
@@ -1206,14 +1190,16 @@ static void test_all_pairs(void **state)
 static void test_lengths(void **state)
 {
     (void)state;
-    enum { MAXN = 1100 };
+    enum {
+        MAXN = 1100
+    };
     float in[MAXN];
     uint16_t out[MAXN + 1];
     rng_state = 7;
     for (size_t i = 0; i < MAXN; i++)
         in[i] = f32_of_bits(random_f32_bits());
-    static const size_t lens[] = { 0, 1, 2, 3, 7, 8, 15, 16, 17, 255, 256, 257,
-                                   511, 512, 513, 1000, MAXN };
+    static const size_t lens[] = { 0,   1,   2,   3,   7,   8,   15,   16,  17,
+                                   255, 256, 257, 511, 512, 513, 1000, MAXN };
     for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
         size_t n = lens[l];
         for (int which = 0; which < 2; which++) {
@@ -1222,8 +1208,7 @@ static void test_lengths(void **state)
                 out[i] = 0x5A5A;
             assert_int_equal(shs_convert(out, t, in, SHS_F32, n), SHS_OK);
             for (size_t i = 0; i < n; i++) {
-                uint16_t want = which ? shs_f32_to_f16(in[i])
-                                      : shs_f32_to_bf16(in[i]);
+                uint16_t want = which ? shs_f32_to_f16(in[i]) : shs_f32_to_bf16(in[i]);
                 assert_int_equal(out[i], want);
             }
             assert_int_equal(out[n], 0x5A5A);
@@ -1236,8 +1221,8 @@ static void test_convert_errors(void **state)
     (void)state;
     unsigned char a[64] = { 0 }, b[64] = { 0 };
     static const shs_dtype unsupported[] = {
-        SHS_BOOL, SHS_F4, SHS_F6_E2M3, SHS_F6_E3M2, SHS_U8, SHS_I8, SHS_I16,
-        SHS_U16, SHS_I32, SHS_U32, SHS_C64, SHS_I64, SHS_U64,
+        SHS_BOOL, SHS_F4,  SHS_F6_E2M3, SHS_F6_E3M2, SHS_U8,  SHS_I8,  SHS_I16,
+        SHS_U16,  SHS_I32, SHS_U32,     SHS_C64,     SHS_I64, SHS_U64,
     };
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++) {
         shs_dtype u = unsupported[i];

@@ -46,13 +46,14 @@ static void assert_file_bytes(const char *path, const uint8_t *want, size_t n)
 static void test_golden_single(void **state)
 {
     (void)state;
-    static const uint8_t want[] = {
-        64, 0, 0, 0, 0, 0, 0, 0, 123, 34, 97, 116, 116, 110, 46, 48, 34, 58, 123, 34, 100,
-        116, 121, 112, 101, 34, 58, 34, 70, 51, 50, 34, 44, 34, 115, 104, 97, 112, 101, 34,
-        58, 91, 49, 44, 50, 44, 51, 93, 44, 34, 100, 97, 116, 97, 95, 111, 102, 102, 115,
-        101, 116, 115, 34, 58, 91, 48, 44, 50, 52, 93, 125, 125, 0, 0, 0, 0, 0, 0, 128, 63,
-        0, 0, 0, 64, 0, 0, 64, 64, 0, 0, 128, 64, 0, 0, 160, 64
-    };
+    static const uint8_t want[] = { 64,  0,   0,   0,  0,   0,  0,   0,   123, 34,  97,  116,
+                                    116, 110, 46,  48, 34,  58, 123, 34,  100, 116, 121, 112,
+                                    101, 34,  58,  34, 70,  51, 50,  34,  44,  34,  115, 104,
+                                    97,  112, 101, 34, 58,  91, 49,  44,  50,  44,  51,  93,
+                                    44,  34,  100, 97, 116, 97, 95,  111, 102, 102, 115, 101,
+                                    116, 115, 34,  58, 91,  48, 44,  50,  52,  93,  125, 125,
+                                    0,   0,   0,   0,  0,   0,  128, 63,  0,   0,   0,   64,
+                                    0,   0,   64,  64, 0,   0,  128, 64,  0,   0,   160, 64 };
     float data[6] = { 0, 1, 2, 3, 4, 5 };
     uint64_t shape[3] = { 1, 2, 3 };
     shs_tensor_view v = { "attn.0", SHS_F32, 3, shape, data };
@@ -81,14 +82,14 @@ static void test_golden_single(void **state)
 static void test_golden_padding(void **state)
 {
     (void)state;
-    static const uint8_t want[] = {
-        72, 0, 0, 0, 0, 0, 0, 0, 123, 34, 97, 116, 116, 110, 48, 34, 58, 123, 34, 100, 116,
-        121, 112, 101, 34, 58, 34, 70, 51, 50, 34, 44, 34, 115, 104, 97, 112, 101, 34, 58,
-        91, 49, 44, 49, 44, 50, 44, 51, 93, 44, 34, 100, 97, 116, 97, 95, 111, 102, 102,
-        115, 101, 116, 115, 34, 58, 91, 48, 44, 50, 52, 93, 125, 125, 32, 32, 32, 32, 32,
-        32, 32, 0, 0, 0, 0, 0, 0, 128, 63, 0, 0, 0, 64, 0, 0, 64, 64, 0, 0, 128, 64, 0, 0,
-        160, 64
-    };
+    static const uint8_t want[] = { 72,  0,   0,  0,  0,   0,   0,   0,   123, 34,  97,  116, 116,
+                                    110, 48,  34, 58, 123, 34,  100, 116, 121, 112, 101, 34,  58,
+                                    34,  70,  51, 50, 34,  44,  34,  115, 104, 97,  112, 101, 34,
+                                    58,  91,  49, 44, 49,  44,  50,  44,  51,  93,  44,  34,  100,
+                                    97,  116, 97, 95, 111, 102, 102, 115, 101, 116, 115, 34,  58,
+                                    91,  48,  44, 50, 52,  93,  125, 125, 32,  32,  32,  32,  32,
+                                    32,  32,  0,  0,  0,   0,   0,   0,   128, 63,  0,   0,   0,
+                                    64,  0,   0,  64, 64,  0,   0,   128, 64,  0,   0,   160, 64 };
     float data[6] = { 0, 1, 2, 3, 4, 5 };
     uint64_t shape[4] = { 1, 1, 2, 3 };
     shs_tensor_view v = { "attn0", SHS_F32, 4, shape, data };
@@ -102,11 +103,10 @@ static void test_golden_empty(void **state)
 {
     (void)state;
     static const uint8_t want1[] = { 8, 0, 0, 0, 0, 0, 0, 0, 123, 125, 32, 32, 32, 32, 32, 32 };
-    static const uint8_t want2[] = {
-        40, 0, 0, 0, 0, 0, 0, 0, 123, 34, 95, 95, 109, 101, 116, 97, 100, 97, 116, 97, 95,
-        95, 34, 58, 123, 34, 102, 114, 97, 109, 101, 119, 111, 114, 107, 34, 58, 34, 112,
-        116, 34, 125, 125, 32, 32, 32, 32, 32
-    };
+    static const uint8_t want2[] = { 40,  0,   0,   0,   0,   0,   0,   0,   123, 34,  95,  95,
+                                     109, 101, 116, 97,  100, 97,  116, 97,  95,  95,  34,  58,
+                                     123, 34,  102, 114, 97,  109, 101, 119, 111, 114, 107, 34,
+                                     58,  34,  112, 116, 34,  125, 125, 32,  32,  32,  32,  32 };
     const char *p1 = tu_path(g_dir, "empty1.safetensors");
     const char *p2 = tu_path(g_dir, "empty2.safetensors");
     const char *meta[2] = { "framework", "pt" };
@@ -249,7 +249,11 @@ static void test_roundtrip_all_dtypes(void **state)
 static void test_slices(void **state)
 {
     (void)state;
-    enum { A = 5, B = 6, C = 7 };
+    enum {
+        A = 5,
+        B = 6,
+        C = 7
+    };
     int32_t data[A][B][C];
     for (int i = 0; i < A; i++)
         for (int j = 0; j < B; j++)
@@ -265,9 +269,8 @@ static void test_slices(void **state)
         shs_file *f;
         assert_int_equal(shs_file_open(&f, path, &o), SHS_OK);
         static const uint64_t boxes[][6] = {
-            { 0, 0, 0, A, B, C }, { 1, 2, 3, 2, 3, 4 }, { 4, 5, 6, 1, 1, 1 },
-            { 0, 0, 2, A, B, 3 }, { 2, 0, 0, 2, B, C }, { 0, 3, 0, A, 2, C },
-            { 1, 1, 1, 0, 2, 2 },
+            { 0, 0, 0, A, B, C }, { 1, 2, 3, 2, 3, 4 }, { 4, 5, 6, 1, 1, 1 }, { 0, 0, 2, A, B, 3 },
+            { 2, 0, 0, 2, B, C }, { 0, 3, 0, A, 2, C }, { 1, 1, 1, 0, 2, 2 },
         };
         for (size_t b = 0; b < sizeof boxes / sizeof boxes[0]; b++) {
             const uint64_t *st = boxes[b], *cnt = boxes[b] + 3;
@@ -323,7 +326,7 @@ static void test_streaming_writer(void **state)
     int64_t small[4] = { -1, 2, -3, 4 };
     assert_int_equal(shs_writer_write_part(w, "big", 0, big, 600), SHS_OK);
     assert_int_equal(shs_writer_write_part(w, "big", 0, big, 10), SHS_EINVAL); /* not in order */
-    assert_int_equal(shs_writer_commit(w), SHS_ESTATE);                      /* incomplete */
+    assert_int_equal(shs_writer_commit(w), SHS_ESTATE);                        /* incomplete */
     assert_int_equal(shs_writer_write_part(w, "big", 600, (char *)big + 600, 1400), SHS_OK);
     assert_int_equal(shs_writer_write_part(w, "big", 2000, big, 1), SHS_ERANGE);
     assert_int_equal(shs_writer_write(w, "small", small, 31), SHS_ERANGE);
@@ -375,9 +378,8 @@ static void test_metadata_nul(void **state)
     size_t len;
     char *got = tu_read_file(path, &len);
     assert_non_null(got);
-    static const char want[] =
-        "{\"__metadata__\":{\"k\":\"3\",\"k\\u0000\":\"\","
-        "\"k\\u0000a\":\"v\\u0000\\u0001\",\"k\\u0000b\":\"2\"}}";
+    static const char want[] = "{\"__metadata__\":{\"k\":\"3\",\"k\\u0000\":\"\","
+                               "\"k\\u0000a\":\"v\\u0000\\u0001\",\"k\\u0000b\":\"2\"}}";
     assert_true(len >= 8 + sizeof want - 1);
     assert_memory_equal(got + 8, want, sizeof want - 1);
     free(got);
@@ -445,8 +447,14 @@ static ssize_t f_pwrite(int fd, const void *b, size_t n, off_t o)
 {
     return count_fail() ? -1 : pwrite(fd, b, n, o);
 }
-static int f_fsync(int fd) { return count_fail() ? -1 : fsync(fd); }
-static int f_rename(const char *a, const char *b) { return count_fail() ? -1 : rename(a, b); }
+static int f_fsync(int fd)
+{
+    return count_fail() ? -1 : fsync(fd);
+}
+static int f_rename(const char *a, const char *b)
+{
+    return count_fail() ? -1 : rename(a, b);
+}
 static int f_reserve(int fd, uint64_t len)
 {
     return count_fail() ? -1 : shs__io_posix.reserve(fd, len);
@@ -537,7 +545,9 @@ static void test_oom_writer_and_reader(void **state)
     uint8_t d[64] = { 0 };
     uint64_t s[2] = { 4, 4 };
     shs_tensor_view v[3] = {
-        { "w1", SHS_F32, 2, s, d }, { "w2", SHS_F32, 2, s, d }, { "b", SHS_U8, 2, s, d },
+        { "w1", SHS_F32, 2, s, d },
+        { "w2", SHS_F32, 2, s, d },
+        { "b", SHS_U8, 2, s, d },
     };
     const char *meta[4] = { "format", "pt", "step", "7" };
     tu_failalloc_install();
@@ -597,7 +607,9 @@ static void test_align(void **state)
 static void test_many_tensors(void **state)
 {
     (void)state;
-    enum { N = 100000 };
+    enum {
+        N = 100000
+    };
     const char *path = tu_path(g_dir, "many.safetensors");
     shs_writer *w;
     assert_int_equal(shs_writer_create(&w, path, NULL), SHS_OK);

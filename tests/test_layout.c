@@ -45,8 +45,8 @@ typedef struct run {
 typedef struct run_log {
     run *runs;
     size_t n, cap;
-    long stop_at;  /* return -77 on this call index (0-based); -1 = never */
-    int ret_pos;   /* return this (non-negative) value otherwise */
+    long stop_at; /* return -77 on this call index (0-based); -1 = never */
+    int ret_pos;  /* return this (non-negative) value otherwise */
 } run_log;
 
 static void log_init(run_log *l)
@@ -89,8 +89,7 @@ static uint64_t prod(size_t ndim, const uint64_t *v)
 }
 
 /* Linear (element) index of `start + idx` inside an array of `shape`. */
-static uint64_t lin(size_t ndim, const uint64_t *shape, const uint64_t *start,
-                    const uint64_t *idx)
+static uint64_t lin(size_t ndim, const uint64_t *shape, const uint64_t *start, const uint64_t *idx)
 {
     uint64_t o = 0;
     for (size_t d = 0; d < ndim; d++)
@@ -111,9 +110,8 @@ static int odo_next(size_t ndim, uint64_t *idx, const uint64_t *count)
 
 /* Naive reference copy: element by element, `es` bytes each. */
 static void ref_copy(unsigned char *dst, const uint64_t *dshape, const uint64_t *dstart,
-                     const unsigned char *src, const uint64_t *sshape,
-                     const uint64_t *sstart, const uint64_t *count, size_t ndim,
-                     size_t es)
+                     const unsigned char *src, const uint64_t *sshape, const uint64_t *sstart,
+                     const uint64_t *count, size_t ndim, size_t es)
 {
     uint64_t idx[SHS_MAX_DIMS] = { 0 };
     if (prod(ndim, count) == 0)
@@ -129,8 +127,7 @@ static void ref_copy(unsigned char *dst, const uint64_t *dshape, const uint64_t 
    order and count the places where the next element is not contiguous
    with the previous one in both arrays. */
 static uint64_t ref_min_runs(size_t ndim, const uint64_t *sshape, const uint64_t *sstart,
-                             const uint64_t *dshape, const uint64_t *dstart,
-                             const uint64_t *count)
+                             const uint64_t *dshape, const uint64_t *dstart, const uint64_t *count)
 {
     uint64_t idx[SHS_MAX_DIMS] = { 0 };
     if (prod(ndim, count) == 0)
@@ -152,8 +149,8 @@ static uint64_t ref_min_runs(size_t ndim, const uint64_t *sshape, const uint64_t
    non-overlapping source ranges, non-overlapping destination ranges, all
    inside the arrays, total length == box bytes, minimal count. */
 static void check_runs(const run_log *l, size_t ndim, const uint64_t *sshape,
-                       const uint64_t *sstart, const uint64_t *dshape,
-                       const uint64_t *dstart, const uint64_t *count, unsigned bits)
+                       const uint64_t *sstart, const uint64_t *dshape, const uint64_t *dstart,
+                       const uint64_t *count, unsigned bits)
 {
     uint64_t sbytes = prod(ndim, sshape) * bits / 8;
     uint64_t dbytes = prod(ndim, dshape) * bits / 8;
@@ -192,8 +189,8 @@ static void check_runs(const run_log *l, size_t ndim, const uint64_t *sshape,
 }
 
 static void print_case(size_t ndim, const uint64_t *sshape, const uint64_t *sstart,
-                       const uint64_t *dshape, const uint64_t *dstart,
-                       const uint64_t *count, unsigned bits)
+                       const uint64_t *dshape, const uint64_t *dstart, const uint64_t *count,
+                       unsigned bits)
 {
     fprintf(stderr, "case: bits=%u ndim=%zu", bits, ndim);
     const char *nm[5] = { "src_shape", "src_start", "dst_shape", "dst_start", "count" };
@@ -212,9 +209,8 @@ static void print_case(size_t ndim, const uint64_t *sshape, const uint64_t *ssta
  * ---------------------------------------------------------------------- */
 
 /* Reference: per dimension, scan (small) coordinates for membership. */
-static int ref_intersect(size_t ndim, const uint64_t *ao, const uint64_t *as,
-                         const uint64_t *bo, const uint64_t *bs, uint64_t *oo,
-                         uint64_t *os)
+static int ref_intersect(size_t ndim, const uint64_t *ao, const uint64_t *as, const uint64_t *bo,
+                         const uint64_t *bs, uint64_t *oo, uint64_t *os)
 {
     for (size_t d = 0; d < ndim; d++) {
         uint64_t first = 0, n = 0;
@@ -234,9 +230,8 @@ static int ref_intersect(size_t ndim, const uint64_t *ao, const uint64_t *as,
     return 1;
 }
 
-static void expect_isect(size_t ndim, const uint64_t *ao, const uint64_t *as,
-                         const uint64_t *bo, const uint64_t *bs, int want,
-                         const uint64_t *wo, const uint64_t *ws)
+static void expect_isect(size_t ndim, const uint64_t *ao, const uint64_t *as, const uint64_t *bo,
+                         const uint64_t *bs, int want, const uint64_t *wo, const uint64_t *ws)
 {
     uint64_t oo[8], os[8];
     /* both argument orders give the same answer */
@@ -269,8 +264,7 @@ static void test_intersect_disjoint(void **state)
     }
     /* 3-d: disjoint only in the last dim */
     {
-        uint64_t ao[] = { 0, 0, 0 }, as[] = { 4, 4, 4 }, bo[] = { 1, 1, 9 },
-                 bs[] = { 2, 2, 2 };
+        uint64_t ao[] = { 0, 0, 0 }, as[] = { 4, 4, 4 }, bo[] = { 1, 1, 9 }, bs[] = { 2, 2, 2 };
         expect_isect(3, ao, as, bo, bs, 0, NULL, NULL);
     }
     /* 4-d: disjoint only in the first dim */
@@ -296,8 +290,7 @@ static void test_intersect_touching(void **state)
     }
     /* touching in a corner (3-d) */
     {
-        uint64_t ao[] = { 0, 0, 0 }, as[] = { 2, 2, 2 }, bo[] = { 2, 2, 2 },
-                 bs[] = { 2, 2, 2 };
+        uint64_t ao[] = { 0, 0, 0 }, as[] = { 2, 2, 2 }, bo[] = { 2, 2, 2 }, bs[] = { 2, 2, 2 };
         expect_isect(3, ao, as, bo, bs, 0, NULL, NULL);
     }
     /* touching in dim 3 of 4 */
@@ -323,8 +316,7 @@ static void test_intersect_nested(void **state)
         expect_isect(1, ao, as, bo, bs, 1, wo, ws);
     }
     {
-        uint64_t ao[] = { 0, 0, 0 }, as[] = { 8, 8, 8 }, bo[] = { 1, 2, 3 },
-                 bs[] = { 4, 5, 5 };
+        uint64_t ao[] = { 0, 0, 0 }, as[] = { 8, 8, 8 }, bo[] = { 1, 2, 3 }, bs[] = { 4, 5, 5 };
         uint64_t wo[] = { 1, 2, 3 }, ws[] = { 4, 5, 5 };
         expect_isect(3, ao, as, bo, bs, 1, wo, ws);
     }
@@ -355,8 +347,7 @@ static void test_intersect_partial(void **state)
         expect_isect(2, ao, as, bo, bs, 1, wo, ws);
     }
     {
-        uint64_t ao[] = { 0, 0, 0 }, as[] = { 5, 5, 5 }, bo[] = { 4, 1, 3 },
-                 bs[] = { 3, 2, 9 };
+        uint64_t ao[] = { 0, 0, 0 }, as[] = { 5, 5, 5 }, bo[] = { 4, 1, 3 }, bs[] = { 3, 2, 9 };
         uint64_t wo[] = { 4, 1, 3 }, ws[] = { 1, 2, 2 };
         expect_isect(3, ao, as, bo, bs, 1, wo, ws);
     }
@@ -388,8 +379,7 @@ static void test_intersect_zero_size(void **state)
     }
     /* zero in one dimension only, overlapping in all others */
     {
-        uint64_t ao[] = { 0, 0, 0 }, as[] = { 4, 0, 4 }, bo[] = { 0, 0, 0 },
-                 bs[] = { 4, 4, 4 };
+        uint64_t ao[] = { 0, 0, 0 }, as[] = { 4, 0, 4 }, bo[] = { 0, 0, 0 }, bs[] = { 4, 4, 4 };
         expect_isect(3, ao, as, bo, bs, 0, NULL, NULL);
     }
     /* zero-size at 0 against a box at 0 */
@@ -409,8 +399,8 @@ static void test_intersect_huge_offsets(void **state)
         expect_isect(1, ao, as, bo, bs, 1, wo, ws);
     }
     {
-        uint64_t ao[] = { T63 + 5, 0 }, as[] = { 1u << 20, 3 },
-                 bo[] = { T63 + 100, 1 }, bs[] = { UINT64_C(1) << 40, 1 };
+        uint64_t ao[] = { T63 + 5, 0 }, as[] = { 1u << 20, 3 }, bo[] = { T63 + 100, 1 },
+                 bs[] = { UINT64_C(1) << 40, 1 };
         uint64_t wo[] = { T63 + 100, 1 }, ws[] = { (1u << 20) + 5 - 100, 1 };
         expect_isect(2, ao, as, bo, bs, 1, wo, ws);
     }
@@ -430,8 +420,8 @@ static void test_intersect_huge_offsets(void **state)
     }
     /* a huge box (offset 0, size 2^63 + 2^62) and a small one far out */
     {
-        uint64_t ao[] = { 0, T63 }, as[] = { T63 + (T63 >> 1), 8 },
-                 bo[] = { T63 + 7, T63 + 6 }, bs[] = { 3, 4 };
+        uint64_t ao[] = { 0, T63 }, as[] = { T63 + (T63 >> 1), 8 }, bo[] = { T63 + 7, T63 + 6 },
+                 bs[] = { 3, 4 };
         uint64_t wo[] = { T63 + 7, T63 + 6 }, ws[] = { 3, 2 };
         expect_isect(2, ao, as, bo, bs, 1, wo, ws);
     }
@@ -579,8 +569,7 @@ static void test_check_out_of_range(void **state)
     }
     /* huge shape and start, count just past the end */
     {
-        uint64_t sh[] = { UINT64_C(1) << 62 }, st[] = { (UINT64_C(1) << 62) - 1 },
-                 ct[] = { 2 };
+        uint64_t sh[] = { UINT64_C(1) << 62 }, st[] = { (UINT64_C(1) << 62) - 1 }, ct[] = { 2 };
         assert_int_equal(check(&b, SHS_U8, 1, sh, st, ct), SHS_ERANGE);
         ct[0] = 1;
         assert_int_equal(check(&b, SHS_U8, 1, sh, st, ct), SHS_OK);
@@ -591,8 +580,7 @@ static void test_check_out_of_range(void **state)
         uint64_t ones[SHS_MAX_DIMS + 1], zeros[SHS_MAX_DIMS + 1] = { 0 };
         for (int d = 0; d < SHS_MAX_DIMS + 1; d++)
             ones[d] = 1;
-        assert_int_equal(check(&b, SHS_U8, SHS_MAX_DIMS + 1, ones, zeros, ones),
-                         SHS_EINVAL);
+        assert_int_equal(check(&b, SHS_U8, SHS_MAX_DIMS + 1, ones, zeros, ones), SHS_EINVAL);
     }
 }
 
@@ -712,8 +700,8 @@ static void fill_random(unsigned char *p, size_t n)
 /* One case: runs2 checked structurally, box_copy checked byte for byte
    against the reference (dst pre-filled with a sentinel). */
 static void one_copy_case(size_t ndim, const uint64_t *sshape, const uint64_t *sstart,
-                          const uint64_t *dshape, const uint64_t *dstart,
-                          const uint64_t *count, unsigned bits)
+                          const uint64_t *dshape, const uint64_t *dstart, const uint64_t *count,
+                          unsigned bits)
 {
     size_t es = bits / 8;
     size_t sn = (size_t)prod(ndim, sshape) * es, dn = (size_t)prod(ndim, dshape) * es;
@@ -970,8 +958,7 @@ static void test_runs_minimal_456(void **state)
         {
             uint64_t st[] = { 0, 0, 0 };
             log_init(&l);
-            assert_int_equal(shs__box_runs2(bits, 3, sh, st, sh, st, sh, log_run, &l),
-                             SHS_OK);
+            assert_int_equal(shs__box_runs2(bits, 3, sh, st, sh, st, sh, log_run, &l), SHS_OK);
             assert_int_equal(l.n, 1);
             assert_true(l.runs[0].src == 0 && l.runs[0].dst == 0);
             assert_true(l.runs[0].len == 120 * es);
@@ -981,8 +968,7 @@ static void test_runs_minimal_456(void **state)
         {
             uint64_t st[] = { 1, 0, 0 }, ct[] = { 2, 5, 6 };
             log_init(&l);
-            assert_int_equal(shs__box_runs2(bits, 3, sh, st, sh, st, ct, log_run, &l),
-                             SHS_OK);
+            assert_int_equal(shs__box_runs2(bits, 3, sh, st, sh, st, ct, log_run, &l), SHS_OK);
             assert_int_equal(l.n, 1);
             assert_true(l.runs[0].src == 30 * es && l.runs[0].dst == 30 * es);
             assert_true(l.runs[0].len == 60 * es);
@@ -992,8 +978,7 @@ static void test_runs_minimal_456(void **state)
         {
             uint64_t st[] = { 0, 0, 2 }, ct[] = { 4, 5, 3 };
             log_init(&l);
-            assert_int_equal(shs__box_runs2(bits, 3, sh, st, sh, st, ct, log_run, &l),
-                             SHS_OK);
+            assert_int_equal(shs__box_runs2(bits, 3, sh, st, sh, st, ct, log_run, &l), SHS_OK);
             assert_int_equal(l.n, 20);
             for (size_t i = 0; i < 20; i++) {
                 assert_true(l.runs[i].src == (i * 6 + 2) * es);
@@ -1006,8 +991,7 @@ static void test_runs_minimal_456(void **state)
         {
             uint64_t st[] = { 0, 1, 0 }, ct[] = { 4, 2, 6 };
             log_init(&l);
-            assert_int_equal(shs__box_runs2(bits, 3, sh, st, sh, st, ct, log_run, &l),
-                             SHS_OK);
+            assert_int_equal(shs__box_runs2(bits, 3, sh, st, sh, st, ct, log_run, &l), SHS_OK);
             assert_int_equal(l.n, 4);
             for (size_t i = 0; i < 4; i++) {
                 assert_true(l.runs[i].src == (i * 30 + 6) * es);
@@ -1017,8 +1001,10 @@ static void test_runs_minimal_456(void **state)
         }
         /* the same three boxes through shs__box_runs (dense destination) */
         {
-            shs_dtype dt = bits == 8 ? SHS_U8 : bits == 16 ? SHS_F16
-                         : bits == 32 ? SHS_F32 : SHS_F64;
+            shs_dtype dt = bits == 8    ? SHS_U8
+                           : bits == 16 ? SHS_F16
+                           : bits == 32 ? SHS_F32
+                                        : SHS_F64;
             uint64_t st0[] = { 0, 0, 0 }, st1[] = { 1, 0, 0 }, ct1[] = { 2, 5, 6 };
             uint64_t st2[] = { 0, 0, 2 }, ct2[] = { 4, 5, 3 };
             log_init(&l);
@@ -1042,8 +1028,8 @@ static void test_runs_minimal_456(void **state)
     }
     /* different array shapes: full rows in both -> merged; not in dst -> not */
     {
-        uint64_t ssh[] = { 4, 5, 6 }, dsh[] = { 9, 5, 6 }, a[] = { 1, 0, 0 },
-                 b[] = { 6, 0, 0 }, ct[] = { 3, 5, 6 };
+        uint64_t ssh[] = { 4, 5, 6 }, dsh[] = { 9, 5, 6 }, a[] = { 1, 0, 0 }, b[] = { 6, 0, 0 },
+                 ct[] = { 3, 5, 6 };
         log_init(&l);
         assert_int_equal(shs__box_runs2(8, 3, ssh, a, dsh, b, ct, log_run, &l), SHS_OK);
         assert_int_equal(l.n, 1);
@@ -1066,8 +1052,7 @@ static void test_scalar(void **state)
     for (int k = 0; k < 4; k++) {
         run_log l;
         log_init(&l);
-        assert_int_equal(shs__box_runs2(k_bits[k], 0, z, z, z, z, z, log_run, &l),
-                         SHS_OK);
+        assert_int_equal(shs__box_runs2(k_bits[k], 0, z, z, z, z, z, log_run, &l), SHS_OK);
         assert_int_equal(l.n, 1);
         assert_true(l.runs[0].src == 0 && l.runs[0].dst == 0);
         assert_true(l.runs[0].len == k_bits[k] / 8);
@@ -1102,16 +1087,13 @@ static void test_zero_count(void **state)
             }
             run_log l;
             log_init(&l);
-            assert_int_equal(shs__box_runs2(32, ndim, sh, st, sh, st, ct, log_run, &l),
-                             SHS_OK);
+            assert_int_equal(shs__box_runs2(32, ndim, sh, st, sh, st, ct, log_run, &l), SHS_OK);
             assert_int_equal(l.n, 0);
-            assert_int_equal(shs__box_runs(SHS_F32, ndim, sh, st, ct, log_run, &l),
-                             SHS_OK);
+            assert_int_equal(shs__box_runs(SHS_F32, ndim, sh, st, ct, log_run, &l), SHS_OK);
             assert_int_equal(l.n, 0);
             /* zero at the very end of the dimension too */
             st[zd] = 3;
-            assert_int_equal(shs__box_runs(SHS_F32, ndim, sh, st, ct, log_run, &l),
-                             SHS_OK);
+            assert_int_equal(shs__box_runs(SHS_F32, ndim, sh, st, ct, log_run, &l), SHS_OK);
             assert_int_equal(l.n, 0);
             log_free(&l);
 

@@ -272,8 +272,8 @@ static void test_hostile_lock_file(void **state)
     memcpy(big, head, sizeof head - 1);
     assert_int_equal(tu_write_file(lf, big, sizeof big), 0);
     TU_OK(shs_savepath_lock_holder(&h, sp));
-    assert_int_equal(h.pid, -1);               /* not a number */
-    assert_string_equal(h.host, "[31mevil");   /* control bytes dropped */
+    assert_int_equal(h.pid, -1);             /* not a number */
+    assert_string_equal(h.host, "[31mevil"); /* control bytes dropped */
     assert_true(strlen(h.since) < sizeof h.since);
     for (const char *p = h.text; *p; p++)
         assert_true(*p >= 0x20 && *p < 0x7f);

@@ -260,8 +260,7 @@ static void test_interval(void **state)
 /* Retention                                                          */
 /* ------------------------------------------------------------------ */
 
-static void run_steps(const char *sp, int save_max, int keep_k, int64_t from, int64_t to,
-                      st3 *s)
+static void run_steps(const char *sp, int save_max, int keep_k, int64_t from, int64_t to, st3 *s)
 {
     shs_config c;
     tu_cfg_saving(&c, sp);
@@ -568,8 +567,8 @@ static int load_with(shs_config *c, st3 *l, shs_progress *q, shs_load_result *re
 static void test_auto_resume(void **state)
 {
     (void)state;
-    char *sp = tu_subpath("ar_save"), *other = tu_subpath("ar_other"), *init = tu_subpath("ar_init"),
-         *empty = tu_subpath("ar_empty");
+    char *sp = tu_subpath("ar_save"), *other = tu_subpath("ar_other"),
+         *init = tu_subpath("ar_init"), *empty = tu_subpath("ar_empty");
     save3(sp, 10, 10);
     save3(sp, 20, 20);
     save3(other, 30, 30);
@@ -860,11 +859,11 @@ static void test_resume_io_errors(void **state)
         unsigned mask;
         const char *msg;
     } cases[] = {
-        { "rio", EACCES, 1, "Permission denied" },        /* stat of the save path */
-        { "rio", EIO, 2, "Input/output error" },          /* its listing */
+        { "rio", EACCES, 1, "Permission denied" }, /* stat of the save path */
+        { "rio", EIO, 2, "Input/output error" },   /* its listing */
         { "iteration_00000007/metadata.json", EIO, 1, "Input/output error" },
-        { TU_TRACKER, EACCES, 1, "Permission denied" },   /* the tracker's stat */
-        { TU_TRACKER, EIO, 4, "Input/output error" },     /* reading the tracker */
+        { TU_TRACKER, EACCES, 1, "Permission denied" }, /* the tracker's stat */
+        { TU_TRACKER, EIO, 4, "Input/output error" },   /* reading the tracker */
         { "rio", ESTALE, 1, "Stale" },
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
@@ -1364,7 +1363,7 @@ static void test_async(void **state)
         assert3(&l, (float)step, 1);
         assert_int_equal(q.global_step, step);
         load_with_done();
-    shs_state_free(l.st);
+        shs_state_free(l.st);
     }
 
     /* the snapshot is taken before shs_manager_save returns */
@@ -1528,7 +1527,7 @@ static void test_async_failure(void **state)
         assert3(&l, 1, 1);
         assert_int_equal(q.global_step, 5);
         load_with_done();
-    shs_state_free(l.st);
+        shs_state_free(l.st);
         /* the manager still works */
         p = tu_prog(15);
         TU_OK(shs_manager_step(m, &p, NULL));
@@ -1549,7 +1548,10 @@ static void test_incremental(void **state)
 {
     (void)state;
     char *sp = tu_subpath("incr");
-    enum { NF = 90000, NT = 10000 };
+    enum {
+        NF = 90000,
+        NT = 10000
+    };
     float *frozen = malloc(NF * sizeof(float)), *trained = malloc(NT * sizeof(float));
     for (int i = 0; i < NF; i++)
         frozen[i] = (float)i * 0.001f;
@@ -1575,8 +1577,7 @@ static void test_incremental(void **state)
         assert_int_equal(s.state_bytes, shs_state_nbytes(st));
         if (k >= 3) {
             if (s.bytes_written * 100 > s.state_bytes * 15)
-                fail_msg("save %d wrote %llu of %llu bytes", k,
-                         (unsigned long long)s.bytes_written,
+                fail_msg("save %d wrote %llu of %llu bytes", k, (unsigned long long)s.bytes_written,
                          (unsigned long long)s.state_bytes);
             assert_true(s.bytes_linked > 0);
             assert_true(s.bytes_linked >= (uint64_t)NF * sizeof(float));

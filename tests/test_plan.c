@@ -46,8 +46,8 @@ static void cl_free(clist *l)
     memset(l, 0, sizeof *l);
 }
 
-static void cl_add(clist *l, uint32_t t, uint32_t rank, uint32_t nd,
-                   const uint64_t *off, const uint64_t *shape)
+static void cl_add(clist *l, uint32_t t, uint32_t rank, uint32_t nd, const uint64_t *off,
+                   const uint64_t *shape)
 {
     assert_true(l->n < l->cap);
     assert_true(l->pool_used + 2 * nd <= l->pool_cap);
@@ -69,8 +69,8 @@ static void split(uint64_t len, uint32_t parts, uint32_t i, uint64_t *off, uint6
 /* Tensor t split into a grid g[0] x g[1] (2-d), held by ranks
    rank0 + grid index (row-major), replicated `rep` times (replica k on
    ranks shifted by k * g0 * g1). */
-static void add_grid(clist *l, uint32_t t, const shs_plan_tensor *T, uint32_t g0,
-                     uint32_t g1, uint32_t rep)
+static void add_grid(clist *l, uint32_t t, const shs_plan_tensor *T, uint32_t g0, uint32_t g1,
+                     uint32_t rep)
 {
     for (uint32_t k = 0; k < rep; k++)
         for (uint32_t i = 0; i < g0; i++)
@@ -114,8 +114,8 @@ static bool same_box(const uint64_t *a, const uint64_t *b, uint32_t nd)
 
 /* Save: every unique (tensor, box) written exactly once (rr) or every chunk
    written (no rr); per-rank bytes add up. */
-static void check_save(const shs__save_plan *p, const shs_plan_tensor *T,
-                       const clist *l, uint32_t nranks, bool rr)
+static void check_save(const shs__save_plan *p, const shs_plan_tensor *T, const clist *l,
+                       uint32_t nranks, bool rr)
 {
     uint64_t *bytes = calloc(nranks, sizeof *bytes);
     uint64_t unique = 0, total = 0;
@@ -164,8 +164,8 @@ static void check_save(const shs__save_plan *p, const shs_plan_tensor *T,
    and its request; rank lists consistent; with load_balanced each needed
    saved chunk read by exactly one rank, every item's src is that reader,
    and sends list exactly the items whose src is not the requester. */
-static void check_load(const shs__load_plan *p, const shs_plan_tensor *T,
-                       const clist *saved, const clist *req, uint32_t nranks)
+static void check_load(const shs__load_plan *p, const shs_plan_tensor *T, const clist *saved,
+                       const clist *req, uint32_t nranks)
 {
     size_t nreq = req->n;
     uint64_t **cnt = calloc(nreq ? nreq : 1, sizeof *cnt);
@@ -232,8 +232,8 @@ static void check_load(const shs__load_plan *p, const shs_plan_tensor *T,
         uint64_t v = volume(req->c[i].box + nd, nd);
         for (uint64_t e = 0; e < v; e++)
             if (cnt[i][e] != 1)
-                fail_msg("request %zu element %llu delivered %llu times", i,
-                         (unsigned long long)e, (unsigned long long)cnt[i][e]);
+                fail_msg("request %zu element %llu delivered %llu times", i, (unsigned long long)e,
+                         (unsigned long long)cnt[i][e]);
         free(cnt[i]);
     }
     free(cnt);
@@ -258,8 +258,8 @@ static void check_load(const shs__load_plan *p, const shs_plan_tensor *T,
             assert_int_equal(reader[c], UINT32_MAX);
             reader[c] = r;
             uint32_t nd = T[saved->c[c].tensor].ndim;
-            rb += volume(saved->c[c].box + nd, nd) *
-                  shs_dtype_bits(T[saved->c[c].tensor].dtype) / 8;
+            rb += volume(saved->c[c].box + nd, nd) * shs_dtype_bits(T[saved->c[c].tensor].dtype) /
+                  8;
         }
         assert_int_equal(rb, p->rank_read_bytes[r]);
         read_bytes += rb;
@@ -558,8 +558,8 @@ static void test_scalar_and_empty(void **state)
  * Determinism and balance
  * ---------------------------------------------------------------------- */
 
-static void build_mixed(clist *s, clist *q, shs_plan_tensor *T, uint64_t (*shapes)[2],
-                        uint32_t nt, uint32_t nsave, uint32_t nload)
+static void build_mixed(clist *s, clist *q, shs_plan_tensor *T, uint64_t (*shapes)[2], uint32_t nt,
+                        uint32_t nsave, uint32_t nload)
 {
     for (uint32_t t = 0; t < nt; t++) {
         shapes[t][0] = 7 + 3 * t;
@@ -580,7 +580,11 @@ static void build_mixed(clist *s, clist *q, shs_plan_tensor *T, uint64_t (*shape
 static void test_determinism(void **state)
 {
     (void)state;
-    enum { NT = 12, NS = 6, NL = 5 };
+    enum {
+        NT = 12,
+        NS = 6,
+        NL = 5
+    };
     shs_plan_tensor T[NT];
     uint64_t shapes[NT][2];
     clist s, q, s2, q2;
@@ -645,7 +649,10 @@ static void test_determinism(void **state)
 static void test_balance(void **state)
 {
     (void)state;
-    enum { NT = 64, NR = 4 };
+    enum {
+        NT = 64,
+        NR = 4
+    };
     shs_plan_tensor T[NT];
     uint64_t shapes[NT][2], z[2] = { 0, 0 };
     clist s;
@@ -676,8 +683,9 @@ static void test_invalid(void **state)
 {
     (void)state;
     uint64_t sh[2] = { 10, 4 };
-    shs_plan_tensor T[4] = { { 2, SHS_F32, sh }, { 2, SHS_F32, sh }, { 2, SHS_F32, sh },
-                             { 2, SHS_F32, sh } };
+    shs_plan_tensor T[4] = {
+        { 2, SHS_F32, sh }, { 2, SHS_F32, sh }, { 2, SHS_F32, sh }, { 2, SHS_F32, sh }
+    };
     clist s;
     shs__save_plan p;
     shs__load_plan lp;
@@ -788,7 +796,11 @@ static void test_invalid(void **state)
 static void test_oom(void **state)
 {
     (void)state;
-    enum { NT = 9, NS = 4, NL = 3 };
+    enum {
+        NT = 9,
+        NS = 4,
+        NL = 3
+    };
     shs_plan_tensor T[NT];
     uint64_t shapes[NT][2];
     clist s, q;
@@ -832,7 +844,11 @@ static void test_oom(void **state)
 static void test_simulation_1024(void **state)
 {
     (void)state;
-    enum { NR = 1024, NL = 1000, NT = 6 };
+    enum {
+        NR = 1024,
+        NL = 1000,
+        NT = 6
+    };
     /* t0: FSDP-like, split on dim 0 over all ranks (uneven)
        t1: replicated everywhere (small)
        t2: TP 8 along dim 1, DP 128 replicas
@@ -943,7 +959,7 @@ typedef struct ref_unique {
     uint32_t tensor;
     uint64_t off, len, bytes;
     uint32_t holders;
-    uint32_t first;  /* index in the sorted chunk order */
+    uint32_t first; /* index in the sorted chunk order */
 } ref_unique;
 
 static const clist *g_ref_list;
@@ -979,8 +995,8 @@ static int cmp_ref_unique(const void *x, const void *y)
 
 /* Uniques of a list of 1-d chunks in reference greedy order; *ord gets the
    chunk ids sorted by (tensor, box). */
-static ref_unique *ref_uniques(const clist *l, const shs_plan_tensor *T, size_t *nu,
-                               uint32_t **ord, bool by_holders)
+static ref_unique *ref_uniques(const clist *l, const shs_plan_tensor *T, size_t *nu, uint32_t **ord,
+                               bool by_holders)
 {
     uint32_t *o = malloc((l->n + 1) * sizeof *o);
     ref_unique *u = calloc(l->n + 1, sizeof *u);
@@ -994,9 +1010,9 @@ static ref_unique *ref_uniques(const clist *l, const shs_plan_tensor *T, size_t 
     for (size_t i = 0; i < l->n; i++) {
         const shs_plan_chunk *c = &l->c[o[i]];
         if (i == 0 || cmp_ref_chunk(&o[i - 1], &o[i]) != 0) {
-            u[n] = (ref_unique){ c->tensor, c->box[0], c->box[1],
-                                 c->box[1] * shs_dtype_bits(T[c->tensor].dtype) / 8, 0,
-                                 (uint32_t)i };
+            u[n] = (ref_unique){ c->tensor, c->box[0],
+                                 c->box[1], c->box[1] * shs_dtype_bits(T[c->tensor].dtype) / 8,
+                                 0,         (uint32_t)i };
             n++;
         }
         u[n - 1].holders++;
@@ -1011,8 +1027,8 @@ static ref_unique *ref_uniques(const clist *l, const shs_plan_tensor *T, size_t 
 /* Save with remove_redundancy: each unique, in (holders ascending, bytes
    descending, tensor, box) order, to its least loaded holder (ties: lowest
    rank). */
-static void check_save_reference(const shs__save_plan *p, const shs_plan_tensor *T,
-                                 const clist *l, uint32_t nranks)
+static void check_save_reference(const shs__save_plan *p, const shs_plan_tensor *T, const clist *l,
+                                 uint32_t nranks)
 {
     size_t nu;
     uint32_t *o;
@@ -1025,8 +1041,7 @@ static void check_save_reference(const shs__save_plan *p, const shs_plan_tensor 
         uint32_t best = UINT32_MAX, bc = 0;
         for (uint32_t h = 0; h < u[k].holders; h++) {
             uint32_t c = o[u[k].first + h], r = l->c[c].rank;
-            if (best == UINT32_MAX || load[r] < load[best] ||
-                (load[r] == load[best] && r < best)) {
+            if (best == UINT32_MAX || load[r] < load[best] || (load[r] == load[best] && r < best)) {
                 best = r;
                 bc = c;
             }
@@ -1036,9 +1051,9 @@ static void check_save_reference(const shs__save_plan *p, const shs_plan_tensor 
     }
     for (size_t i = 0; i < l->n; i++)
         if (p->write[i] != w[i])
-            fail_msg("chunk %zu (tensor %u, rank %u, offset %llu): write %d, reference %d",
-                     i, l->c[i].tensor, l->c[i].rank, (unsigned long long)l->c[i].box[0],
-                     p->write[i], w[i]);
+            fail_msg("chunk %zu (tensor %u, rank %u, offset %llu): write %d, reference %d", i,
+                     l->c[i].tensor, l->c[i].rank, (unsigned long long)l->c[i].box[0], p->write[i],
+                     w[i]);
     assert_memory_equal(load, p->rank_bytes, nranks * sizeof *load);
     free(load);
     free(w);
@@ -1051,9 +1066,13 @@ static void test_save_order_reference(void **state)
     (void)state;
     /* Few sizes (counting order) and, in tensor 2, more than 65,536
        distinct (holders, bytes) pairs (the merge-sort fallback). */
-    enum { NR = 5, N2 = 70000 };
+    enum {
+        NR = 5,
+        N2 = 70000
+    };
     uint64_t shapes[3] = { 0, 0, 0 };
-    shs_plan_tensor T[3] = { { 1, SHS_F32, &shapes[0] }, { 1, SHS_BF16, &shapes[1] },
+    shs_plan_tensor T[3] = { { 1, SHS_F32, &shapes[0] },
+                             { 1, SHS_BF16, &shapes[1] },
                              { 1, SHS_U8, &shapes[2] } };
     clist s;
     cl_init(&s, 64 + 40 + 2 * N2, 1);
@@ -1129,9 +1148,14 @@ static void test_save_order_reference(void **state)
 static void test_load_reference(void **state)
 {
     (void)state;
-    enum { NS = 7, NL = 5, NT = 3 };
+    enum {
+        NS = 7,
+        NL = 5,
+        NT = 3
+    };
     uint64_t shapes[NT] = { 1000, 357, 64 };
-    shs_plan_tensor T[NT] = { { 1, SHS_F32, &shapes[0] }, { 1, SHS_BF16, &shapes[1] },
+    shs_plan_tensor T[NT] = { { 1, SHS_F32, &shapes[0] },
+                              { 1, SHS_BF16, &shapes[1] },
                               { 1, SHS_F64, &shapes[2] } };
     clist s, q, q2;
     cl_init(&s, 64, 1);
@@ -1211,7 +1235,9 @@ static void test_load_reference(void **state)
 static void test_load_gaps(void **state)
 {
     (void)state;
-    enum { NL = 3 };
+    enum {
+        NL = 3
+    };
     uint64_t sh0[2] = { 12, 10 }, sh1[2] = { 9, 16 };
     shs_plan_tensor T[2] = { { 2, SHS_F32, sh0 }, { 2, SHS_F16, sh1 } };
     clist s, q;
@@ -1242,8 +1268,7 @@ static void test_load_gaps(void **state)
     clist s2;
     cl_init(&s2, 64, 2);
     for (size_t i = 0; i < s.n; i++) /* drop block (1, 2) of t0 and (2, 3) of t1 */
-        if (!(s.c[i].tensor == 0 && s.c[i].rank == 7) &&
-            !(s.c[i].tensor == 1 && s.c[i].rank == 11))
+        if (!(s.c[i].tensor == 0 && s.c[i].rank == 7) && !(s.c[i].tensor == 1 && s.c[i].rank == 11))
             cl_add(&s2, s.c[i].tensor, s.c[i].rank, 2, s.c[i].box, s.c[i].box + 2);
     shs__load_plan p;
     assert_int_equal(shs__plan_load(&p, T, 2, s2.c, s2.n, q.c, q.n, NL, true), SHS_EINVAL);
@@ -1252,8 +1277,7 @@ static void test_load_gaps(void **state)
     assert_non_null(strstr(shs_last_error(), "[0:12, 4:6]"));
     cl_reset(&s2);
     for (size_t i = 0; i < s.n; i++) /* drop t0's block (3, 4) and t1's (0, 0) */
-        if (!(s.c[i].tensor == 0 && s.c[i].rank == 19) &&
-            !(s.c[i].tensor == 1 && s.c[i].rank == 0))
+        if (!(s.c[i].tensor == 0 && s.c[i].rank == 19) && !(s.c[i].tensor == 1 && s.c[i].rank == 0))
             cl_add(&s2, s.c[i].tensor, s.c[i].rank, 2, s.c[i].box, s.c[i].box + 2);
     assert_int_equal(shs__plan_load(&p, T, 2, s2.c, s2.n, q.c, q.n, NL, false), SHS_EINVAL);
     assert_non_null(strstr(shs_last_error(), "tensor 1"));

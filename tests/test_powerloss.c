@@ -64,11 +64,11 @@ typedef struct pl_ent {
 
 typedef struct pl_node {
     int is_dir;
-    unsigned char *data;  /* file: durable bytes */
+    unsigned char *data; /* file: durable bytes */
     size_t len;
-    pl_ent *ents;         /* dir: durable entries */
+    pl_ent *ents; /* dir: durable entries */
     size_t n_ents;
-    char *made;           /* rollback: where it was recreated (hard links) */
+    char *made; /* rollback: where it was recreated (hard links) */
 } pl_node;
 
 typedef struct pl_bind {
@@ -77,16 +77,19 @@ typedef struct pl_bind {
     size_t node;
 } pl_bind;
 
-enum { PL_PASS = 0, PL_RECORD = 1 };
+enum {
+    PL_PASS = 0,
+    PL_RECORD = 1
+};
 
 static struct {
     pthread_mutex_t mu;
     int mode;
-    long calls;          /* counted in RECORD mode */
-    long cut_at;         /* 0: never */
-    int cut;             /* power is off */
-    int no_exchange;     /* exchange fails with EINVAL (two-rename fallback) */
-    long exchanges;      /* exchange calls recorded */
+    long calls;      /* counted in RECORD mode */
+    long cut_at;     /* 0: never */
+    int cut;         /* power is off */
+    int no_exchange; /* exchange fails with EINVAL (two-rename fallback) */
+    long exchanges;  /* exchange calls recorded */
     pl_node *nodes;
     size_t n_nodes, cap_nodes;
     pl_bind *binds;
@@ -326,16 +329,16 @@ static int off(void)
     return leave(-1, EIO);
 }
 
-#define PL_WRAP(ret, name, params, args)                                              \
-    static ret pl_##name params                                                       \
-    {                                                                                 \
-        if (enter())                                                                  \
-            return (ret)off();                                                        \
-        ret r = shs__io_posix.name args;                                              \
-        int e = errno;                                                                \
-        pthread_mutex_unlock(&g.mu);                                                  \
-        errno = e;                                                                    \
-        return r;                                                                     \
+#define PL_WRAP(ret, name, params, args)                                                           \
+    static ret pl_##name params                                                                    \
+    {                                                                                              \
+        if (enter())                                                                               \
+            return (ret)off();                                                                     \
+        ret r = shs__io_posix.name args;                                                           \
+        int e = errno;                                                                             \
+        pthread_mutex_unlock(&g.mu);                                                               \
+        errno = e;                                                                                 \
+        return r;                                                                                  \
     }
 
 PL_WRAP(ssize_t, pread, (int fd, void *b, size_t n, off_t o), (fd, b, n, o))
@@ -504,7 +507,8 @@ static void state_fill(pl_state *s, float base)
 {
     for (size_t k = 0; k < 4; k++)
         for (size_t i = 0; i < s->n[k]; i++)
-            s->t[k][i] = k == 1 ? 7.0f + (float)(i % 1000) : base * (float)(k + 1) + (float)(i % 977);
+            s->t[k][i] = k == 1 ? 7.0f + (float)(i % 1000)
+                                : base * (float)(k + 1) + (float)(i % 977);
     char blob[64];
     int len = snprintf(blob, sizeof blob, "rng-%g", (double)base);
     TU_OK(shs_state_set_blob(s->st, "rng", blob, (size_t)len));
@@ -515,8 +519,9 @@ static void state_make(pl_state *s)
     memset(s, 0, sizeof *s);
     /* long mode: model.w and its moment span two 4 MiB checksum blocks */
     uint64_t rows = g_long ? 1100 : 4, cols = g_long ? 1024 : 3;
-    uint64_t shapes[4][2] = { { rows, cols }, { g_long ? 5000 : 5, 1 }, { cols, 1 },
-                              { rows, cols } };
+    uint64_t shapes[4][2] = {
+        { rows, cols }, { g_long ? 5000 : 5, 1 }, { cols, 1 }, { rows, cols }
+    };
     size_t ndim[4] = { 2, 1, 1, 2 };
     TU_OK(shs_state_create(&s->st));
     for (size_t k = 0; k < 4; k++) {
@@ -567,15 +572,19 @@ typedef struct save_pt {
 typedef struct scenario {
     const char *name;
     int async, incremental, no_exchange, save_max;
-    save_pt setup[3];      /* committed before the measured save */
+    save_pt setup[3]; /* committed before the measured save */
     size_t n_setup;
-    save_pt save;          /* the measured save */
-    int known_bug;         /* losses expected: print KNOWN BUG, do not fail */
-    int no_fsync;          /* control: config fsync off */
-    int must_lose;         /* control: the sweep must find losses */
+    save_pt save;  /* the measured save */
+    int known_bug; /* losses expected: print KNOWN BUG, do not fail */
+    int no_fsync;  /* control: config fsync off */
+    int must_lose; /* control: the sweep must find losses */
 } scenario;
 
-enum { OUT_OLD, OUT_NEW, OUT_LOST };
+enum {
+    OUT_OLD,
+    OUT_NEW,
+    OUT_LOST
+};
 
 static void cfg_for(shs_config *c, const scenario *sc, const char *sp)
 {
@@ -652,8 +661,7 @@ static int judge(const scenario *sc, const char *sp, char *why, size_t cap)
     else if (tracker == old->step && state_is(&s, old->base))
         out = OUT_OLD;
     else
-        snprintf(why, cap, "step %lld loaded with the values of neither save",
-                 (long long)tracker);
+        snprintf(why, cap, "step %lld loaded with the values of neither save", (long long)tracker);
     if (out != OUT_LOST && tu_count_leftovers(sp) != 0) {
         snprintf(why, cap, "leftovers remain after a manager's create");
         out = OUT_LOST;
@@ -667,8 +675,8 @@ done:
 /* One run: set up, save with the power cut before io call cut_at (0: no
    cut; the power goes off after the save returned), roll back, judge.
    Returns the outcome; *calls gets the number of io calls of the save. */
-static int run_once(const scenario *sc, const char *sp, long cut_at, int journaled,
-                    long *calls, char *why, size_t cap)
+static int run_once(const scenario *sc, const char *sp, long cut_at, int journaled, long *calls,
+                    char *why, size_t cap)
 {
     tu_rmtree(sp);
     assert_int_equal(mkdir(sp, 0755), 0);
@@ -718,7 +726,7 @@ static int run_once(const scenario *sc, const char *sp, long cut_at, int journal
 }
 
 static const char *const k_variant[2] = { "no metadata after the last fsync",
-                                           "metadata journaled up to the cut" };
+                                          "metadata journaled up to the cut" };
 
 static void sweep(const scenario *sc)
 {
@@ -736,8 +744,10 @@ static void sweep(const scenario *sc)
             count[OUT_LOST]++;
             if (first_lost < 0) {
                 first_lost = 0;
-                snprintf(first_why, sizeof first_why, "%s: power lost right after the save "
-                         "returned: %s", k_variant[journaled],
+                snprintf(first_why, sizeof first_why,
+                         "%s: power lost right after the save "
+                         "returned: %s",
+                         k_variant[journaled],
                          out == OUT_OLD ? "the previous checkpoint is back" : why);
             }
         } else {
@@ -748,8 +758,10 @@ static void sweep(const scenario *sc)
             out = run_once(sc, sp, n, journaled, &dummy, why, sizeof why);
             count[out]++;
             if (g_verbose)
-                printf("  %s (%s): cut before call %ld: %s%s\n", sc->name, k_variant[journaled],
-                       n, out == OUT_OLD ? "old" : out == OUT_NEW ? "new" : "LOST: ",
+                printf("  %s (%s): cut before call %ld: %s%s\n", sc->name, k_variant[journaled], n,
+                       out == OUT_OLD   ? "old"
+                       : out == OUT_NEW ? "new"
+                                        : "LOST: ",
                        out == OUT_LOST ? why : "");
             if (out == OUT_LOST && first_lost < 0) {
                 first_lost = n;
@@ -758,8 +770,7 @@ static void sweep(const scenario *sc)
         }
         lost += count[OUT_LOST];
         printf("powerloss: %-32s %-33s %4ld cuts: old %ld, new %ld, lost %ld\n", sc->name,
-               k_variant[journaled], calls + 1, count[OUT_OLD], count[OUT_NEW],
-               count[OUT_LOST]);
+               k_variant[journaled], calls + 1, count[OUT_OLD], count[OUT_NEW], count[OUT_LOST]);
     }
     shs__io_set(NULL);
     tu_rmtree(sp);
@@ -774,21 +785,26 @@ static void sweep(const scenario *sc)
     if (sc->known_bug) {
         if (!lost)
             fail_msg("%s: expected to lose checkpoints (KNOWN BUG) but lost none: the bug is "
-                     "fixed, drop the known_bug flag", sc->name);
+                     "fixed, drop the known_bug flag",
+                     sc->name);
         printf("powerloss: KNOWN BUG (%s): %ld cuts lose both checkpoints; first at cut %ld "
-               "(%s)\n", sc->name, lost, first_lost, first_why);
+               "(%s)\n",
+               sc->name, lost, first_lost, first_why);
         return;
     }
     if (lost)
-        fail_msg("%s: %ld power cuts lose both checkpoints; first at cut %ld (%s)",
-                 sc->name, lost, first_lost, first_why);
+        fail_msg("%s: %ld power cuts lose both checkpoints; first at cut %ld (%s)", sc->name, lost,
+                 first_lost, first_why);
 }
 
 static void test_sync_save(void **state)
 {
     (void)state;
-    const scenario sc = { .name = "sync save (save_max 1)", .save_max = 1,
-                          .setup = { { 1, 1.0f } }, .n_setup = 1, .save = { 2, 2.0f } };
+    const scenario sc = { .name = "sync save (save_max 1)",
+                          .save_max = 1,
+                          .setup = { { 1, 1.0f } },
+                          .n_setup = 1,
+                          .save = { 2, 2.0f } };
     sweep(&sc);
 }
 
@@ -796,8 +812,11 @@ static void test_sync_save(void **state)
 static void test_control_no_fsync(void **state)
 {
     (void)state;
-    const scenario sc = { .name = "control: sync save, fsync off", .no_fsync = 1,
-                          .setup = { { 1, 1.0f } }, .n_setup = 1, .save = { 2, 2.0f },
+    const scenario sc = { .name = "control: sync save, fsync off",
+                          .no_fsync = 1,
+                          .setup = { { 1, 1.0f } },
+                          .n_setup = 1,
+                          .save = { 2, 2.0f },
                           .must_lose = 1 };
     sweep(&sc);
 }
@@ -805,8 +824,11 @@ static void test_control_no_fsync(void **state)
 static void test_async_save(void **state)
 {
     (void)state;
-    const scenario sc = { .name = "async save", .async = 1, .setup = { { 1, 1.0f } },
-                          .n_setup = 1, .save = { 2, 2.0f } };
+    const scenario sc = { .name = "async save",
+                          .async = 1,
+                          .setup = { { 1, 1.0f } },
+                          .n_setup = 1,
+                          .save = { 2, 2.0f } };
     sweep(&sc);
 }
 
@@ -815,8 +837,10 @@ static void test_incremental_save(void **state)
     (void)state;
     /* the second setup save puts the unchanged tensor in a frozen file;
        the measured save hard-links it */
-    const scenario sc = { .name = "incremental save", .incremental = 1,
-                          .setup = { { 1, 1.0f }, { 2, 2.0f } }, .n_setup = 2,
+    const scenario sc = { .name = "incremental save",
+                          .incremental = 1,
+                          .setup = { { 1, 1.0f }, { 2, 2.0f } },
+                          .n_setup = 2,
                           .save = { 3, 3.0f } };
     sweep(&sc);
 }
@@ -825,7 +849,8 @@ static void test_resave_exchange(void **state)
 {
     (void)state;
     const scenario sc = { .name = "re-save of a step (exchange)",
-                          .setup = { { 1, 1.0f }, { 2, 2.0f } }, .n_setup = 2,
+                          .setup = { { 1, 1.0f }, { 2, 2.0f } },
+                          .n_setup = 2,
                           .save = { 2, 3.0f } };
     sweep(&sc);
 }
@@ -839,8 +864,10 @@ static void test_resave_two_renames(void **state)
        tracker naming a step without a directory; the next manager's
        cleanup renames the .replaced- copy back (until that fix it deleted
        both copies as leftovers). */
-    const scenario sc = { .name = "re-save of a step (two renames)", .no_exchange = 1,
-                          .setup = { { 1, 1.0f }, { 2, 2.0f } }, .n_setup = 2,
+    const scenario sc = { .name = "re-save of a step (two renames)",
+                          .no_exchange = 1,
+                          .setup = { { 1, 1.0f }, { 2, 2.0f } },
+                          .n_setup = 2,
                           .save = { 2, 3.0f } };
     sweep(&sc);
 }
@@ -973,14 +1000,10 @@ int main(void)
     g_long = lg && *lg && strcmp(lg, "0") != 0;
     g_verbose = vb && *vb && strcmp(vb, "0") != 0;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_list_dir),
-        cmocka_unit_test(test_layer_model),
-        cmocka_unit_test(test_sync_save),
-        cmocka_unit_test(test_control_no_fsync),
-        cmocka_unit_test(test_async_save),
-        cmocka_unit_test(test_incremental_save),
-        cmocka_unit_test(test_resave_exchange),
-        cmocka_unit_test(test_resave_two_renames),
+        cmocka_unit_test(test_list_dir),        cmocka_unit_test(test_layer_model),
+        cmocka_unit_test(test_sync_save),       cmocka_unit_test(test_control_no_fsync),
+        cmocka_unit_test(test_async_save),      cmocka_unit_test(test_incremental_save),
+        cmocka_unit_test(test_resave_exchange), cmocka_unit_test(test_resave_two_renames),
     };
     int rc = TU_RUN_GROUP(tests, tu_setup_root, tu_teardown_root);
     pthread_mutex_lock(&g.mu);

@@ -89,8 +89,9 @@ static int t_recv(void *ctx, void *buf, size_t len, int src, int tag)
     return SHS_EUNSUPPORTED;
 }
 
-static const shs_comm_ops k_tops = { SHS_COMM_OPS_VERSION, t_barrier, t_bcast, t_allgather,
-                                     t_gatherv, t_send, t_recv, NULL };
+static const shs_comm_ops k_tops = {
+    SHS_COMM_OPS_VERSION, t_barrier, t_bcast, t_allgather, t_gatherv, t_send, t_recv, NULL
+};
 
 /* ------------------------------------------------------------------ */
 /* The 4-rank checkpoint                                               */
@@ -126,9 +127,8 @@ typedef struct rank_job {
     char msg[512];
 } rank_job;
 
-static void add_shard(shs_state *st, const char *name, shs_dtype dt, size_t nd,
-                      const uint64_t *g, const uint64_t *off, const uint64_t *shape,
-                      const void *whole, void *buf)
+static void add_shard(shs_state *st, const char *name, shs_dtype dt, size_t nd, const uint64_t *g,
+                      const uint64_t *off, const uint64_t *shape, const void *whole, void *buf)
 {
     /* copy the shard out of the global reference */
     unsigned es = shs_dtype_bits(dt) / 8;
@@ -288,8 +288,11 @@ static void test_every_box(void **state)
     for (int pass = 0; pass < 2; pass++) {
         o.flags = pass ? SHS_CKPT_OPEN_NO_MMAP : 0;
         TU_OK(shs_checkpoint_open_ex(&ck, g_sp, &o));
-        struct { const char *name; const float *ref; const uint64_t *g; } t[2] = {
-            { "e", g_e, k_e }, { "w", g_w, k_w } };
+        struct {
+            const char *name;
+            const float *ref;
+            const uint64_t *g;
+        } t[2] = { { "e", g_e, k_e }, { "w", g_w, k_w } };
         for (int k = 0; k < 2; k++) {
             size_t ti = find(ck, t[k].name);
             uint64_t s[2], n[2];
@@ -304,8 +307,8 @@ static void test_every_box(void **state)
                             if (rc != SHS_OK || memcmp(got, want, len) != 0)
                                 fail_msg("%s box [%llu,%llu]+[%llu,%llu]: rc %d %s", t[k].name,
                                          (unsigned long long)s[0], (unsigned long long)s[1],
-                                         (unsigned long long)n[0], (unsigned long long)n[1],
-                                         rc, shs_last_error());
+                                         (unsigned long long)n[0], (unsigned long long)n[1], rc,
+                                         shs_last_error());
                         }
         }
         /* an empty box reads nothing */
@@ -457,8 +460,7 @@ static void test_checksums_and_blobs(void **state)
         /* any box touching the damaged chunk, converted or not */
         uint64_t s[2] = { 5, 1 }, n[2] = { 1, 2 };
         double wd[2];
-        assert_int_equal(shs_checkpoint_read(ck, wi, s, n, SHS_F64, wd, sizeof wd),
-                         SHS_ECHECKSUM);
+        assert_int_equal(shs_checkpoint_read(ck, wi, s, n, SHS_F64, wd, sizeof wd), SHS_ECHECKSUM);
         /* boxes in the other chunks read */
         uint64_t s2[2] = { 0, 0 }, n2[2] = { 2, 6 };
         TU_OK(shs_checkpoint_read(ck, wi, s2, n2, SHS_F32, part, sizeof part));
@@ -485,7 +487,10 @@ static ssize_t counting_pread(int fd, void *buf, size_t n, off_t off)
     return r;
 }
 
-enum { BR = 2048, BC = 2048 }; /* F32: 16 MiB = 4 blocks of 512 rows */
+enum {
+    BR = 2048,
+    BC = 2048
+}; /* F32: 16 MiB = 4 blocks of 512 rows */
 
 static void save_big(const char *sp, float **whole_out)
 {
@@ -542,15 +547,13 @@ static void test_pread_blocks(void **state)
     flip(file, ci.byte_begin + 3 * (4u << 20) + 100);
     TU_OK(shs_checkpoint_read(ck, 0, s, n, SHS_F32, box, 10 * 50 * 4));
     uint64_t s3[2] = { 1600, 0 };
-    assert_int_equal(shs_checkpoint_read(ck, 0, s3, n, SHS_F32, box, 10 * 50 * 4),
-                     SHS_ECHECKSUM);
+    assert_int_equal(shs_checkpoint_read(ck, 0, s3, n, SHS_F32, box, 10 * 50 * 4), SHS_ECHECKSUM);
     TU_ASSERT_MSG_HAS("block 3");
     shs_checkpoint_close(ck);
     /* the mapped path checks the same blocks */
     TU_OK(shs_checkpoint_open(&ck, sp));
     TU_OK(shs_checkpoint_read(ck, 0, s, n, SHS_F32, box, 10 * 50 * 4));
-    assert_int_equal(shs_checkpoint_read(ck, 0, s3, n, SHS_F32, box, 10 * 50 * 4),
-                     SHS_ECHECKSUM);
+    assert_int_equal(shs_checkpoint_read(ck, 0, s3, n, SHS_F32, box, 10 * 50 * 4), SHS_ECHECKSUM);
     TU_ASSERT_MSG_HAS("block 3");
     shs_checkpoint_close(ck);
     free(box);
@@ -576,7 +579,8 @@ static void test_pread_whole_hash(void **state)
     json_t *tensors = json_object_get(root, "tensors");
     int dropped = 0;
     if (json_is_object(tensors)) {
-        json_object_foreach(tensors, k, t) {
+        json_object_foreach(tensors, k, t)
+        {
             json_t *chunks = json_object_get(t, "chunks");
             for (size_t i = 0; i < json_array_size(chunks); i++) {
                 json_t *c = json_array_get(chunks, i);
@@ -658,8 +662,8 @@ static void put_index(const char *dir, const char *weight_map)
     char text[1024];
     snprintf(text, sizeof text, "{\"metadata\": {\"total_size\": 0}, \"weight_map\": %s}\n",
              weight_map);
-    assert_int_equal(tu_write_file(tu_path(dir, "model.safetensors.index.json"), text,
-                                   strlen(text)), 0);
+    assert_int_equal(
+        tu_write_file(tu_path(dir, "model.safetensors.index.json"), text, strlen(text)), 0);
 }
 
 static void test_hf_index(void **state)

@@ -64,8 +64,8 @@ static int count_prefix(const char *dir, const char *prefix)
 
 static struct {
     int dead;
-    int die_after_displace;   /* die right after target -> .replaced- */
-    long calls, fail_at;      /* fail_at > 0: the N-th call fails (EIO) */
+    int die_after_displace; /* die right after target -> .replaced- */
+    long calls, fail_at;    /* fail_at > 0: the N-th call fails (EIO) */
     char failed_op[16];
 } g;
 
@@ -85,22 +85,70 @@ static int gate(const char *op)
     return 0;
 }
 
-static int t_open(const char *p, int f, mode_t m) { return gate("open") ? -1 : shs__io_posix.open(p, f, m); }
-static ssize_t t_pread(int fd, void *b, size_t n, off_t o) { return gate("pread") ? -1 : shs__io_posix.pread(fd, b, n, o); }
-static ssize_t t_pwrite(int fd, const void *b, size_t n, off_t o) { return gate("pwrite") ? -1 : shs__io_posix.pwrite(fd, b, n, o); }
-static int t_fsync(int fd) { return gate("fsync") ? -1 : shs__io_posix.fsync(fd); }
-static int t_ftruncate(int fd, off_t l) { return gate("ftruncate") ? -1 : shs__io_posix.ftruncate(fd, l); }
-static int t_fstat(int fd, struct stat *s) { return gate("fstat") ? -1 : shs__io_posix.fstat(fd, s); }
-static int t_unlink(const char *p) { return gate("unlink") ? -1 : shs__io_posix.unlink(p); }
-static int t_mkdir(const char *p, mode_t m) { return gate("mkdir") ? -1 : shs__io_posix.mkdir(p, m); }
-static int t_rmdir(const char *p) { return gate("rmdir") ? -1 : shs__io_posix.rmdir(p); }
-static int t_link(const char *a, const char *b) { return gate("link") ? -1 : shs__io_posix.link(a, b); }
-static void *t_mmap(int fd, size_t n) { return gate("mmap") ? NULL : shs__io_posix.mmap(fd, n); }
-static int t_reserve(int fd, uint64_t n) { return gate("reserve") ? -1 : shs__io_posix.reserve(fd, n); }
-static int t_stat(const char *p, struct stat *s) { return gate("stat") ? -1 : shs__io_posix.stat(p, s); }
-static int t_lstat(const char *p, struct stat *s) { return gate("lstat") ? -1 : shs__io_posix.lstat(p, s); }
-static int t_list_dir(const char *p, char ***n, size_t *k) { return gate("list_dir") ? -1 : shs__io_posix.list_dir(p, n, k); }
-static int t_lock(int fd, int t) { return gate("lock") ? -1 : shs__io_posix.lock(fd, t); }
+static int t_open(const char *p, int f, mode_t m)
+{
+    return gate("open") ? -1 : shs__io_posix.open(p, f, m);
+}
+static ssize_t t_pread(int fd, void *b, size_t n, off_t o)
+{
+    return gate("pread") ? -1 : shs__io_posix.pread(fd, b, n, o);
+}
+static ssize_t t_pwrite(int fd, const void *b, size_t n, off_t o)
+{
+    return gate("pwrite") ? -1 : shs__io_posix.pwrite(fd, b, n, o);
+}
+static int t_fsync(int fd)
+{
+    return gate("fsync") ? -1 : shs__io_posix.fsync(fd);
+}
+static int t_ftruncate(int fd, off_t l)
+{
+    return gate("ftruncate") ? -1 : shs__io_posix.ftruncate(fd, l);
+}
+static int t_fstat(int fd, struct stat *s)
+{
+    return gate("fstat") ? -1 : shs__io_posix.fstat(fd, s);
+}
+static int t_unlink(const char *p)
+{
+    return gate("unlink") ? -1 : shs__io_posix.unlink(p);
+}
+static int t_mkdir(const char *p, mode_t m)
+{
+    return gate("mkdir") ? -1 : shs__io_posix.mkdir(p, m);
+}
+static int t_rmdir(const char *p)
+{
+    return gate("rmdir") ? -1 : shs__io_posix.rmdir(p);
+}
+static int t_link(const char *a, const char *b)
+{
+    return gate("link") ? -1 : shs__io_posix.link(a, b);
+}
+static void *t_mmap(int fd, size_t n)
+{
+    return gate("mmap") ? NULL : shs__io_posix.mmap(fd, n);
+}
+static int t_reserve(int fd, uint64_t n)
+{
+    return gate("reserve") ? -1 : shs__io_posix.reserve(fd, n);
+}
+static int t_stat(const char *p, struct stat *s)
+{
+    return gate("stat") ? -1 : shs__io_posix.stat(p, s);
+}
+static int t_lstat(const char *p, struct stat *s)
+{
+    return gate("lstat") ? -1 : shs__io_posix.lstat(p, s);
+}
+static int t_list_dir(const char *p, char ***n, size_t *k)
+{
+    return gate("list_dir") ? -1 : shs__io_posix.list_dir(p, n, k);
+}
+static int t_lock(int fd, int t)
+{
+    return gate("lock") ? -1 : shs__io_posix.lock(fd, t);
+}
 
 static int t_exchange(const char *a, const char *b)
 {
@@ -417,7 +465,15 @@ static void test_remove_clean_take_lock(void **state)
 /* point 17: the N-th io call fails, over load, verify, list, clean    */
 /* ------------------------------------------------------------------ */
 
-enum { OP_LOAD, OP_VERIFY, OP_LIST, OP_CLEAN, OP_RESOLVE, OP_SAVE, OP_N };
+enum {
+    OP_LOAD,
+    OP_VERIFY,
+    OP_LIST,
+    OP_CLEAN,
+    OP_RESOLVE,
+    OP_SAVE,
+    OP_N
+};
 static const char *const k_op[OP_N] = { "load", "verify", "list", "clean", "resolve", "save" };
 
 static int run_op(int op, const char *sp)
@@ -427,16 +483,11 @@ static int run_op(int op, const char *sp)
     float w0;
     char out[4096];
     switch (op) {
-    case OP_LOAD:
-        return load_sp(sp, &step, &w0);
-    case OP_VERIFY:
-        return shs_checkpoint_verify(tu_step_dir(sp, 2));
-    case OP_LIST:
-        return shs_checkpoint_list(steps, 8, &n, sp);
-    case OP_CLEAN:
-        return shs_checkpoint_clean(sp);
-    case OP_RESOLVE:
-        return shs_checkpoint_resolve(out, sizeof out, sp, -1);
+    case OP_LOAD: return load_sp(sp, &step, &w0);
+    case OP_VERIFY: return shs_checkpoint_verify(tu_step_dir(sp, 2));
+    case OP_LIST: return shs_checkpoint_list(steps, 8, &n, sp);
+    case OP_CLEAN: return shs_checkpoint_clean(sp);
+    case OP_RESOLVE: return shs_checkpoint_resolve(out, sizeof out, sp, -1);
     default: {
         tu_small s;
         tu_small_make(&s, 9.0f, 1);
@@ -493,8 +544,8 @@ static void test_io_sweep(void **state)
             int64_t step = -1;
             float w0 = 0;
             if (load_sp(sp, &step, &w0) != SHS_OK)
-                fail_msg("%s: N=%ld (%s): the save path no longer loads: %s", k_op[op], n,
-                         failed, shs_last_error());
+                fail_msg("%s: N=%ld (%s): the save path no longer loads: %s", k_op[op], n, failed,
+                         shs_last_error());
             int ok = (step == 2 && w0 == 2.0f) || (op == OP_SAVE && step == 3 && w0 == 9.0f);
             if (!ok)
                 fail_msg("%s: N=%ld (%s): loaded step %lld w0 %g", k_op[op], n, failed,
@@ -512,7 +563,12 @@ static void test_io_sweep(void **state)
 /* point 19: the N-th allocation fails, over save, load, the manager   */
 /* ------------------------------------------------------------------ */
 
-enum { AS_SAVE, AS_LOAD, AS_LIFECYCLE, AS_N };
+enum {
+    AS_SAVE,
+    AS_LOAD,
+    AS_LIFECYCLE,
+    AS_N
+};
 static const char *const k_as[AS_N] = { "save", "load", "manager lifecycle" };
 
 static int alloc_op(int op, const char *sp, tu_small *s)
@@ -688,16 +744,24 @@ static int tc_gatherv(void *ctx, const void *send, const size_t *lens, void *rec
 }
 static int tc_send(void *c, const void *b, size_t n, int d, int t)
 {
-    (void)c; (void)b; (void)n; (void)d; (void)t;
+    (void)c;
+    (void)b;
+    (void)n;
+    (void)d;
+    (void)t;
     return SHS_EUNSUPPORTED;
 }
 static int tc_recv(void *c, void *b, size_t n, int s, int t)
 {
-    (void)c; (void)b; (void)n; (void)s; (void)t;
+    (void)c;
+    (void)b;
+    (void)n;
+    (void)s;
+    (void)t;
     return SHS_EUNSUPPORTED;
 }
 static const shs_comm_ops k_tc_ops = { SHS_COMM_OPS_VERSION, tc_barrier, tc_bcast, tc_allgather,
-                                       tc_gatherv, tc_send, tc_recv, NULL };
+                                       tc_gatherv,           tc_send,    tc_recv,  NULL };
 
 static _Thread_local int t_armed_rank1;
 static _Thread_local long t_count;
@@ -798,13 +862,13 @@ static void test_collectives_local_oom(void **state)
             failures++;
             /* rank 0 hears it, naming rank 1 */
             if (r[0].rc == SHS_OK || !strstr(r[0].msg, "rank 1"))
-                fail_msg("N=%ld: rank 1 failed (%s) but rank 0 got %d '%s'", n, r[1].msg,
-                         r[0].rc, r[0].msg);
+                fail_msg("N=%ld: rank 1 failed (%s) but rank 0 got %d '%s'", n, r[1].msg, r[0].rc,
+                         r[0].msg);
         }
     }
     alarm(0);
-    printf("ranks: %ld allocations of rank 1 failed one at a time: %ld errors, no hang\n",
-           n - 1, failures);
+    printf("ranks: %ld allocations of rank 1 failed one at a time: %ld errors, no hang\n", n - 1,
+           failures);
     assert_true(n > 1);
 }
 

@@ -41,7 +41,8 @@ static void test_opts_version_newer(void **state)
     assert_string_equal(shs_last_error(),
                         "shs_file_open: option struct version 3 is newer than this library (2)");
     assert_int_equal(shs__check_opts_version(~0u, 1, "shs_writer_create"), SHS_EINVAL);
-    assert_non_null(strstr(shs_last_error(), "shs_writer_create: option struct version 4294967295"));
+    assert_non_null(
+        strstr(shs_last_error(), "shs_writer_create: option struct version 4294967295"));
 }
 
 static void test_opts_version_zero(void **state)
@@ -139,39 +140,71 @@ static void test_writer_create_version(void **state)
 }
 
 static int g_destroyed;
-static int nop_barrier(void *ctx) { (void)ctx; return SHS_OK; }
+static int nop_barrier(void *ctx)
+{
+    (void)ctx;
+    return SHS_OK;
+}
 static int nop_bcast(void *ctx, void *b, size_t n, int root)
 {
-    (void)ctx; (void)b; (void)n; (void)root;
+    (void)ctx;
+    (void)b;
+    (void)n;
+    (void)root;
     return SHS_OK;
 }
 static int nop_allgather(void *ctx, const void *s, size_t n, void *r)
 {
-    (void)ctx; (void)s; (void)n; (void)r;
+    (void)ctx;
+    (void)s;
+    (void)n;
+    (void)r;
     return SHS_OK;
 }
 static int nop_gatherv(void *ctx, const void *s, const size_t *l, void *r, int root)
 {
-    (void)ctx; (void)s; (void)l; (void)r; (void)root;
+    (void)ctx;
+    (void)s;
+    (void)l;
+    (void)r;
+    (void)root;
     return SHS_OK;
 }
 static int nop_send(void *ctx, const void *b, size_t n, int d, int t)
 {
-    (void)ctx; (void)b; (void)n; (void)d; (void)t;
+    (void)ctx;
+    (void)b;
+    (void)n;
+    (void)d;
+    (void)t;
     return SHS_OK;
 }
 static int nop_recv(void *ctx, void *b, size_t n, int s, int t)
 {
-    (void)ctx; (void)b; (void)n; (void)s; (void)t;
+    (void)ctx;
+    (void)b;
+    (void)n;
+    (void)s;
+    (void)t;
     return SHS_OK;
 }
-static void count_destroy(void *ctx) { (void)ctx; g_destroyed++; }
+static void count_destroy(void *ctx)
+{
+    (void)ctx;
+    g_destroyed++;
+}
 
 static void test_comm_create_version(void **state)
 {
     (void)state;
-    shs_comm_ops ops = { SHS_COMM_OPS_VERSION + 1, nop_barrier, nop_bcast, nop_allgather,
-                         nop_gatherv, nop_send, nop_recv, count_destroy };
+    shs_comm_ops ops = { SHS_COMM_OPS_VERSION + 1,
+                         nop_barrier,
+                         nop_bcast,
+                         nop_allgather,
+                         nop_gatherv,
+                         nop_send,
+                         nop_recv,
+                         count_destroy };
     shs_comm *c = (shs_comm *)&c;
     g_destroyed = 0;
     assert_int_equal(shs_comm_create(&c, 0, 2, &ops, NULL), SHS_EINVAL);

@@ -23,7 +23,9 @@ char *tu_mkdtemp(void)
 
 static int rm_cb(const char *p, const struct stat *st, int flag, struct FTW *ftw)
 {
-    (void)st; (void)flag; (void)ftw;
+    (void)st;
+    (void)flag;
+    (void)ftw;
     return remove(p);
 }
 
@@ -127,8 +129,14 @@ void tu_failalloc_arm(long fail_at)
     g_count = 0;
 }
 
-long tu_failalloc_count(void) { return g_count; }
-long tu_failalloc_live(void) { return g_live; }
+long tu_failalloc_count(void)
+{
+    return g_count;
+}
+long tu_failalloc_live(void)
+{
+    return g_live;
+}
 
 void tu_failalloc_uninstall(void)
 {
@@ -317,8 +325,7 @@ void tu_small_make(tu_small *s, float base, int with_opt)
     tu_add_tensor(s->st, "w", SHS_KIND_MODEL, SHS_F32, 2, tu_w_shape, s->w, NULL);
     tu_add_tensor(s->st, "b", SHS_KIND_MODEL, SHS_F32, 1, tu_b_shape, s->b, NULL);
     if (with_opt)
-        tu_add_tensor(s->st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, tu_w_shape, s->wm,
-                      NULL);
+        tu_add_tensor(s->st, "w.exp_avg", SHS_KIND_OPTIMIZER, SHS_F32, 2, tu_w_shape, s->wm, NULL);
 }
 
 void tu_assert_blob_str(shs_state *st, const char *name, const char *want)

@@ -27,20 +27,20 @@ const char *tu_path(const char *dir, const char *name);
    the program exit 77 (SKIP_RETURN_CODE: "skipped") when nothing failed
    but something was skipped. */
 extern int tu_skipped;
-#define TU_SKIP()                                                                     \
-    do {                                                                              \
-        tu_skipped++;                                                                 \
-        skip();                                                                       \
+#define TU_SKIP()                                                                                  \
+    do {                                                                                           \
+        tu_skipped++;                                                                              \
+        skip();                                                                                    \
     } while (0)
-#define TU_RUN_GROUP(tests, setup, teardown)                                          \
+#define TU_RUN_GROUP(tests, setup, teardown)                                                       \
     tu_exit_code(cmocka_run_group_tests(tests, setup, teardown))
 int tu_exit_code(int failed);
 
 /* Allocator that fails the N-th allocation (counting from 1) once armed. */
 void tu_failalloc_install(void);
-void tu_failalloc_arm(long fail_at);   /* 0 = never fail */
-long tu_failalloc_count(void);          /* allocations since arm */
-long tu_failalloc_live(void);           /* currently live allocations */
+void tu_failalloc_arm(long fail_at); /* 0 = never fail */
+long tu_failalloc_count(void);       /* allocations since arm */
+long tu_failalloc_live(void);        /* currently live allocations */
 void tu_failalloc_uninstall(void);
 
 /* ---- checkpoint-test helpers ------------------------------------------ */
@@ -49,18 +49,18 @@ void tu_failalloc_uninstall(void);
 #define TU_TRACKER "latest_checkpointed_iteration.txt"
 
 /* Fail the test when `expr` is not SHS_OK, with the library's message. */
-#define TU_OK(expr)                                                                   \
-    do {                                                                              \
-        int rc_ = (expr);                                                             \
-        if (rc_ != SHS_OK)                                                            \
-            fail_msg("%s: %d %s", #expr, rc_, shs_last_error());                      \
+#define TU_OK(expr)                                                                                \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_ != SHS_OK)                                                                         \
+            fail_msg("%s: %d %s", #expr, rc_, shs_last_error());                                   \
     } while (0)
 
 /* Fail the test when shs_last_error() lacks `needle`. */
-#define TU_ASSERT_MSG_HAS(needle)                                                     \
-    do {                                                                              \
-        if (!strstr(shs_last_error(), (needle)))                                      \
-            fail_msg("error message lacks '%s': %s", (needle), shs_last_error());    \
+#define TU_ASSERT_MSG_HAS(needle)                                                                  \
+    do {                                                                                           \
+        if (!strstr(shs_last_error(), (needle)))                                                   \
+            fail_msg("error message lacks '%s': %s", (needle), shs_last_error());                  \
     } while (0)
 
 /* The per-test-program scratch root, made by tu_setup_root (a cmocka group

@@ -44,9 +44,9 @@
 #include "shardsafe_mpi.h"
 
 #define REPS 3
-#define NT 8           /* save/load: tensors */
+#define NT 8 /* save/load: tensors */
 #define COLS 1024u
-#define ND 64          /* dedup: tensors */
+#define ND 64 /* dedup: tensors */
 
 static int g_rank, g_size;
 static char g_mode[64] = "";
@@ -60,12 +60,12 @@ static char g_mode[64] = "";
 /* ------------------------------------------------------------------ */
 
 /* rank 0 prints */
-#define say(...)                     \
-    do {                             \
-        if (g_rank == 0) {           \
-            printf(__VA_ARGS__);     \
-            fflush(stdout);          \
-        }                            \
+#define say(...)                                                                                   \
+    do {                                                                                           \
+        if (g_rank == 0) {                                                                         \
+            printf(__VA_ARGS__);                                                                   \
+            fflush(stdout);                                                                        \
+        }                                                                                          \
     } while (0)
 
 static void wait_quietly(MPI_Request *req)
@@ -155,8 +155,8 @@ typedef struct shard {
 
 typedef struct sstate {
     shard t[NT];
-    size_t bytes;       /* this rank's */
-    uint64_t total;     /* all ranks' (the global tensors) */
+    size_t bytes;   /* this rank's */
+    uint64_t total; /* all ranks' (the global tensors) */
     shs_state *st;
 } sstate;
 
@@ -271,7 +271,8 @@ static int mode_save(const char *dir)
     sstate s;
     make_sharded(&s, 1);
     say("save: %d ranks, %d F32 tensors sharded on dim 0, %" PRIu64 " bytes in all, "
-        "%zu on rank 0\n", g_size, NT, s.total, s.bytes);
+        "%zu on rank 0\n",
+        g_size, NT, s.total, s.bytes);
     result("ranks", g_size, "", "MPI ranks");
     result("state_bytes", (double)s.total, "B", "bytes of the global tensors");
     char *sp[2] = { path_in(dir, "dist_ckpt"), path_in(dir, "dist_ckpt_nofsync") };
@@ -294,8 +295,8 @@ static int mode_save(const char *dir)
         CHECK(shs_manager_last_save(mf, &st));
         say("save rep %d: no fsync: write(2) %.3f s, shs_manager_save %.3f s; fsync: "
             "write(2)+fsync %.3f s, shs_manager_save %.3f s (rank 0 stats: total %.3f s, "
-            "%" PRIu64 " B written, max rank %" PRIu64 " B, balance %.3f)\n", r, bn[r], sn[r],
-            bf[r], sf[r], st.total_seconds, st.bytes_written, st.max_rank_bytes,
+            "%" PRIu64 " B written, max rank %" PRIu64 " B, balance %.3f)\n",
+            r, bn[r], sn[r], bf[r], sf[r], st.total_seconds, st.bytes_written, st.max_rank_bytes,
             st.write_balance);
     }
     unlink(pb);
@@ -305,11 +306,11 @@ static int mode_save(const char *dir)
     double gbf = B / best_of(bf, REPS) / 1e9, gsf = B / best_of(sf, REPS) / 1e9;
     double gbn = B / best_of(bn, REPS) / 1e9, gsn = B / best_of(sn, REPS) / 1e9;
     say("save, fsync: %d x write(2)+fsync best %.3f s %.2f GB/s; shs_manager_save best %.3f s "
-        "%.2f GB/s; ratio %.3f\n", g_size, best_of(bf, REPS), gbf, best_of(sf, REPS), gsf,
-        gsf / gbf);
+        "%.2f GB/s; ratio %.3f\n",
+        g_size, best_of(bf, REPS), gbf, best_of(sf, REPS), gsf, gsf / gbf);
     say("save, no fsync: %d x write(2) best %.3f s %.2f GB/s; shs_manager_save best %.3f s "
-        "%.2f GB/s; ratio %.3f\n", g_size, best_of(bn, REPS), gbn, best_of(sn, REPS), gsn,
-        gsn / gbn);
+        "%.2f GB/s; ratio %.3f\n",
+        g_size, best_of(bn, REPS), gbn, best_of(sn, REPS), gsn, gsn / gbn);
     result("base_fsync", gbf, "GB/s", "every rank write(2)+fsync of its shard, aggregate");
     result("shs_fsync", gsf, "GB/s", "shs_manager_save fsync=1, aggregate");
     result("base_nofsync", gbn, "GB/s", "every rank write(2) of its shard, aggregate");
@@ -382,10 +383,10 @@ static int mode_load(const char *dir)
     char msg[256];
     int n = 0;
     for (int i = 0; i < NT; i++)
-        n += snprintf(msg + n, sizeof msg - (size_t)n, "%s%" PRIu64, i ? "," : "",
-                      s.t[i].shape[0]);
+        n += snprintf(msg + n, sizeof msg - (size_t)n, "%s%" PRIu64, i ? "," : "", s.t[i].shape[0]);
     say("load: %d ranks load %s (saved by 4 ranks), %" PRIu64 " bytes; rank 0 rows per "
-        "tensor: %s\n", g_size, ck, s.total, msg);
+        "tensor: %s\n",
+        g_size, ck, s.total, msg);
     result("ranks", g_size, "", "MPI ranks");
     result("state_bytes", (double)s.total, "B", "bytes of the global tensors");
     size_t mine = s.bytes, mx = 0;
@@ -404,7 +405,8 @@ static int mode_load(const char *dir)
     }
     MPI_Allreduce(&touched, &touched_all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
     say("load: saved-chunk bytes overlapping the ranks' boxes: %" PRIu64 " (%.2f x the "
-        "state)\n", touched_all, (double)touched_all / (double)s.total);
+        "state)\n",
+        touched_all, (double)touched_all / (double)s.total);
     result("chunk_bytes_touched", (double)touched_all, "B",
            "bytes of saved chunks overlapping the ranks' boxes, sum over ranks");
     shs_manager *m1 = make_manager(s.st, NULL, 1, 0, ck, 1);
@@ -425,7 +427,8 @@ static int mode_load(const char *dir)
         t1[r] = load_all(m1);
         t2[r] = load_all(m2);
         say("load rep %d: memcpy %.3f s, shs_manager_load workers=1 %.3f s, workers=2 "
-            "%.3f s\n", r, tm[r], t1[r], t2[r]);
+            "%.3f s\n",
+            r, tm[r], t1[r], t2[r]);
     }
     bad = check_values(&s);
     double B = (double)s.total;
@@ -539,8 +542,8 @@ static int mode_dedup(const char *dir)
         lo = dedup_bytes(i) < lo ? dedup_bytes(i) : lo;
         hi = dedup_bytes(i) > hi ? dedup_bytes(i) : hi;
     }
-    say("dedup: %d ranks, %d replicated F32 tensors (%zu B .. %zu B), %" PRIu64
-        " unique bytes\n", g_size, ND, lo, hi, d.unique);
+    say("dedup: %d ranks, %d replicated F32 tensors (%zu B .. %zu B), %" PRIu64 " unique bytes\n",
+        g_size, ND, lo, hi, d.unique);
     result("ranks", g_size, "", "MPI ranks");
     result("tensors", ND, "", "replicated tensors");
     result("unique_bytes", (double)d.unique, "B", "bytes of the distinct tensors");
@@ -572,8 +575,8 @@ static int mode_dedup(const char *dir)
             for (int r = 0; r < g_size; r++)
                 printf(" %" PRIu64, all[r]);
             printf(" (sum %" PRIu64 " = %.3f x unique); write_balance %.4f; on disk: chunk "
-                   "bytes %" PRIu64 " (%.3f x unique), per rank file:", sum,
-                   (double)sum / (double)d.unique, st.write_balance, dt,
+                   "bytes %" PRIu64 " (%.3f x unique), per rank file:",
+                   sum, (double)sum / (double)d.unique, st.write_balance, dt,
                    (double)dt / (double)d.unique);
             for (int r = 0; r < g_size; r++)
                 printf(" %" PRIu64, per[r]);

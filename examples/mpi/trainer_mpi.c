@@ -55,7 +55,11 @@
 static int g_rank, g_size, g_tp, g_dp, g_tp_rank, g_dp_rank;
 static MPI_Comm g_tp_comm = MPI_COMM_NULL, g_dp_comm = MPI_COMM_NULL;
 
-#define SAY(...) do { if (g_rank == 0) printf(__VA_ARGS__); } while (0)
+#define SAY(...)                                                                                   \
+    do {                                                                                           \
+        if (g_rank == 0)                                                                           \
+            printf(__VA_ARGS__);                                                                   \
+    } while (0)
 
 static void fatal(const char *what, const char *msg)
 {
@@ -101,7 +105,10 @@ static void rng_seed(uint64_t st[4], uint64_t seed)
         st[0] = 1;
 }
 
-static uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl64(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
 
 static uint64_t rng_next(uint64_t s[4])
 {
@@ -135,10 +142,17 @@ static uint64_t rng_below(uint64_t s[4], uint64_t n)
 /* ------------------------------------------------------------------------
  * Model
  * ---------------------------------------------------------------------- */
-enum { P_EMBED, P_W1, P_B1, P_W2, P_B2, P_COUNT };
+enum {
+    P_EMBED,
+    P_W1,
+    P_B1,
+    P_W2,
+    P_B2,
+    P_COUNT
+};
 static const char *const k_names[P_COUNT] = {
     "model.embed.weight", "model.hidden.weight", "model.hidden.bias",
-    "model.out.weight", "model.out.bias",
+    "model.out.weight",   "model.out.bias",
 };
 
 typedef struct param {
@@ -152,22 +166,22 @@ typedef struct param {
 
 typedef struct model {
     int V, C, E, H, B, CE;
-    int hlo, hn;      /* this rank's hidden units [hlo, hlo + hn) */
-    int blo, bn;      /* this rank's slice of the global batch */
+    int hlo, hn; /* this rank's hidden units [hlo, hlo + hn) */
+    int blo, bn; /* this rank's slice of the global batch */
     float lr, min_lr, wd, beta1, beta2, eps;
     int warmup, total;
     uint64_t seed;
     uint8_t *tokens;
     size_t ntok;
     param p[P_COUNT];
-    size_t nloc;      /* sum of local numel */
-    float *arena;     /* data | m | v | g, 4 * nloc */
+    size_t nloc;  /* sum of local numel */
+    float *arena; /* data | m | v | g, 4 * nloc */
     /* training state */
     uint64_t rng[4];
     int64_t global_step, sched_last_step;
     uint64_t consumed;
     /* scratch */
-    size_t *pos;      /* B */
+    size_t *pos; /* B */
     float *x, *h, *z, *zall, *dh, *dxp, *dxall, *pr, *gall;
 } model;
 
@@ -226,7 +240,10 @@ static void model_setup(model *m)
     split(H, g_tp, g_tp_rank, &m->hlo, &m->hn);
     split(m->B, g_dp, g_dp_rank, &m->blo, &m->bn);
     const uint64_t hlo = (uint64_t)m->hlo, hn = (uint64_t)m->hn;
-    struct { int nd; uint64_t g0, g1, l0, l1, o0, o1; } d[P_COUNT] = {
+    struct {
+        int nd;
+        uint64_t g0, g1, l0, l1, o0, o1;
+    } d[P_COUNT] = {
         { 2, (uint64_t)V, (uint64_t)E, (uint64_t)V, (uint64_t)E, 0, 0 },
         { 2, (uint64_t)CE, (uint64_t)H, (uint64_t)CE, hn, 0, hlo },
         { 1, (uint64_t)H, 0, hn, 0, hlo, 0 },
@@ -459,8 +476,9 @@ static float model_step(model *m)
     /* the embedding gradient needs the full dx: sum TP partials in order */
     const size_t nx = (size_t)bn * (size_t)CE;
     if (g_tp > 1 && nx)
-        check_mpi(MPI_Allgather(m->dxp, (int)nx, MPI_FLOAT, m->dxall, (int)nx, MPI_FLOAT,
-                                g_tp_comm), "allgather dx");
+        check_mpi(
+            MPI_Allgather(m->dxp, (int)nx, MPI_FLOAT, m->dxall, (int)nx, MPI_FLOAT, g_tp_comm),
+            "allgather dx");
     else if (nx)
         memcpy(m->dxall, m->dxp, nx * sizeof(float));
     for (int b = 0; b < bn; b++) {
@@ -564,8 +582,9 @@ static void gather_global(const model *m, const param *p, const float *local, fl
         acc += (size_t)counts[r];
     }
     float *tmp = g_tp_rank == 0 ? xcalloc(acc, sizeof(float)) : NULL;
-    check_mpi(MPI_Gatherv(local, (int)p->numel, MPI_FLOAT, tmp, counts, displs, MPI_FLOAT, 0,
-                          g_tp_comm), "gatherv");
+    check_mpi(
+        MPI_Gatherv(local, (int)p->numel, MPI_FLOAT, tmp, counts, displs, MPI_FLOAT, 0, g_tp_comm),
+        "gatherv");
     if (tmp) {
         if (!colsplit) {
             memcpy(out, tmp, acc * sizeof(float)); /* rows are in rank order */
@@ -655,8 +674,10 @@ static void import_blobs(const shs_state *st, model *m)
             fatal("lr_scheduler blob", "too long");
         memcpy(buf, p, len);
         buf[len] = '\0';
-        if (sscanf(buf, "{\"last_step\":%lld,\"base_lr\":%f,\"warmup\":%d,\"total\":%d,"
-                        "\"min_lr\":%f}", &last, &base, &warm, &total, &minlr) != 5 ||
+        if (sscanf(buf,
+                   "{\"last_step\":%lld,\"base_lr\":%f,\"warmup\":%d,\"total\":%d,"
+                   "\"min_lr\":%f}",
+                   &last, &base, &warm, &total, &minlr) != 5 ||
             last < 0 || warm < 0 || total < 1 || warm > total)
             fatal("lr_scheduler blob", buf);
         m->sched_last_step = last;
@@ -672,12 +693,10 @@ static void import_blobs(const shs_state *st, model *m)
  * ---------------------------------------------------------------------- */
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: mpirun -np N trainer_mpi [options]\n"
-            TRAINER_OPTIONS_HELP
-            "  --tp N                 tensor-parallel degree (default 2 if the world size\n"
-            "                         is even, else 1); data parallel = world / N\n"
-            "exit: 0 trained, 1 error, 2 usage\n");
+    fprintf(out, "usage: mpirun -np N trainer_mpi [options]\n" TRAINER_OPTIONS_HELP
+                 "  --tp N                 tensor-parallel degree (default 2 if the world size\n"
+                 "                         is even, else 1); data parallel = world / N\n"
+                 "exit: 0 trained, 1 error, 2 usage\n");
 }
 
 static int finish(int rc)
@@ -816,7 +835,8 @@ int main(int argc, char **argv)
             m->sched_last_step = m->global_step;
             rng_rederive(m);
             SAY("rank-local state not restored: world size changed; RNG re-derived from step "
-                "%lld\n", (long long)m->global_step);
+                "%lld\n",
+                (long long)m->global_step);
         }
         SAY("resumed from %s (step %lld%s)\n", res.path, (long long)res.step,
             res.optimizer_loaded ? "" : ", weights only");

@@ -33,27 +33,27 @@ extern "C" {
 #endif
 
 typedef struct tinylm_config {
-  int context;        /* C: previous bytes seen per prediction          */
-  int embed;          /* E: embedding width                              */
-  int hidden;         /* H: hidden units                                 */
-  int batch;          /* B: sequences (next-byte predictions) per step   */
-  float lr;           /* peak learning rate (scheduler base_lr)          */
-  float min_lr;       /* final learning rate after cosine decay          */
-  float weight_decay; /* decoupled (AdamW) decay, 2-D weights only       */
-  float beta1, beta2, eps;
-  int warmup_steps;   /* linear warmup length (0 = none)                 */
-  int total_steps;    /* cosine decay reaches min_lr at this step        */
-  uint64_t seed;      /* parameter init + batch sampling RNG seed        */
+    int context;        /* C: previous bytes seen per prediction          */
+    int embed;          /* E: embedding width                              */
+    int hidden;         /* H: hidden units                                 */
+    int batch;          /* B: sequences (next-byte predictions) per step   */
+    float lr;           /* peak learning rate (scheduler base_lr)          */
+    float min_lr;       /* final learning rate after cosine decay          */
+    float weight_decay; /* decoupled (AdamW) decay, 2-D weights only       */
+    float beta1, beta2, eps;
+    int warmup_steps; /* linear warmup length (0 = none)                 */
+    int total_steps;  /* cosine decay reaches min_lr at this step        */
+    uint64_t seed;    /* parameter init + batch sampling RNG seed        */
 } tinylm_config;
 
 typedef struct tinylm_param {
-  const char *name;   /* e.g. "model.hidden.weight"                      */
-  float *data;        /* numel fp32 values, row-major                    */
-  float *exp_avg;     /* AdamW first moment, numel fp32                  */
-  float *exp_avg_sq;  /* AdamW second moment, numel fp32                 */
-  int ndim;           /* 1 or 2                                          */
-  uint64_t shape[2];  /* shape[1] unused (0) when ndim == 1              */
-  size_t numel;
+    const char *name;  /* e.g. "model.hidden.weight"                      */
+    float *data;       /* numel fp32 values, row-major                    */
+    float *exp_avg;    /* AdamW first moment, numel fp32                  */
+    float *exp_avg_sq; /* AdamW second moment, numel fp32                 */
+    int ndim;          /* 1 or 2                                          */
+    uint64_t shape[2]; /* shape[1] unused (0) when ndim == 1              */
+    size_t numel;
 } tinylm_param;
 
 typedef struct tinylm tinylm;
@@ -68,8 +68,7 @@ void tinylm_config_default(tinylm_config *cfg);
  * cfg->seed.  Returns 0 on success; on failure returns nonzero (-1 bad
  * config, -2 corpus unreadable, -3 corpus too small, -4 out of memory),
  * prints one "tinylm: ..." line to stderr, and sets *out to NULL. */
-int tinylm_init(tinylm **out, const tinylm_config *cfg,
-                const char *corpus_path);
+int tinylm_init(tinylm **out, const tinylm_config *cfg, const char *corpus_path);
 void tinylm_free(tinylm *m);
 
 const tinylm_config *tinylm_get_config(const tinylm *m);

@@ -59,7 +59,11 @@ static void box_for(const char *layout, uint64_t off[2], uint64_t shape[2])
    reuses its cached layout gathers once (the metadata), not twice. */
 static shs_comm *g_inner;
 static int g_gathers;
-static int c_barrier(void *x) { (void)x; return g_inner->ops.barrier(g_inner->ctx); }
+static int c_barrier(void *x)
+{
+    (void)x;
+    return g_inner->ops.barrier(g_inner->ctx);
+}
 static int c_bcast(void *x, void *b, size_t n, int r)
 {
     (void)x;
@@ -86,12 +90,16 @@ static int c_recv(void *x, void *b, size_t n, int s, int t)
     (void)x;
     return g_inner->ops.recv(g_inner->ctx, b, n, s, t);
 }
-static const shs_comm_ops k_counting = { SHS_COMM_OPS_VERSION, c_barrier, c_bcast,
-                                         c_allgather, c_gatherv, c_send, c_recv, NULL };
+static const shs_comm_ops k_counting = {
+    SHS_COMM_OPS_VERSION, c_barrier, c_bcast, c_allgather, c_gatherv, c_send, c_recv, NULL
+};
 
 static ssize_t failing_pwrite(int fd, const void *b, size_t n, off_t o)
 {
-    (void)fd; (void)b; (void)n; (void)o;
+    (void)fd;
+    (void)b;
+    (void)n;
+    (void)o;
     errno = ENOSPC;
     return -1;
 }
@@ -124,7 +132,8 @@ int main(int argc, char **argv)
     int64_t b[NB];
     for (uint64_t i = 0; i < shape[0]; i++)
         for (uint64_t j = 0; j < shape[1]; j++) {
-            w[i * shape[1] + j] = save ? (float)(100 * (off[0] + i) + off[1] + j + (uint64_t)step) : -1;
+            w[i * shape[1] + j] = save ? (float)(100 * (off[0] + i) + off[1] + j + (uint64_t)step)
+                                       : -1;
             m[i * shape[1] + j] = save ? -(float)(100 * (off[0] + i) + off[1] + j) : 1;
         }
     for (int i = 0; i < NB; i++)
@@ -211,9 +220,9 @@ int main(int argc, char **argv)
         } else {
             shs_manager_last_save(mgr, &ss);
             printf("rank %d: saved step %ld (%s): %llu of %llu bytes, balance %.3f, gathers "
-                   "%d then %d\n", g_rank, step, layout, (unsigned long long)ss.bytes_written,
-                   (unsigned long long)ss.state_bytes, ss.write_balance, first,
-                   g_gathers - first);
+                   "%d then %d\n",
+                   g_rank, step, layout, (unsigned long long)ss.bytes_written,
+                   (unsigned long long)ss.state_bytes, ss.write_balance, first, g_gathers - first);
         }
     } else {
         shs_progress p = { 0 };
@@ -235,12 +244,13 @@ int main(int argc, char **argv)
                 bad += b[i] != 1000 * i + lstep;
             const void *bp;
             size_t bl;
-            int blob_ok = shs_state_get_blob(st, "rng", &bp, &bl) == SHS_OK &&
-                          bl == strlen(blob) && memcmp(bp, blob, bl) == 0;
+            int blob_ok = shs_state_get_blob(st, "rng", &bp, &bl) == SHS_OK && bl == strlen(blob) &&
+                          memcmp(bp, blob, bl) == 0;
             if (res.rank_state_restored != blob_ok)
                 bad++;
             printf("rank %d: loaded step %ld (%s): %zu wrong values, rank state %s, read %llu "
-                   "bytes\n", g_rank, lstep, layout, bad,
+                   "bytes\n",
+                   g_rank, lstep, layout, bad,
                    res.rank_state_restored ? "restored" : "not restored",
                    (unsigned long long)res.bytes_read);
             status = bad != 0;
