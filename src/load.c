@@ -131,8 +131,8 @@ static int check_blocks(const shs__loader *L, const shs__mchunk *c, const char *
 /* Read a whole chunk into dst and check its checksum.  (Hashing block by
    block while the block is still in the cache measured no faster than one
    pass after the copy, and the one-shot hash has an AVX2 build.) */
-static int read_hashed(const shs__loader *L, const shs__mchunk *c, const char *tname, shs_file *f,
-                       size_t idx, void *dst, uint64_t n)
+int shs__read_hashed(const shs__loader *L, const shs__mchunk *c, const char *tname, shs_file *f,
+                     size_t idx, void *dst, uint64_t n)
 {
     int rc = shs_file_read_bytes(f, idx, 0, dst, (size_t)n);
     return rc < 0 ? rc : shs__check_hash(L, c, tname, dst, n);
@@ -267,7 +267,7 @@ static int fill_from_chunk(shs__loader *L, const shs__mtensor *mt, const shs__mc
         uint64_t at = 0;
         for (size_t d = 0; d < nd; d++)
             at = at * bshape[d] + dst_start[d];
-        if ((rc = read_hashed(L, c, mt->name, f, idx, (char *)dst + at * bits / 8, n)) < 0)
+        if ((rc = shs__read_hashed(L, c, mt->name, f, idx, (char *)dst + at * bits / 8, n)) < 0)
             return rc;
         *read_bytes += n;
         return SHS_OK;
@@ -440,182 +440,6 @@ static int load_tensors(shs__loader *L, shs_state *st, const shs__load_req *req,
     return p.rc < 0 ? shs__err(p.rc, "%s", p.msg) : SHS_OK;
 }
 
-/*
- * load_balanced: every rank learns every rank's requested boxes; the same
- * pure plan on every rank gives each needed saved chunk one reader (read
- * bytes balanced over the ranks that need it) and the transfers from the
- * readers to the other ranks.  Transfers run in one global order (by
- * sender, then receiver and item) that every rank walks, taking part where
- * it sends or receives: with blocking point-to-point messages that order
- * cannot deadlock.  A rank whose read failed still sends (zeros) so that
- * the others do not hang; the error is agreed on afterwards.
- */
-static int load_balanced_tensors(shs__loader *L, shs_state *st, const shs__load_req *req,
-                                 shs_comm *comm, uint64_t *read_bytes)
-{
-    const shs__meta *m = L->m;
-    const int me = comm->rank;
-    shs__layout_set ls = { 0 };
-    shs_plan_tensor *tens = NULL;
-    shs_plan_chunk *saved = NULL, *reqs = NULL;
-    uint64_t *words = NULL;
-    uint32_t *chunk_t = NULL, *chunk_k = NULL;
-    long *req_state = NULL;
-    void **bufs = NULL;
-    char *tmp = NULL;
-    shs__load_plan plan;
-    int have_plan = 0, rc;
-    *read_bytes = 0;
-    if ((rc = shs__gather_layouts(st, req->with_optim, comm, &ls)) < 0)
-        return rc;
-    size_t nsaved = 0, nw = 0;
-    for (size_t j = 0; j < m->nt; j++) {
-        nsaved += m->t[j].nc;
-        nw += m->t[j].nc * 2 * m->t[j].ndim;
-    }
-    tens = shs__calloc(m->nt + 1, sizeof *tens);
-    saved = shs__calloc(nsaved + 1, sizeof *saved);
-    words = shs__calloc(nw + 1, sizeof *words);
-    chunk_t = shs__calloc(nsaved + 1, sizeof *chunk_t);
-    chunk_k = shs__calloc(nsaved + 1, sizeof *chunk_k);
-    reqs = shs__calloc(ls.n + 1, sizeof *reqs);
-    req_state = shs__calloc(ls.n + 1, sizeof *req_state);
-    bufs = shs__calloc(nsaved + 1, sizeof *bufs);
-    if (!tens || !saved || !words || !chunk_t || !chunk_k || !reqs || !req_state || !bufs) {
-        rc = shs__err(SHS_ENOMEM, "out of memory planning a balanced load");
-        goto agree; /* the others are about to exchange: meet them there */
-    }
-    size_t si = 0, w = 0;
-    for (size_t j = 0; j < m->nt; j++) {
-        const shs__mtensor *t = &m->t[j];
-        tens[j] = (shs_plan_tensor){ (uint32_t)t->ndim, t->dtype, t->gshape };
-        for (size_t k = 0; k < t->nc; k++, si++) {
-            memcpy(&words[w], t->c[k].off, t->ndim * 8);
-            memcpy(&words[w + t->ndim], t->c[k].shape, t->ndim * 8);
-            saved[si] = (shs_plan_chunk){ (uint32_t)j, 0, &words[w] };
-            chunk_t[si] = (uint32_t)j;
-            chunk_k[si] = (uint32_t)k;
-            w += 2 * t->ndim;
-        }
-    }
-    size_t nreq = 0;
-    for (size_t i = 0; i < ls.n; i++) {
-        const shs__lay_entry *x = &ls.e[i];
-        const shs__mtensor *t = shs__meta_find_n(m, x->name, x->name_len);
-        if (!t)
-            continue; /* non-strict: skipped by its rank */
-        req_state[nreq] = x->rank == (uint32_t)me ? shs__state_find(st, x->name, x->name_len) : -1;
-        reqs[nreq++] = (shs_plan_chunk){ (uint32_t)(t - m->t), x->rank, x->box };
-    }
-    if ((rc = shs__plan_load(&plan, tens, (uint32_t)m->nt, saved, nsaved, reqs, nreq,
-                             (uint32_t)comm->size, true)) < 0)
-        goto agree;
-    have_plan = 1;
-    /* every buffer of the exchange is allocated before it starts: a rank
-       failing in the middle would leave its peers blocked in send/recv */
-    uint64_t max_item = 0, ioff[SHS_MAX_DIMS], ishape[SHS_MAX_DIMS];
-    for (size_t r = plan.read_start[me]; r < plan.read_start[me + 1] && rc == SHS_OK; r++) {
-        uint32_t c = plan.reads[r];
-        const shs__mchunk *ch = &m->t[chunk_t[c]].c[chunk_k[c]];
-        uint64_t n = ch->b1 - ch->b0;
-        if (!(bufs[c] = shs__calloc(1, (size_t)n + 1)))
-            rc = shs__err(SHS_ENOMEM, "out of memory for a %llu-byte chunk", (unsigned long long)n);
-    }
-    for (uint32_t src = 0; src < plan.nranks; src++)
-        for (size_t q = plan.send_start[src]; q < plan.send_start[src + 1]; q++) {
-            const shs__load_item *it = &plan.items[plan.sends[q]];
-            if (me == (int)src || me == (int)reqs[it->req].rank) {
-                uint64_t n = shs__load_item_box(&plan, it, ioff, ishape);
-                max_item = n > max_item ? n : max_item;
-            }
-        }
-    if (rc == SHS_OK && !(tmp = shs__calloc(1, (size_t)max_item + 1)))
-        rc = shs__err(SHS_ENOMEM, "out of memory");
-agree:
-    if ((rc = shs__comm_agree(comm, rc, shs_last_error())) < 0)
-        goto done;
-    /* 1. my reads, whole chunks, checksummed */
-    int read_rc = SHS_OK;
-    for (size_t r = plan.read_start[me]; r < plan.read_start[me + 1]; r++) {
-        uint32_t c = plan.reads[r];
-        const shs__mchunk *ch = &m->t[chunk_t[c]].c[chunk_k[c]];
-        uint64_t n = ch->b1 - ch->b0;
-        shs_file *f;
-        size_t idx;
-        if (read_rc == SHS_OK &&
-            ((read_rc = shs__chunk_locate(L, ch->file, ch->key, ch->b0, ch->b1, &f, &idx)) < 0 ||
-             (read_rc = read_hashed(L, ch, m->t[chunk_t[c]].name, f, idx, bufs[c], n)) < 0))
-            continue;
-        *read_bytes += n;
-    }
-    /* 2. transfers, in the global order */
-    uint64_t s0[SHS_MAX_DIMS], d0[SHS_MAX_DIMS];
-    uint64_t zero[SHS_MAX_DIMS] = { 0 };
-    for (uint32_t src = 0; src < plan.nranks && rc == SHS_OK; src++) {
-        for (size_t q = plan.send_start[src]; q < plan.send_start[src + 1] && rc == SHS_OK; q++) {
-            const shs__load_item *it = &plan.items[plan.sends[q]];
-            int dst = (int)reqs[it->req].rank;
-            if (me != (int)src && me != dst)
-                continue;
-            const shs__mtensor *t = &m->t[chunk_t[it->chunk]];
-            const shs__mchunk *ch = &t->c[chunk_k[it->chunk]];
-            uint64_t n = shs__load_item_box(&plan, it, ioff, ishape);
-            unsigned bits = shs_dtype_bits(t->dtype);
-            if (me == (int)src) {
-                for (size_t d = 0; d < t->ndim; d++)
-                    s0[d] = ioff[d] - ch->off[d];
-                shs__box_copy(tmp, ishape, zero, bufs[it->chunk], ch->shape, s0, ishape, t->ndim,
-                              bits);
-                rc = comm->ops.send(comm->ctx, tmp, (size_t)n, dst, 7101);
-            } else {
-                rc = comm->ops.recv(comm->ctx, tmp, (size_t)n, (int)src, 7101);
-                const shs__tensor *mt = &st->t[req_state[it->req]];
-                for (size_t d = 0; d < t->ndim; d++)
-                    d0[d] = ioff[d] - mt->goff[d];
-                if (rc == SHS_OK)
-                    shs__box_copy(mt->data, mt->shape, d0, tmp, ishape, zero, ishape, t->ndim,
-                                  bits);
-            }
-        }
-    }
-    if (rc < 0)
-        goto done;
-    /* 3. the parts I read for myself */
-    for (size_t q = plan.item_start[me]; q < plan.item_start[me + 1]; q++) {
-        const shs__load_item *it = &plan.items[q];
-        if ((int)it->src != me)
-            continue;
-        const shs__mtensor *t = &m->t[chunk_t[it->chunk]];
-        const shs__mchunk *ch = &t->c[chunk_k[it->chunk]];
-        const shs__tensor *mt = &st->t[req_state[it->req]];
-        shs__load_item_box(&plan, it, ioff, ishape);
-        for (size_t d = 0; d < t->ndim; d++) {
-            s0[d] = ioff[d] - ch->off[d];
-            d0[d] = ioff[d] - mt->goff[d];
-        }
-        shs__box_copy(mt->data, mt->shape, d0, bufs[it->chunk], ch->shape, s0, ishape, t->ndim,
-                      shs_dtype_bits(t->dtype));
-    }
-    rc = read_rc;
-done:
-    if (have_plan) {
-        for (size_t r = plan.read_start[me]; r < plan.read_start[me + 1]; r++)
-            shs__free(bufs[plan.reads[r]]);
-        shs__load_plan_release(&plan);
-    }
-    shs__free(tmp);
-    shs__free(bufs);
-    shs__free(req_state);
-    shs__free(reqs);
-    shs__free(chunk_k);
-    shs__free(chunk_t);
-    shs__free(words);
-    shs__free(saved);
-    shs__free(tens);
-    shs__layout_set_release(&ls);
-    return rc;
-}
-
 /* Append a skipped name to res->skipped, an array this file allocates
    (released by shs__load_result_release_names). */
 static int note_skipped(shs_load_result *res, const char *name)
@@ -762,7 +586,7 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
         char msg[256] = "";
         *agreed = 1;
         if ((rc = shs__comm_agree(comm, SHS_OK, msg)) < 0 ||
-            (rc = load_balanced_tensors(&L, st, req, comm, &read_bytes)) < 0)
+            (rc = shs__load_balanced(&L, st, req, comm, &read_bytes)) < 0)
             goto done;
     } else if ((rc = load_tensors(&L, st, req, &read_bytes)) < 0) {
         goto done;

@@ -36,6 +36,10 @@ int shs__chunk_locate(shs__loader *L, uint32_t fi, const char *key, uint64_t b0,
 int shs__check_hash(const shs__loader *L, const shs__mchunk *c, const char *tname, const void *data,
                     uint64_t n);
 
+/* Read a whole chunk into dst and check its checksum. */
+int shs__read_hashed(const shs__loader *L, const shs__mchunk *c, const char *tname, shs_file *f,
+                     size_t idx, void *dst, uint64_t n);
+
 /*
  * Fill the box [boff, boff + bshape) of the global tensor mt into dst,
  * dense and row-major, as `dtype` (mt->dtype: a copy; another dtype:
@@ -52,6 +56,13 @@ int shs__check_hash(const shs__loader *L, const shs__mchunk *c, const char *tnam
  */
 int shs__fill_box(shs__loader *L, const shs__mtensor *mt, const uint64_t *boff,
                   const uint64_t *bshape, shs_dtype dtype, void *dst, uint64_t *read_bytes);
+
+/* load_balanced (load_balanced.c): fill every registered tensor, each
+   needed saved chunk read by one rank and sent to the others.  Collective
+   over comm; failures before the exchange are agreed on, a read error is
+   this rank's own (the caller agrees on it). */
+int shs__load_balanced(shs__loader *L, shs_state *st, const shs__load_req *req, shs_comm *comm,
+                       uint64_t *read_bytes);
 
 /* The public checkpoint handle (read.c opens it, view.c reads its model). */
 struct shs_checkpoint {
