@@ -143,7 +143,7 @@ static void *save_rank(void *arg)
     c.save_path = j->sp;
     c.fsync = 0;
     c.save_interleaved_steps = 1000000;
-    shs_progress pr = { 1, 1, 1, 1.0, 1, 1, "" };
+    shs_progress pr = { SHS_PROGRESS_VERSION, 1, 1, 1, 1.0, 1, 1, "" };
     CHECK(shs_comm_create(&comm, j->rank, j->nranks, &k_tops, &tc));
     CHECK(shs_manager_create_comm(&m, &c, st, comm));
     CHECK(shs_manager_save(m, &pr, 0));
@@ -194,7 +194,7 @@ static double manager_load(const char *sp, uint64_t r0, uint64_t r1, float *dst)
     c.enable_save = 0;
     c.load_path = sp;
     CHECK(shs_manager_create(&m, &c, st));
-    shs_progress pr;
+    shs_progress pr = SHS_PROGRESS_INIT;
     double t = now();
     CHECK(shs_manager_load(m, &pr, NULL));
     t = now() - t;

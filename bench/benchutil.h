@@ -222,8 +222,7 @@ static inline size_t model_tensor(int i, int n, unsigned total_rows, unsigned *r
 /* The progress saved at `step` (batch 32). */
 static inline shs_progress progress_at(int64_t step)
 {
-    shs_progress p;
-    memset(&p, 0, sizeof p);
+    shs_progress p = SHS_PROGRESS_INIT;
     p.global_step = step;
     p.step_num = step;
     p.loss_scale = 1.0;

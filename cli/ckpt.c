@@ -71,7 +71,7 @@ char *cli_step_problem(const char *dir)
             why = cli_fmt("%s: missing file '%s' named in metadata.json", dir, name);
         free(fp);
     }
-    shs_progress prog;
+    shs_progress prog = SHS_PROGRESS_INIT;
     if (!why && shs_checkpoint_progress(&prog, ck) != SHS_OK)
         why = cli_fmt("%s", shs_last_error());
 done:

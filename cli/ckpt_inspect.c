@@ -331,7 +331,7 @@ int cli_inspect_checkpoint(const char *dir, int json)
         cli_err("inspect: out of memory");
         return cli_finish_stdout(CLI_FAIL);
     }
-    shs_progress prog;
+    shs_progress prog = SHS_PROGRESS_INIT;
     json_t *common = NULL;
     if (shs_checkpoint_progress(&prog, ck) == SHS_OK) {
         if (!(common = progress_json(&prog)))

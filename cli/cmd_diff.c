@@ -796,7 +796,7 @@ static int compare_state(dctx *c, int full, source *sa, source *sb)
 {
     if (shs_checkpoint_is_plain(sa->ck) || shs_checkpoint_is_plain(sb->ck))
         return CLI_OK;
-    shs_progress pa, pb;
+    shs_progress pa = SHS_PROGRESS_INIT, pb = SHS_PROGRESS_INIT;
     if (shs_checkpoint_progress(&pa, sa->ck) < 0 || shs_checkpoint_progress(&pb, sb->ck) < 0) {
         cli_err("diff: %s", shs_last_error());
         return CLI_FAIL;

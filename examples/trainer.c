@@ -126,7 +126,7 @@ int main(int argc, char **argv)
     if (shs_manager_create(&mgr, &cfg, st) != SHS_OK)
         goto fail;
 
-    shs_progress prog = { 0 };
+    shs_progress prog = SHS_PROGRESS_INIT;
     prog.global_batch_size = batch;
     prog.loss_scale = 1.0;
     shs_load_result res = SHS_LOAD_RESULT_INIT;

@@ -168,7 +168,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (shs_last_error()[0] == '\0') {
         abort(); /* a failure always says why */
     }
-    shs_progress p;
+    shs_progress p = SHS_PROGRESS_INIT;
     (void)shs_checkpoint_read_progress(&p, g_dir);
     return 0;
 }

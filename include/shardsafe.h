@@ -458,16 +458,27 @@ SHS_API size_t shs_state_tensor_count(const shs_state *state);
 /* Total bytes of the registered tensors. */
 SHS_API uint64_t shs_state_nbytes(const shs_state *state);
 
-/* Training progress, stored as common.json (exactly these seven keys). */
+/* Training progress, stored as common.json (exactly these seven keys).
+   Initialise with SHS_PROGRESS_INIT: every function that takes one checks
+   `version` (1 up to SHS_PROGRESS_VERSION) and reads or fills only the
+   fields of that version. */
 typedef struct shs_progress {
+    unsigned version; /* SHS_PROGRESS_VERSION */
     int64_t epoch_num;
     int64_t step_num; /* step within the epoch */
     int64_t global_step;
     double loss_scale;
     int64_t global_batch_size;
     int64_t consumed_samples;
-    char ckpt_status[32]; /* "" is written as null */
+    char ckpt_status[32]; /* "" is written as null; NUL-terminated (a
+                             longer status in common.json is an error,
+                             never truncated) */
 } shs_progress;
+#define SHS_PROGRESS_VERSION 1u
+#define SHS_PROGRESS_INIT                                                                          \
+    {                                                                                              \
+        SHS_PROGRESS_VERSION, 0, 0, 0, 0.0, 0, 0, ""                                               \
+    }
 
 /* ------------------------------------------------------------------------
  * Communication between the processes (ranks) of a job.

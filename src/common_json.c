@@ -30,9 +30,16 @@ int shs__common_write(uint64_t *xxh3, const char *dir, const shs_progress *p, in
     char *text = NULL, *path = NULL;
     if (!o)
         return shs__err(SHS_ENOMEM, "out of memory");
-    const shs_progress zero = { 0 };
+    const shs_progress zero = SHS_PROGRESS_INIT;
     if (!p)
         p = &zero;
+    if (!memchr(p->ckpt_status, 0, sizeof p->ckpt_status)) {
+        json_decref(o);
+        return shs__err(SHS_EINVAL,
+                        "%s/common.json: ckpt_status is not a NUL-terminated string of at most "
+                        "%zu bytes; nothing was saved",
+                        dir, sizeof p->ckpt_status - 1);
+    }
     /* JSON has no inf or NaN (jansson refuses them, which would read as
        "out of memory"): a diverged loss scale is the caller's to fix */
     if (!isfinite(p->loss_scale)) {
@@ -93,7 +100,7 @@ int shs__common_read_ex(shs_progress *p, const char *dir, unsigned *flags)
         BAD("%s: not a JSON object (%s)", path, o ? "wrong type" : jerr.text);
     static const char *const ints[] = { "epoch_num", "step_num", "global_step", "global_batch_size",
                                         "consumed_samples" };
-    shs_progress out = { 0 };
+    shs_progress out = SHS_PROGRESS_INIT;
     int64_t *odst[] = { &out.epoch_num, &out.step_num, &out.global_step, &out.global_batch_size,
                         &out.consumed_samples };
     const char *key;

@@ -348,6 +348,8 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
     int rc;
     if (!m || !progress)
         return shs__err(SHS_EINVAL, "shs_manager_save: NULL argument");
+    if (shs__check_progress(progress, "shs_manager_save") < 0)
+        return SHS_EINVAL;
     if (!saving_enabled(m))
         return shs__err(SHS_ESTATE, "saving is disabled (enable_save false or load_only true)");
     if (progress->global_step < 0)
@@ -419,6 +421,8 @@ int shs_manager_step(shs_manager *m, const shs_progress *progress, int *saved)
         *saved = 0;
     if (!m || !progress)
         return shs__err(SHS_EINVAL, "shs_manager_step: NULL argument");
+    if (shs__check_progress(progress, "shs_manager_step") < 0)
+        return SHS_EINVAL;
     if (!saving_enabled(m))
         return SHS_OK;
     int64_t gs = progress->global_step;
@@ -477,6 +481,8 @@ int shs_manager_finish(shs_manager *m, const shs_progress *progress)
 {
     if (!m || !progress)
         return shs__err(SHS_EINVAL, "shs_manager_finish: NULL argument");
+    if (shs__check_progress(progress, "shs_manager_finish") < 0)
+        return SHS_EINVAL;
     int rc = shs__manager_wait_idle(m);
     if (rc < 0)
         return rc;

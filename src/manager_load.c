@@ -10,6 +10,7 @@
 #include "comm.h"
 #include "io.h"
 #include "meta.h"
+#include "opts.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -456,6 +457,8 @@ int shs_manager_load(shs_manager *m, shs_progress *progress, shs_load_result *re
 {
     if (!m || !progress)
         return shs__err(SHS_EINVAL, "shs_manager_load: NULL argument");
+    if (shs__check_progress(progress, "shs_manager_load") < 0)
+        return SHS_EINVAL;
     if (result && result->version != SHS_LOAD_RESULT_VERSION)
         return shs__err(SHS_EINVAL,
                         "shs_load_result version %u (expected %u): initialise it "

@@ -12,4 +12,8 @@
    `what` (the public function, e.g. "shs_file_open") and both versions. */
 int shs__check_opts_version(unsigned have, unsigned max, const char *what);
 
+/* The same for a caller's shs_progress: SHS_EINVAL naming `what` unless
+   its version is 1 up to SHS_PROGRESS_VERSION. */
+int shs__check_progress(const shs_progress *p, const char *what);
+
 #endif

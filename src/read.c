@@ -244,6 +244,8 @@ int shs_checkpoint_progress(shs_progress *out, const shs_checkpoint *c)
 {
     if (!out || !c)
         return shs__err(SHS_EINVAL, "shs_checkpoint_progress: NULL argument");
+    if (shs__check_progress(out, "shs_checkpoint_progress") < 0)
+        return SHS_EINVAL;
     if (c->m.plain)
         return shs__err(SHS_ENOTFOUND, "%s: not a step directory: no common.json", c->path);
     /* the same checks as a load: common.json must be what was saved */

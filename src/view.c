@@ -10,6 +10,7 @@
 #include "io.h"
 #include "loader.h"
 #include "lock.h"
+#include "opts.h"
 #include "stepdir.h"
 
 #include <errno.h>
@@ -333,6 +334,8 @@ int shs_checkpoint_read_progress(shs_progress *out, const char *dir)
 {
     if (!out || !dir)
         return shs__err(SHS_EINVAL, "shs_checkpoint_read_progress: NULL argument");
+    if (shs__check_progress(out, "shs_checkpoint_read_progress") < 0)
+        return SHS_EINVAL;
     return shs__common_read(out, dir);
 }
 

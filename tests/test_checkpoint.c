@@ -41,7 +41,7 @@ static int load_from(const char *path, shs_state *st, shs_progress *p, shs_load_
     int rc = shs_manager_create(&g_last_manager, &c, st);
     if (rc < 0)
         return rc;
-    shs_progress local = { 0 };
+    shs_progress local = SHS_PROGRESS_INIT;
     return shs_manager_load(g_last_manager, p ? p : &local, res);
 }
 
@@ -184,7 +184,7 @@ static void assert_blob(shs_state *st, const char *name, const void *want, size_
 
 static shs_progress progress_sample(int64_t step)
 {
-    shs_progress p = { 0 };
+    shs_progress p = SHS_PROGRESS_INIT;
     p.epoch_num = 2;
     p.step_num = 17;
     p.global_step = step;
@@ -208,7 +208,7 @@ static void test_roundtrip(void **state)
     assert_int_equal(tu_save_once(sp, a.st, &p, 1), SHS_OK);
 
     bundle_make(&b, 0);
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     q.global_batch_size = 32;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     int rc = load_from(sp, b.st, &q, &res, 1, -1);
@@ -250,7 +250,7 @@ static void test_roundtrip(void **state)
     snprintf(p.ckpt_status, sizeof p.ckpt_status, "%s", "saved");
     p.loss_scale = 0.125;
     assert_int_equal(tu_save_once(sp, a.st, &p, 0), SHS_OK);
-    memset(&q, 0, sizeof q);
+    q = (shs_progress)SHS_PROGRESS_INIT;
     assert_int_equal(load_from(sp, b.st, &q, NULL, 1, -1), SHS_OK);
     assert_string_equal(q.ckpt_status, "saved");
     assert_true(q.loss_scale == 0.125);
@@ -402,7 +402,7 @@ static int load_small(const char *dir)
 {
     small s;
     small_make(&s, 0);
-    shs_progress p = { 0 };
+    shs_progress p = SHS_PROGRESS_INIT;
     int rc = load_from(dir, s.st, &p, NULL, 1, -1);
     shs_state_free(s.st);
     return rc;
@@ -754,7 +754,7 @@ static void test_hostile_layout(void **state)
         fail_msg("replicas: %s", shs_last_error());
     small s;
     small_make(&s, 0);
-    shs_progress p = { 0 };
+    shs_progress p = SHS_PROGRESS_INIT;
     if (load_from(dir, s.st, &p, NULL, 1, -1) != SHS_OK)
         fail_msg("replicas: load: %s", shs_last_error());
     assert_true(s.w[11] == 1.0f + 11);
@@ -1031,7 +1031,7 @@ static void test_step_limits(void **state)
     assert_non_null(strstr(dir, "iteration_999999999999999999"));
     if (shs_checkpoint_verify(dir) != SHS_OK)
         fail_msg("step 10^18-1: %s", shs_last_error());
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     small t;
     small_make(&t, 0);
     TU_OK(load_from(sp, t.st, &q, NULL, 1, -1));
@@ -1174,7 +1174,7 @@ static void test_hostile_common(void **state)
     json_decref(o);
     small s;
     small_make(&s, 0);
-    shs_progress p = { 0 };
+    shs_progress p = SHS_PROGRESS_INIT;
     p.loss_scale = 7;
     int rc = load_from(dir, s.st, &p, NULL, 1, -1);
     if (rc != SHS_OK)
@@ -1202,7 +1202,7 @@ static void test_common_six_keys(void **state)
     reseal_common(dir); /* metadata.json records common.json's checksum */
     small s;
     small_make(&s, 0);
-    shs_progress p = { 0 };
+    shs_progress p = SHS_PROGRESS_INIT;
     p.global_batch_size = 64;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     TU_OK(load_from(dir, s.st, &p, &res, 1, -1));
@@ -1325,7 +1325,7 @@ static void test_resolve(void **state)
     assert_string_equal(out, d2);
     /* the manager loads what the tracker says */
     small_make(&s, 0);
-    shs_progress p = { 0 };
+    shs_progress p = SHS_PROGRESS_INIT;
     assert_int_equal(load_from(sp, s.st, &p, NULL, 1, -1), SHS_OK);
     assert_true(s.w[0] == 20.0f);
     assert_int_equal(p.global_step, 2);
@@ -1348,7 +1348,7 @@ static void test_resolve(void **state)
     assert_int_equal(shs_checkpoint_resolve(out, sizeof out, d1, -1), SHS_OK);
     assert_string_equal(out, d1);
     small_make(&s, 0);
-    memset(&p, 0, sizeof p);
+    p = (shs_progress)SHS_PROGRESS_INIT;
     assert_int_equal(load_from(d1, s.st, &p, NULL, 1, -1), SHS_OK);
     assert_true(s.w[3] == 13.0f);
     assert_int_equal(p.global_step, 1);
@@ -1396,7 +1396,7 @@ static void test_resolve(void **state)
     tu_add_tensor(ps, "w", SHS_KIND_MODEL, SHS_F32, 2, tu_w_shape, gw, NULL);
     tu_add_tensor(ps, "b", SHS_KIND_MODEL, SHS_F32, 1, tu_b_shape, gb, NULL);
     shs_load_result res = SHS_LOAD_RESULT_INIT;
-    memset(&p, 0, sizeof p);
+    p = (shs_progress)SHS_PROGRESS_INIT;
     p.global_step = 77;
     int rc = load_from(pd, ps, &p, &res, 1, -1);
     if (rc != SHS_OK)
@@ -1845,7 +1845,7 @@ static int fault_run(const char *name, long n, int err, int incremental, int res
     /* the good step loads (explicitly and through the tracker) */
     small l;
     small_make(&l, 0);
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     rc = load_from(sp, l.st, &q, NULL, 1, good);
     if (rc != SHS_OK)
         fail_msg("%s: N=%ld (%s): step %lld no longer loads: %s", name, n, g_failed_op,

@@ -204,7 +204,7 @@ static void test_view_of_saved_step(void **state)
     shs_checkpoint_close(NULL);
 
     /* common.json */
-    shs_progress p, want = tu_prog(7);
+    shs_progress p = SHS_PROGRESS_INIT, want = tu_prog(7);
     TU_OK(shs_checkpoint_read_progress(&p, dir));
     assert_int_equal(p.epoch_num, want.epoch_num);
     assert_int_equal(p.step_num, want.step_num);

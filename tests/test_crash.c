@@ -154,7 +154,7 @@ static int blob_sched(char *out, size_t cap, int64_t step, int64_t gen)
 
 static void make_progress(shs_progress *p, int64_t step, int64_t gen)
 {
-    memset(p, 0, sizeof *p);
+    *p = (shs_progress)SHS_PROGRESS_INIT;
     p->epoch_num = step / 100;
     p->step_num = step % 100;
     p->global_step = step;
@@ -339,7 +339,7 @@ static void child_main(const char *save_path, int recfd, int errfd, int64_t star
     for (long n = 0; n < 100000; n++) {
         if ((rc = tstate_set(&ts, step, gen)) != SHS_OK)
             child_fail(errfd, "set blobs", rc);
-        shs_progress p;
+        shs_progress p = SHS_PROGRESS_INIT;
         make_progress(&p, step, gen);
         int defer = async && rnd() % 3 == 0;
         if (gen == 0 && !defer && rnd() % 2 == 0) {
@@ -596,7 +596,7 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
             FAILF(r, "no checkpoint resolved, but iteration_%08lld exists", (long long)max_dir);
         r->n_none++;
         /* the manager agrees: a fresh start */
-        shs_progress p = { 0 };
+        shs_progress p = SHS_PROGRESS_INIT;
         p.global_batch_size = GBS;
         shs_load_result res = SHS_LOAD_RESULT_INIT;
         rc = shs_manager_load(m, &p, &res);
@@ -618,7 +618,7 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
         FAILF(r, "resolved %s is not an iteration_ directory", dir);
 
     /* 4. load it (auto-resume from the save path) into a fresh state */
-    shs_progress p = { 0 };
+    shs_progress p = SHS_PROGRESS_INIT;
     p.global_batch_size = GBS;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     rc = shs_manager_load(m, &p, &res);
@@ -652,7 +652,7 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
     if (bstep != dstep || p.global_step != dstep)
         FAILF(r, "directory step %lld, dataloader blob step %lld, common.json global_step %lld",
               (long long)dstep, (long long)bstep, (long long)p.global_step);
-    shs_progress want;
+    shs_progress want = SHS_PROGRESS_INIT;
     make_progress(&want, dstep, gen);
     if (p.epoch_num != want.epoch_num || p.step_num != want.step_num ||
         p.loss_scale != want.loss_scale || p.global_batch_size != want.global_batch_size ||
@@ -741,7 +741,7 @@ static double calibrate(const char *base)
     double best = 1e9;
     for (int64_t s = 1; s <= 4; s++) {
         assert_int_equal(tstate_set(&ts, s, 0), SHS_OK);
-        shs_progress p;
+        shs_progress p = SHS_PROGRESS_INIT;
         make_progress(&p, s, 0);
         double t0 = now_s();
         assert_int_equal(shs_manager_save(m, &p, 0), SHS_OK);

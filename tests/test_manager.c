@@ -245,7 +245,7 @@ static void test_interval(void **state)
     tu_small_make(&l, 0, 1);
     cfg_loading(&c, sp);
     TU_OK(shs_manager_create(&m, &c, l.st));
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     TU_OK(shs_manager_load(m, &q, NULL));
     shs_manager_free(m);
     assert_true(l.w[0] == 1.0f);
@@ -313,7 +313,7 @@ static void test_retention(void **state)
     cfg_loading(&c, sp3);
     shs_manager *m;
     TU_OK(shs_manager_create(&m, &c, l.st));
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     TU_OK(shs_manager_load(m, &q, NULL));
     shs_manager_free(m);
     assert3(&l, 4, 1);
@@ -363,7 +363,7 @@ static void test_resave_same_step(void **state)
     tu_small_make(&l, 0, 1);
     cfg_loading(&c, sp);
     TU_OK(shs_manager_create(&m, &c, l.st));
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     TU_OK(shs_manager_load(m, &q, NULL));
     shs_manager_free(m);
     assert3(&l, 50, 1);
@@ -432,7 +432,7 @@ static void test_no_optim(void **state)
     /* strict, with optimizer: fails naming the optimizer tensors */
     cfg_loading(&c, sp);
     TU_OK(shs_manager_create(&m, &c, st2));
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     q.global_step = 3;
     int rc = shs_manager_load(m, &q, NULL);
     assert_int_equal(rc, SHS_EMISMATCH);
@@ -483,7 +483,7 @@ static void test_exclude(void **state)
     TU_OK(shs_config_set(&c, "exclude_from_loading", "rng,lr_scheduler"));
     shs_manager *m;
     TU_OK(shs_manager_create(&m, &c, l.st));
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     TU_OK(shs_manager_load(m, &q, NULL));
     shs_manager_free(m);
     shs_config_release(&c);
@@ -531,7 +531,7 @@ static void test_batch_size_change(void **state)
     cfg_loading(&c, sp);
     shs_manager *m;
     TU_OK(shs_manager_create(&m, &c, l.st));
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     q.global_batch_size = 64;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     TU_OK(shs_manager_load(m, &q, &res));
@@ -540,7 +540,7 @@ static void test_batch_size_change(void **state)
     assert_int_equal(q.consumed_samples, 3200);
     assert_int_equal(res.batch_size_changed, 1);
     /* same batch size: unchanged */
-    memset(&q, 0, sizeof q);
+    q = (shs_progress)SHS_PROGRESS_INIT;
     q.global_batch_size = 32;
     TU_OK(shs_manager_load(m, &q, &res));
     assert_int_equal(q.global_step, 100);
@@ -576,7 +576,7 @@ static void test_auto_resume(void **state)
     st3 l;
     tu_small_make(&l, 0, 1);
     shs_config c;
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
 
     /* nothing anywhere: fresh start */
@@ -623,7 +623,7 @@ static void test_auto_resume(void **state)
     tu_small_fill(&l, 0);
     for (int i = 0; i < 12; i++)
         l.wm[i] = -3;
-    memset(&q, 0, sizeof q);
+    q = (shs_progress)SHS_PROGRESS_INIT;
     q.global_step = 0;
     TU_OK(load_with(&c, &l, &q, &res));
     assert_int_equal(res.loaded, 1);
@@ -762,7 +762,7 @@ static void test_resume_order(void **state)
     st3 l;
     tu_small_make(&l, 0, 1);
     shs_config c;
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
 
     /* a crashed fine-tune: load_path = pretrained, no_load_optim; the
@@ -783,7 +783,7 @@ static void test_resume_order(void **state)
     tu_small_fill(&l, 0);
     for (int i = 0; i < 12; i++)
         l.wm[i] = -1;
-    memset(&q, 0, sizeof q);
+    q = (shs_progress)SHS_PROGRESS_INIT;
     tu_cfg_saving(&c, none);
     c.load_path = pre;
     c.no_load_optim = 1;
@@ -851,7 +851,7 @@ static void test_resume_io_errors(void **state)
     st3 l;
     tu_small_make(&l, 0, 1);
     shs_config c;
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     static const struct {
         const char *needle;
@@ -921,7 +921,7 @@ static void test_resume_chmod(void **state)
     shs_config_init(&c);
     c.enable_save = 0;
     c.save_path = sp;
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     int as_root = geteuid() == 0;
     if (as_root) {
         assert_int_equal(chmod(tu_root, 0711), 0);
@@ -962,7 +962,7 @@ static void test_step_dir_never_plain(void **state)
     st3 l;
     tu_small_make(&l, 0, 0);
     shs_config c;
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
 
     /* a plain folder of safetensors files, named as load_path: loads */
@@ -1021,7 +1021,7 @@ static void test_resume_recovery(void **state)
     st3 l;
     tu_small_make(&l, 0, 1);
     shs_config c;
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
 
     /* the tracker behind the newest complete step (a crash between the
@@ -1240,7 +1240,7 @@ static void test_last_save_model_only(void **state)
     /* auto-resume lands on the full step 4, not the weights-only 6 */
     st3 l;
     tu_small_make(&l, 0, 1);
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     tu_cfg_saving(&c, sp);
     TU_OK(load_with(&c, &l, &q, &res));
@@ -1304,7 +1304,7 @@ static void test_checked_numbers(void **state)
     st3 l;
     tu_small_make(&l, 0, 1);
     cfg_loading(&c, sp2);
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     q.global_batch_size = 64;
     assert_int_equal(load_with(&c, &l, &q, NULL), SHS_ERANGE);
     TU_ASSERT_MSG_HAS("overflows");
@@ -1324,7 +1324,7 @@ static void load_step3(const char *sp, int64_t step, st3 *l, shs_progress *q)
     shs_config c;
     cfg_loading(&c, sp);
     c.load_step = step;
-    memset(q, 0, sizeof *q);
+    *q = (shs_progress)SHS_PROGRESS_INIT;
     TU_OK(load_with(&c, l, q, NULL));
 }
 
@@ -1358,7 +1358,7 @@ static void test_async(void **state)
         TU_OK(shs_checkpoint_verify(tu_path(sp, tu_step_name(step))));
         st3 l;
         tu_small_make(&l, 0, 1);
-        shs_progress q;
+        shs_progress q = SHS_PROGRESS_INIT;
         load_step3(sp, step, &l, &q);
         assert3(&l, (float)step, 1);
         assert_int_equal(q.global_step, step);
@@ -1376,7 +1376,7 @@ static void test_async(void **state)
     assert_int_equal(tu_tracker_step(sp), 100);
     st3 l;
     tu_small_make(&l, 0, 1);
-    shs_progress q;
+    shs_progress q = SHS_PROGRESS_INIT;
     load_step3(sp, 100, &l, &q);
     assert3(&l, 100, 1);
     tu_assert_blob_str(l.st, "rng", "rng-a1");
@@ -1434,8 +1434,8 @@ static void test_load_workers(void **state)
         shs_config c;
         cfg_loading(&c, sp);
         c.load_worker_number = workers;
-        shs_progress q;
-        memset(&q, 0, sizeof q);
+        shs_progress q = SHS_PROGRESS_INIT;
+        q = (shs_progress)SHS_PROGRESS_INIT;
         shs_load_result res = SHS_LOAD_RESULT_INIT;
         TU_OK(load_with(&c, &l, &q, &res));
         assert_int_equal(res.loaded, 1);
@@ -1522,7 +1522,7 @@ static void test_async_failure(void **state)
         assert_false(step_exists(sp, 10));
         st3 l;
         tu_small_make(&l, 0, 1);
-        shs_progress q;
+        shs_progress q = SHS_PROGRESS_INIT;
         load_step3(sp, -1, &l, &q);
         assert3(&l, 1, 1);
         assert_int_equal(q.global_step, 5);
@@ -1596,7 +1596,7 @@ static void test_incremental(void **state)
     tu_add_tensor(st2, "lora.a", SHS_KIND_MODEL, SHS_F32, 1, stt, t2, NULL);
     cfg_loading(&c, sp);
     TU_OK(shs_manager_create(&m, &c, st2));
-    shs_progress q = { 0 };
+    shs_progress q = SHS_PROGRESS_INIT;
     TU_OK(shs_manager_load(m, &q, NULL));
     shs_manager_free(m);
     assert_memory_equal(f2, frozen, NF * sizeof(float));

@@ -272,7 +272,7 @@ static void test_whole_tensors(void **state)
     TU_OK(shs_checkpoint_read(ck, find(ck, "w"), NULL, NULL, SHS_F64, wd, sizeof wd));
     for (int i = 0; i < 48; i++)
         assert_true(wd[i] == (double)g_w[i]);
-    shs_progress p;
+    shs_progress p = SHS_PROGRESS_INIT;
     TU_OK(shs_checkpoint_progress(&p, ck));
     assert_int_equal(p.global_step, 12);
     assert_int_equal(p.consumed_samples, 12 * 32);
@@ -691,7 +691,7 @@ static void test_hf_index(void **state)
         float y[2];
         TU_OK(shs_checkpoint_read(ck, find(ck, "y"), NULL, NULL, SHS_F32, y, sizeof y));
         assert_true(y[0] == -1 && y[1] == 2);
-        shs_progress pr;
+        shs_progress pr = SHS_PROGRESS_INIT;
         assert_int_equal(shs_checkpoint_progress(&pr, ck), SHS_ENOTFOUND);
         shs_checkpoint_close(ck);
     }

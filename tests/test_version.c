@@ -277,6 +277,56 @@ static void test_manager_create_version(void **state)
     shs_state_free(s.st);
 }
 
+/* shs_progress is versioned like the option structs: a zeroed or newer
+   struct is refused with a message saying how to initialise it, and a
+   ckpt_status without its NUL is refused, never read past. */
+static void test_progress_version(void **state)
+{
+    (void)state;
+    char *dir = tu_mkdtemp();
+    tu_small s;
+    tu_small_make(&s, 1, 0);
+    shs_config c;
+    tu_cfg_saving(&c, dir);
+    shs_manager *m;
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    shs_progress p = tu_prog(1);
+    p.version = 0;
+    assert_int_equal(shs_manager_save(m, &p, 0), SHS_EINVAL);
+    TU_ASSERT_MSG_HAS("shs_manager_save: shs_progress version 0");
+    TU_ASSERT_MSG_HAS("SHS_PROGRESS_INIT");
+    p.version = SHS_PROGRESS_VERSION + 1;
+    assert_int_equal(shs_manager_step(m, &p, NULL), SHS_EINVAL);
+    TU_ASSERT_MSG_HAS("shs_manager_step: shs_progress version 2");
+    assert_int_equal(shs_manager_finish(m, &p), SHS_EINVAL);
+    shs_load_result r = SHS_LOAD_RESULT_INIT;
+    assert_int_equal(shs_manager_load(m, &p, &r), SHS_EINVAL);
+    p = tu_prog(1);
+    memset(p.ckpt_status, 'x', sizeof p.ckpt_status);
+    assert_int_equal(shs_manager_save(m, &p, 0), SHS_EINVAL);
+    TU_ASSERT_MSG_HAS("ckpt_status is not a NUL-terminated string");
+    size_t n = 9;
+    int64_t steps[1];
+    TU_OK(shs_checkpoint_list(steps, 1, &n, dir));
+    assert_int_equal(n, 0); /* nothing was committed */
+    p = tu_prog(2);
+    TU_OK(shs_manager_save(m, &p, 0));
+    shs_manager_free(m);
+    shs_progress q = SHS_PROGRESS_INIT;
+    q.version = 0;
+    assert_int_equal(shs_checkpoint_read_progress(&q, tu_step_dir(dir, 2)), SHS_EINVAL);
+    shs_checkpoint *ck;
+    TU_OK(shs_checkpoint_open(&ck, dir));
+    assert_int_equal(shs_checkpoint_progress(&q, ck), SHS_EINVAL);
+    q = (shs_progress)SHS_PROGRESS_INIT;
+    TU_OK(shs_checkpoint_progress(&q, ck));
+    assert_int_equal(q.version, SHS_PROGRESS_VERSION);
+    assert_int_equal(q.global_step, 2);
+    shs_checkpoint_close(ck);
+    shs_state_free(s.st);
+    free(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -289,6 +339,7 @@ int main(void)
         cmocka_unit_test(test_comm_create_version),
         cmocka_unit_test(test_state_add_tensor_version),
         cmocka_unit_test(test_manager_create_version),
+        cmocka_unit_test(test_progress_version),
     };
     return TU_RUN_GROUP(tests, NULL, NULL);
 }

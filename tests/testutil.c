@@ -281,7 +281,7 @@ int tu_save_once(const char *save_path, shs_state *st, const shs_progress *p, in
 
 shs_progress tu_prog(int64_t step)
 {
-    shs_progress p = { 0 };
+    shs_progress p = SHS_PROGRESS_INIT;
     p.epoch_num = 1;
     p.step_num = step;
     p.global_step = step;

@@ -818,7 +818,7 @@ int main(int argc, char **argv)
     SAY("topology: world %d = tp %d x dp %d (hidden %d, batch %d)\n", g_size, g_tp, g_dp, m->H,
         m->B);
 
-    shs_progress prog = { 0 };
+    shs_progress prog = SHS_PROGRESS_INIT;
     prog.global_batch_size = batch;
     prog.loss_scale = 1.0;
     shs_load_result res = SHS_LOAD_RESULT_INIT;

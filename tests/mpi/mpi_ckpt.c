@@ -196,7 +196,7 @@ int main(int argc, char **argv)
             failing.pwrite = failing_pwrite;
             shs__io_set(&failing);
         }
-        shs_progress p = { 0 };
+        shs_progress p = SHS_PROGRESS_INIT;
         p.global_step = step;
         p.global_batch_size = 8;
         p.loss_scale = 1.0;
@@ -225,7 +225,7 @@ int main(int argc, char **argv)
                    (unsigned long long)ss.state_bytes, ss.write_balance, first, g_gathers - first);
         }
     } else {
-        shs_progress p = { 0 };
+        shs_progress p = SHS_PROGRESS_INIT;
         shs_load_result res = SHS_LOAD_RESULT_INIT;
         rc = shs_manager_load(mgr, &p, &res);
         if (rc != SHS_OK) {

@@ -27,7 +27,7 @@ int main(int argc, char **argv)
     shs_config_init(&cfg);
     cfg.save_path = argc > 1 ? argv[1] : "mpi-consumer-ckpt";
     shs_manager *m;
-    shs_progress p = { 0 };
+    shs_progress p = SHS_PROGRESS_INIT;
     p.global_step = 1;
     int rc = shs_manager_create_comm(&m, &cfg, st, comm);
     if (rc == SHS_OK)
