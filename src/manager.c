@@ -370,27 +370,30 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
     j.step = progress->global_step;
     j.with_optim = !m->cfg.no_save_optim && !(flags & SHS_SAVE_MODEL_ONLY) &&
                    !m->cfg.create_seed_checkpoint;
-    if ((rc = snapshot_blobs(m, &j.blobs, &j.n_blobs)) < 0)
+    /* Every rank prepares, then all agree before the save's collectives:
+       a rank that ran out of memory here would otherwise leave the others
+       waiting in them. */
+    rc = snapshot_blobs(m, &j.blobs, &j.n_blobs);
+    if (rc == SHS_OK && m->async)
+        rc = ensure_staging(m);
+    if (rc == SHS_OK && m->async && !m->thread_started) {
+        if (pthread_create(&m->thread, NULL, worker_main, m) != 0)
+            rc = shs__err(SHS_EIO, "cannot start the async save thread");
+        else
+            m->thread_started = 1;
+    }
+    if ((rc = shs__comm_agree(m->comm, rc, shs_last_error())) < 0) {
+        free_blobs(j.blobs, j.n_blobs);
         return rc;
+    }
     if (!m->async) {
         rc = do_save(m, &j, NULL);
         free_blobs(j.blobs, j.n_blobs);
         m->last_stats.blocked_seconds = now_s() - t0; /* all of it */
         return rc;
     }
-    if ((rc = ensure_staging(m)) < 0) {
-        free_blobs(j.blobs, j.n_blobs);
-        return rc;
-    }
     j.defer_snapshot = (flags & SHS_SAVE_DEFER_SNAPSHOT) != 0;
     j.split = j.defer_snapshot ? 0 : half_split(m->state);
-    if (!m->thread_started) {
-        if (pthread_create(&m->thread, NULL, worker_main, m) != 0) {
-            free_blobs(j.blobs, j.n_blobs);
-            return shs__err(SHS_EIO, "cannot start the async save thread");
-        }
-        m->thread_started = 1;
-    }
     pthread_mutex_lock(&m->mu);
     m->cur = j;
     m->busy = 1;

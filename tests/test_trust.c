@@ -788,6 +788,7 @@ static void ra_free(void *ctx, void *p)
 }
 
 static const char *g_rank_sp;
+static int g_rank_async; /* async_save: the staging buffers and thread too */
 
 static void *rank_main(void *arg)
 {
@@ -801,6 +802,7 @@ static void *rank_main(void *arg)
     t_armed_rank1 = r->rank == 1;
     shs_config c;
     tu_cfg_saving(&c, g_rank_sp);
+    c.async_save = g_rank_async;
     shs_manager *m = NULL;
     shs_progress p = tu_prog(3);
     int rc = shs_manager_create_comm(&m, &c, s.st, comm);
@@ -823,10 +825,10 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-static void test_collectives_local_oom(void **state)
+static void collectives_local_oom(int async)
 {
-    (void)state;
     long n, failures = 0;
+    g_rank_async = async;
     alarm(300); /* a deadlock fails the test instead of hanging it */
     for (n = 1;; n++) {
         char *sp = tu_subdir("ranks");
@@ -867,9 +869,16 @@ static void test_collectives_local_oom(void **state)
         }
     }
     alarm(0);
-    printf("ranks: %ld allocations of rank 1 failed one at a time: %ld errors, no hang\n", n - 1,
-           failures);
+    printf("ranks (%s): %ld allocations of rank 1 failed one at a time: %ld errors, no hang\n",
+           async ? "async_save" : "sync", n - 1, failures);
     assert_true(n > 1);
+}
+
+static void test_collectives_local_oom(void **state)
+{
+    (void)state;
+    collectives_local_oom(0);
+    collectives_local_oom(1);
 }
 
 int main(void)
