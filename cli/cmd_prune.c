@@ -128,36 +128,58 @@ static void warn_if_locked(const char *save_path)
         cli_warn("%s is locked by %s: a prune without --dry-run would refuse", save_path, h.text);
 }
 
-int cli_cmd_prune(int argc, char **argv)
+/* One prune in progress. */
+typedef struct prune_run {
+    const char *path;
+    uint64_t keep;
+    int dry;
+    cli_save s;
+    shs_savepath_lock_handle *lock;
+    json_t *jremoved, *jkept, *jleft; /* --json lists, else NULL */
+    int oom;
+    size_t n_kept, n_removed;
+} prune_run;
+
+static int parse_args(prune_run *r, int argc, char **argv)
 {
     static const cli_optdef defs[] = { { "--keep", 'k', 1 },
                                        { "--dry-run", 'n', 0 },
                                        { NULL, 0, 0 } };
     cli_parser p;
-    const char *path = NULL, *val;
-    uint64_t keep = 0;
-    int have_keep = 0, dry = 0, k;
+    const char *val;
+    int have_keep = 0, k;
     cli_parser_init(&p, "prune", k_help, argc, argv);
     while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
         switch (k) {
         case CLI_ARG_EXIT: return p.status;
         case CLI_ARG_POSITIONAL:
-            if (path)
-                return cli_usage_err("prune", "takes one SAVE_PATH (got '%s' and '%s')", path, val);
-            path = val;
+            if (r->path)
+                return cli_usage_err("prune", "takes one SAVE_PATH (got '%s' and '%s')", r->path,
+                                     val);
+            r->path = val;
             break;
         case 0:
-            if (cli_parse_u64(val, &keep) < 0 || keep < 1)
+            if (cli_parse_u64(val, &r->keep) < 0 || r->keep < 1)
                 return cli_usage_err("prune", "--keep needs an integer >= 1, not '%s'", val);
             have_keep = 1;
             break;
-        case 1: dry = 1; break;
+        case 1: r->dry = 1; break;
         }
     }
-    if (!path)
+    if (!r->path)
         return cli_usage_err("prune", "missing SAVE_PATH");
     if (!have_keep)
         return cli_usage_err("prune", "missing --keep N");
+    return CLI_OK;
+}
+
+/* Check SAVE_PATH, take its lock and list it.  One writer per save path:
+   the lock is held from the scan to the last removal, so a trainer cannot
+   start saving (its .tmp- would look like a leftover) nor a step be chosen
+   from a listing that is stale. */
+static int open_save_path(prune_run *r)
+{
+    const char *path = r->path;
     if (cli_is_step_dir(path)) {
         cli_err("%s is a step directory, not a save path: nothing pruned", path);
         return CLI_FAIL;
@@ -168,57 +190,49 @@ int cli_cmd_prune(int argc, char **argv)
                 path, CLI_TRACKER);
         return CLI_FAIL;
     }
-    /* One writer per save path: the lock is held from the scan to the last
-       removal, so a trainer cannot start saving (its .tmp- would look like
-       a leftover) nor a step be chosen from a listing that is stale. */
-    shs_savepath_lock_handle *lock = NULL;
-    if (dry) {
+    if (r->dry) {
         warn_if_locked(path);
-    } else if (shs_savepath_lock(&lock, path) < 0) {
+    } else if (shs_savepath_lock(&r->lock, path) < 0) {
         cli_err("%s; nothing pruned", shs_last_error());
         return CLI_FAIL;
     }
-    cli_save s;
-    if (cli_save_scan(&s, path) != CLI_OK) {
-        shs_savepath_unlock(lock);
+    if (cli_save_scan(&r->s, path) != CLI_OK)
         return CLI_FAIL;
-    }
-    if (s.tracker == CLI_TRACKER_MALFORMED) {
-        char *msg = cli_save_tracker_problem(&s);
+    if (r->s.tracker == CLI_TRACKER_MALFORMED) {
+        char *msg = cli_save_tracker_problem(&r->s);
         cli_err("%s; refusing to prune (the step to protect is unknown)",
                 msg ? msg : "malformed tracker");
         free(msg);
-        cli_save_release(&s);
-        shs_savepath_unlock(lock);
+        cli_save_release(&r->s);
         return CLI_FAIL;
     }
-    char *problem = cli_save_tracker_problem(&s);
+    char *problem = cli_save_tracker_problem(&r->s);
     if (problem)
         cli_warn("%s", problem);
     free(problem);
+    return CLI_OK;
+}
 
+/* Remove the committed steps older than the newest `keep`, except the
+   tracker's. */
+static int prune_steps(prune_run *r)
+{
+    const cli_save *s = &r->s;
     /* the N-th newest distinct committed step: keep it and newer ones */
     int64_t threshold = INT64_MAX;
     uint64_t seen = 0;
-    for (size_t i = s.n_steps; i-- > 0 && seen < keep;) {
-        const cli_entry *e = &s.steps[i];
+    for (size_t i = s->n_steps; i-- > 0 && seen < r->keep;) {
+        const cli_entry *e = &s->steps[i];
         if (!e->committed || e->step == threshold)
             continue;
         threshold = e->step;
         seen++;
     }
-    int status = CLI_OK, oom = 0;
-    const char *verb = dry ? "would remove" : "removed";
-    /* dry-run or not, the lists say what was (or would be) removed */
-    json_t *jremoved = cli_g.json ? json_array() : NULL;
-    json_t *jkept = cli_g.json ? json_array() : NULL;
-    json_t *jleft = cli_g.json ? json_array() : NULL;
-    oom = cli_g.json && (!jremoved || !jkept || !jleft);
-    g_text = !cli_g.json && !cli_g.quiet;
-    size_t n_kept = 0, n_removed = 0;
-    int64_t protect = s.tracker == CLI_TRACKER_OK ? s.tracker_step : -1;
-    for (size_t i = 0; i < s.n_steps; i++) {
-        const cli_entry *e = &s.steps[i];
+    int status = CLI_OK;
+    const char *verb = r->dry ? "would remove" : "removed";
+    int64_t protect = s->tracker == CLI_TRACKER_OK ? s->tracker_step : -1;
+    for (size_t i = 0; i < s->n_steps; i++) {
+        const cli_entry *e = &s->steps[i];
         if (!e->committed) {
             cli_warn("%s: incomplete step directory (no metadata.json or common.json), left "
                      "alone",
@@ -226,53 +240,59 @@ int cli_cmd_prune(int argc, char **argv)
             continue;
         }
         if (e->step >= threshold) {
-            n_kept++;
+            r->n_kept++;
             continue;
         }
         if (e->step == protect) {
-            n_kept++;
-            record(jkept, e, 1, &oom);
+            r->n_kept++;
+            record(r->jkept, e, 1, &r->oom);
             if (!g_text)
                 continue;
             printf("kept ");
             put_name(e->name);
             printf(" (step %lld): named by the tracker, although not among the newest %llu\n",
-                   (long long)e->step, (unsigned long long)keep);
+                   (long long)e->step, (unsigned long long)r->keep);
             continue;
         }
-        int rc = dry ? CLI_OK : remove_step(path, e);
-        if (rc != CLI_OK) {
+        if (!r->dry && remove_step(r->path, e) != CLI_OK) {
             status = CLI_FAIL;
             continue;
         }
-        n_removed++;
+        r->n_removed++;
         cli_info("prune: %s %s (step %lld)", verb, e->path, (long long)e->step);
-        record(jremoved, e, 1, &oom);
+        record(r->jremoved, e, 1, &r->oom);
         if (!g_text)
             continue;
         printf("%s ", verb);
         put_name(e->name);
         printf(" (step %lld, %llu bytes)\n", (long long)e->step, (unsigned long long)e->bytes);
     }
-    /* the leftovers, all at once (shs_checkpoint_clean); each one still
-       there afterwards is a failure */
-    int clean_rc = SHS_OK;
+    return status;
+}
+
+/* The leftovers, all at once (shs_checkpoint_clean); each one still there
+   afterwards is a failure. */
+static int prune_leftovers(prune_run *r)
+{
+    const cli_save *s = &r->s;
+    const char *verb = r->dry ? "would remove" : "removed";
+    int status = CLI_OK, clean_rc = SHS_OK;
     char *clean_why = NULL;
-    if (!dry && s.n_leftovers) {
-        clean_rc = shs_checkpoint_clean(path);
+    if (!r->dry && s->n_leftovers) {
+        clean_rc = shs_checkpoint_clean(r->path);
         if (clean_rc < 0)
             clean_why = cli_fmt("%s", shs_last_error());
     }
-    for (size_t i = 0; i < s.n_leftovers; i++) {
-        const cli_entry *e = &s.leftovers[i];
+    for (size_t i = 0; i < s->n_leftovers; i++) {
+        const cli_entry *e = &s->leftovers[i];
         struct stat st;
-        if (!dry && lstat(e->path, &st) == 0) {
+        if (!r->dry && lstat(e->path, &st) == 0) {
             cli_err("cannot remove leftover %s: %s", e->path,
                     clean_why ? clean_why : "still present");
             status = CLI_FAIL;
             continue;
         }
-        record(jleft, e, 0, &oom);
+        record(r->jleft, e, 0, &r->oom);
         if (!g_text)
             continue;
         printf("%s leftover ", verb);
@@ -285,31 +305,59 @@ int cli_cmd_prune(int argc, char **argv)
         status = CLI_FAIL;
     }
     free(clean_why);
-    if (!dry)
-        sync_dir(path);
-    shs_savepath_unlock(lock);
-    if (g_text)
-        printf("%s %zu step %s, kept %zu committed\n", dry ? "would remove" : "removed", n_removed,
-               n_removed == 1 ? "directory" : "directories", n_kept);
-    cli_save_release(&s);
-    if (cli_g.json) {
-        json_t *doc = cli_json_new();
-        int bad = oom || !doc;
-        bad = bad || json_object_set_new(doc, "path", cli_jstr0(path)) < 0;
-        bad = bad || json_object_set_new(doc, "keep", cli_ju64(keep)) < 0;
-        bad = bad || json_object_set_new(doc, "dry_run", json_boolean(dry)) < 0;
-        bad = bad || json_object_set_new(doc, "removed", json_incref(jremoved)) < 0;
-        bad = bad || json_object_set_new(doc, "kept_by_tracker", json_incref(jkept)) < 0;
-        bad = bad || json_object_set_new(doc, "leftovers_removed", json_incref(jleft)) < 0;
-        bad = bad || json_object_set_new(doc, "kept_count", cli_ju64(n_kept)) < 0;
-        if (bad) {
-            json_decref(doc);
-            doc = NULL;
-        }
-        status = cli_json_print(doc, status, CLI_FAIL);
+    return status;
+}
+
+static int print_json(prune_run *r, int status)
+{
+    json_t *doc = cli_json_new();
+    int bad = r->oom || !doc;
+    bad = bad || json_object_set_new(doc, "path", cli_jstr0(r->path)) < 0;
+    bad = bad || json_object_set_new(doc, "keep", cli_ju64(r->keep)) < 0;
+    bad = bad || json_object_set_new(doc, "dry_run", json_boolean(r->dry)) < 0;
+    bad = bad || json_object_set_new(doc, "removed", json_incref(r->jremoved)) < 0;
+    bad = bad || json_object_set_new(doc, "kept_by_tracker", json_incref(r->jkept)) < 0;
+    bad = bad || json_object_set_new(doc, "leftovers_removed", json_incref(r->jleft)) < 0;
+    bad = bad || json_object_set_new(doc, "kept_count", cli_ju64(r->n_kept)) < 0;
+    if (bad) {
+        json_decref(doc);
+        doc = NULL;
     }
-    json_decref(jremoved);
-    json_decref(jkept);
-    json_decref(jleft);
+    return cli_json_print(doc, status, CLI_FAIL);
+}
+
+int cli_cmd_prune(int argc, char **argv)
+{
+    prune_run r = { 0 };
+    int status = parse_args(&r, argc, argv);
+    if (status != CLI_OK || !r.path)
+        return status;
+    if ((status = open_save_path(&r)) != CLI_OK) {
+        shs_savepath_unlock(r.lock);
+        return status;
+    }
+    /* dry-run or not, the lists say what was (or would be) removed */
+    if (cli_g.json) {
+        r.jremoved = json_array();
+        r.jkept = json_array();
+        r.jleft = json_array();
+        r.oom = !r.jremoved || !r.jkept || !r.jleft;
+    }
+    g_text = !cli_g.json && !cli_g.quiet;
+    status = prune_steps(&r);
+    if (prune_leftovers(&r) != CLI_OK)
+        status = CLI_FAIL;
+    if (!r.dry)
+        sync_dir(r.path);
+    shs_savepath_unlock(r.lock);
+    if (g_text)
+        printf("%s %zu step %s, kept %zu committed\n", r.dry ? "would remove" : "removed",
+               r.n_removed, r.n_removed == 1 ? "directory" : "directories", r.n_kept);
+    cli_save_release(&r.s);
+    if (cli_g.json)
+        status = print_json(&r, status);
+    json_decref(r.jremoved);
+    json_decref(r.jkept);
+    json_decref(r.jleft);
     return cli_finish_stdout(status);
 }
