@@ -94,23 +94,6 @@ static int parse_target(const char *s, shs_dtype *out)
     return -1;
 }
 
-/* Types shs_convert handles; these are the ones converted. */
-static int is_float(shs_dtype t)
-{
-    switch (t) {
-    case SHS_F64:
-    case SHS_F32:
-    case SHS_F16:
-    case SHS_BF16:
-    case SHS_F8_E4M3:
-    case SHS_F8_E5M2:
-    case SHS_F8_E4M3FNUZ:
-    case SHS_F8_E5M2FNUZ:
-    case SHS_F8_E8M0: return 1;
-    default: return 0;
-    }
-}
-
 typedef struct conv {
     const char *in, *out;
     shs_dtype target;
@@ -167,7 +150,7 @@ static int declare(conv *c)
             return CLI_FAIL;
         }
         shs_dtype dt = t->dtype;
-        if (is_float(dt)) {
+        if (shs_dtype_is_float(dt)) {
             dt = c->target;
         } else if (c->only_float) {
             c->n_dropped++;
@@ -188,7 +171,7 @@ static int copy_tensor(conv *c, const char *name)
     if (shs_file_find(&i, c->f, name) < 0)
         return lib_fail("internal error");
     const shs_tensor_info *t = shs_file_tensor(c->f, i);
-    if (!is_float(t->dtype)) {
+    if (!shs_dtype_is_float(t->dtype)) {
         /* unchanged bytes (also sub-byte types: copied as bytes) */
         for (uint64_t off = 0; off < t->nbytes; off += CLI_CHUNK_BYTES) {
             size_t len = t->nbytes - off < CLI_CHUNK_BYTES ? (size_t)(t->nbytes - off)
@@ -243,7 +226,7 @@ static uint64_t input_bytes(const conv *c)
     size_t nt = shs_file_tensor_count(c->f);
     for (size_t i = 0; i < nt; i++) {
         const shs_tensor_info *t = shs_file_tensor(c->f, i);
-        if (is_float(t->dtype) || !c->only_float)
+        if (shs_dtype_is_float(t->dtype) || !c->only_float)
             total = cli_add_sat(total, t->nbytes);
     }
     return total;

@@ -227,22 +227,6 @@ static void note(vdiff *v, uint64_t i, double d)
     }
 }
 
-static int is_float(shs_dtype t)
-{
-    switch (t) {
-    case SHS_F64:
-    case SHS_F32:
-    case SHS_F16:
-    case SHS_BF16:
-    case SHS_F8_E4M3:
-    case SHS_F8_E5M2:
-    case SHS_F8_E4M3FNUZ:
-    case SHS_F8_E5M2FNUZ:
-    case SHS_F8_E8M0: return 1;
-    default: return 0;
-    }
-}
-
 /* One pair of float values; `bits_equal` tells whether their encodings
    are identical. */
 static int float_pair(vdiff *v, const tol *tl, double x, double y, int bits_equal, uint64_t i)
@@ -372,7 +356,7 @@ static int compare_values(vdiff *v, const tol *tl, shs_dtype dt, const unsigned 
     /* the usual case: equal bytes, equal under any tolerance */
     if (memcmp(a, b, (size_t)(numel * bits / 8)) == 0)
         return 0;
-    if (is_float(dt))
+    if (shs_dtype_is_float(dt))
         return cmp_floats(v, tl, dt, a, b, numel);
     if (dt == SHS_C64)
         cmp_c64(v, tl, a, b, numel);
@@ -661,7 +645,8 @@ static int compare_one(dctx *c, const tol *tl, int full, source *sa, source *sb,
     int same_shape = a->ndim == b->ndim;
     for (size_t d = 0; d < a->ndim && same_shape; d++)
         same_shape = a->shape[d] == b->shape[d];
-    int cross = a->dtype != b->dtype && tl->on && is_float(a->dtype) && is_float(b->dtype);
+    int cross = a->dtype != b->dtype && tl->on && shs_dtype_is_float(a->dtype) &&
+                shs_dtype_is_float(b->dtype);
     if ((a->dtype != b->dtype && !cross) || !same_shape) {
         c->differ++;
         report(c, !same_shape ? "shape" : "dtype", a, b, NULL, 0);

@@ -111,22 +111,6 @@ static void fail_line(vctx *c, const char *kind, const char *path, const char *r
     putchar('\n');
 }
 
-static int is_float(shs_dtype t)
-{
-    switch (t) {
-    case SHS_F64:
-    case SHS_F32:
-    case SHS_F16:
-    case SHS_BF16:
-    case SHS_F8_E4M3:
-    case SHS_F8_E5M2:
-    case SHS_F8_E4M3FNUZ:
-    case SHS_F8_E5M2FNUZ:
-    case SHS_F8_E8M0: return 1;
-    default: return 0;
-    }
-}
-
 typedef struct finite_count {
     uint64_t nan, inf;
 } finite_count;
@@ -177,7 +161,7 @@ static void on_file(void *ctx, const char *path, shs_file *f, const char *why)
     size_t first_bad_len = 0;
     for (size_t i = 0; i < nt; i++) {
         const shs_tensor_info *t = shs_file_tensor(f, i);
-        int check = c->check_finite && is_float(t->dtype);
+        int check = c->check_finite && shs_dtype_is_float(t->dtype);
         size_t esize = shs_dtype_bits(t->dtype) / 8;
         /* whole elements per chunk when decoding; raw bytes otherwise */
         size_t step = check ? (CLI_CHUNK_BYTES / 8) * esize : CLI_CHUNK_BYTES;

@@ -166,6 +166,10 @@ SHS_API const char *shs_dtype_name(shs_dtype dtype);
 SHS_API int shs_dtype_parse(shs_dtype *out, const char *name, size_t len);
 /* Bits per element: 4 (F4), 6 (F6_*), 8, 16, 32 or 64; 0 if out of range. */
 SHS_API unsigned shs_dtype_bits(shs_dtype dtype);
+/* 1 for the floating-point types shs_convert converts between (F64, F32,
+   F16, BF16 and the F8 kinds), else 0.  F4 and F6_* are stored and
+   copied, not converted. */
+SHS_API int shs_dtype_is_float(shs_dtype dtype);
 
 /*
  * Convert `n` elements from `src` (of type `src_type`) to `dst` (of type

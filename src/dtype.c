@@ -443,7 +443,7 @@ static uint32_t e8m0_from_f64_bits(uint64_t bits)
     return (uint32_t)code;
 }
 
-static int is_convertible(shs_dtype t)
+int shs_dtype_is_float(shs_dtype t)
 {
     switch (t) {
     case SHS_F64:
@@ -641,7 +641,7 @@ int shs_convert(void *dst, shs_dtype dst_type, const void *src, shs_dtype src_ty
             memcpy(dst, src, (size_t)nbytes);
         return SHS_OK;
     }
-    if (!is_convertible(src_type) || !is_convertible(dst_type))
+    if (!shs_dtype_is_float(src_type) || !shs_dtype_is_float(dst_type))
         return shs__err(SHS_ECONVERT, "cannot convert %s to %s", k_names[src_type],
                         k_names[dst_type]);
     if (n == 0)

@@ -1269,12 +1269,30 @@ static void test_convert_errors(void **state)
     assert_int_equal(shs_convert(a, SHS_F32, b, (shs_dtype)-1, 1), SHS_EINVAL);
 }
 
+/* shs_dtype_is_float says exactly which dtypes shs_convert converts
+   between; out-of-range values are not floats. */
+static void test_is_float(void **state)
+{
+    (void)state;
+    int n_float = 0;
+    for (int t = 0; t < SHS_DTYPE_COUNT; t++) {
+        unsigned char src[8] = { 0 }, dst[8];
+        int converts = shs_convert(dst, (shs_dtype)t, src, SHS_F32, 1) == SHS_OK;
+        assert_int_equal(shs_dtype_is_float((shs_dtype)t), converts);
+        n_float += converts;
+    }
+    assert_int_equal(n_float, 9); /* F64 F32 F16 BF16 and the five F8 kinds */
+    assert_false(shs_dtype_is_float((shs_dtype)SHS_DTYPE_COUNT));
+    assert_false(shs_dtype_is_float((shs_dtype)-1));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_name_parse_roundtrip),
         cmocka_unit_test(test_parse_rejects),
         cmocka_unit_test(test_bits),
+        cmocka_unit_test(test_is_float),
         cmocka_unit_test(test_nbytes),
         cmocka_unit_test(test_bf16_exhaustive),
         cmocka_unit_test(test_f16_exhaustive),
