@@ -278,7 +278,12 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
         rc = shs__err(SHS_ENOMEM, "out of memory");
     snprintf(msg, sizeof msg, "%s", shs_last_error());
     /* commit only if every rank succeeded; else every rank hears who failed */
-    if ((rc = shs__comm_agree(comm, rc, msg)) < 0)
+    rc = shs__comm_agree(comm, rc, msg);
+    /* the agreement fails a rank whose own status failed; said again here
+       for static analyzers, which do not follow it into comm.c */
+    if (rc >= 0 && (!text || !written))
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+    if (rc < 0)
         goto fail;
     if ((rc = shs__comm_gather_bytes(comm, text, strlen(text), root, &all, &lens)) < 0)
         goto fail;
