@@ -872,7 +872,15 @@ static uint64_t work_bytes(const source *sa, const source *sb, int kind)
     return total;
 }
 
-int cli_cmd_diff(int argc, char **argv)
+typedef struct diff_args {
+    const char *paths[2];
+    int kind; /* SHS_KIND_* or -1: all */
+    int full;
+    tol tl;
+} diff_args;
+
+/* Options and the two paths; a usage error's status in *status. */
+static int parse_args(diff_args *a, int argc, char **argv, int *status)
 {
     static const cli_optdef defs[] = { { "--atol", 0, 1 },
                                        { "--rtol", 0, 1 },
@@ -880,150 +888,179 @@ int cli_cmd_diff(int argc, char **argv)
                                        { "--full", 0, 0 },
                                        { NULL, 0, 0 } };
     cli_parser p;
-    const char *val, *paths[2] = { NULL, NULL };
-    int k, npaths = 0, kind = -1, full = 0;
-    tol tl = { 0, 0, 0 };
-    dctx c;
-    memset(&c, 0, sizeof c);
+    const char *val;
+    int k, npaths = 0;
+    memset(a, 0, sizeof *a);
+    a->kind = -1;
     cli_parser_init(&p, "diff", k_help, argc, argv);
     while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
         switch (k) {
-        case CLI_ARG_EXIT: return p.status; /* usage errors are 2, as cmp's trouble */
+        case CLI_ARG_EXIT:
+            *status = p.status; /* usage errors are 2, as cmp's trouble */
+            return -1;
         case CLI_ARG_POSITIONAL:
-            if (npaths == 2)
-                return cli_usage_err("diff", "unexpected argument '%s'", val);
-            paths[npaths++] = val;
+            if (npaths == 2) {
+                *status = cli_usage_err("diff", "unexpected argument '%s'", val);
+                return -1;
+            }
+            a->paths[npaths++] = val;
             break;
         case 0:
         case 1:
-            if (parse_tol(val, k == 0 ? &tl.atol : &tl.rtol) < 0)
-                return cli_usage_err("diff", "bad %s value '%s' (a finite number >= 0)",
-                                     defs[k].name, val);
-            tl.on = 1;
+            if (parse_tol(val, k == 0 ? &a->tl.atol : &a->tl.rtol) < 0) {
+                *status = cli_usage_err("diff", "bad %s value '%s' (a finite number >= 0)",
+                                        defs[k].name, val);
+                return -1;
+            }
+            a->tl.on = 1;
             break;
         case 2:
             if (strcmp(val, "model") == 0)
-                kind = SHS_KIND_MODEL;
+                a->kind = SHS_KIND_MODEL;
             else if (strcmp(val, "opt") == 0)
-                kind = SHS_KIND_OPTIMIZER;
+                a->kind = SHS_KIND_OPTIMIZER;
             else if (strcmp(val, "all") == 0)
-                kind = -1;
-            else
-                return cli_usage_err("diff", "bad --kind '%s' (model, opt or all)", val);
+                a->kind = -1;
+            else {
+                *status = cli_usage_err("diff", "bad --kind '%s' (model, opt or all)", val);
+                return -1;
+            }
             break;
-        case 3: full = 1; break;
+        case 3: a->full = 1; break;
         }
     }
-    if (npaths < 2)
-        return cli_usage_err("diff", npaths ? "missing B" : "missing A and B");
-    c.json = cli_g.json;
-    c.quiet = cli_g.quiet;
+    if (npaths < 2) {
+        *status = cli_usage_err("diff", npaths ? "missing B" : "missing A and B");
+        return -1;
+    }
+    return 0;
+}
 
-    source sa, sb;
+/* Open A and B; on failure say which side and why. */
+static int open_sources(source *sa, source *sb, const diff_args *a)
+{
     char *why = NULL;
-    int status = CLI_DIFF_SAME;
+    memset(sb, 0, sizeof *sb);
+    if (source_open(sa, "A", a->paths[0], &why) == CLI_OK &&
+        source_open(sb, "B", a->paths[1], &why) == CLI_OK)
+        return CLI_OK;
+    const char *lab = sb->label ? "B" : "A";
+    const char *path = sb->label ? a->paths[1] : a->paths[0];
+    const char *msg = why ? why : "cannot open";
+    const char *stripped = cli_strip_path(msg, path);
+    if (stripped != msg)
+        cli_err("diff: %s: %s", lab, msg);
+    else
+        cli_err("diff: %s: %s: %s", lab, path, msg);
+    free(why);
+    source_release(sa);
+    source_release(sb);
+    return CLI_DIFF_TROUBLE;
+}
+
+/* Walk both sorted tensor lists together: compare the common ones, count
+   the ones on one side only. */
+static int compare_tensors(dctx *c, const diff_args *a, source *sa, source *sb, slabs *sl)
+{
     cli_progress prog;
     memset(&prog, 0, sizeof prog);
-    memset(&sb, 0, sizeof sb);
-    if (source_open(&sa, "A", paths[0], &why) != CLI_OK ||
-        source_open(&sb, "B", paths[1], &why) != CLI_OK) {
-        const char *lab = sb.label ? "B" : "A";
-        const char *path = sb.label ? paths[1] : paths[0];
-        const char *msg = why ? why : "cannot open";
-        const char *stripped = cli_strip_path(msg, path);
-        if (stripped != msg)
-            cli_err("diff: %s: %s", lab, msg);
-        else
-            cli_err("diff: %s: %s: %s", lab, path, msg);
-        free(why);
-        source_release(&sa);
-        source_release(&sb);
-        return CLI_DIFF_TROUBLE;
-    }
-    slabs sl = { NULL, NULL, 0 };
-    if (slabs_grow(&sl, SLAB_BYTES) < 0 || (c.json && !(c.list = json_array()))) {
-        cli_err("diff: out of memory");
-        status = CLI_DIFF_TROUBLE;
-        goto out;
-    }
-    if (!c.json && !c.quiet) {
-        put_source(&sa);
-        put_source(&sb);
-    }
-    cli_progress_start(&prog, "diff", work_bytes(&sa, &sb, kind));
+    cli_progress_start(&prog, "diff", work_bytes(sa, sb, a->kind));
     size_t i = 0, j = 0;
-    while (i < sa.nt || j < sb.nt) {
-        const tref *a = i < sa.nt ? &sa.t[i] : NULL, *b = j < sb.nt ? &sb.t[j] : NULL;
-        int o = !a ? 1 : !b ? -1 : cmp_tref(a, b);
-        if (o < 0) {
-            i++;
-            if (kind_wanted(kind, a, NULL)) {
-                c.only_a++;
-                report(&c, "only_in_a", a, NULL, NULL, 0);
-            }
-        } else if (o > 0) {
-            j++;
-            if (kind_wanted(kind, NULL, b)) {
-                c.only_b++;
-                report(&c, "only_in_b", NULL, b, NULL, 0);
-            }
-        } else {
-            i++;
-            j++;
-            if (kind_wanted(kind, a, b)) {
-                if (compare_one(&c, &tl, full, &sa, &sb, &sl, a, b) != CLI_OK) {
-                    status = CLI_DIFF_TROUBLE;
-                    goto out;
-                }
-                cli_progress_add(&prog, cli_add_sat(tref_bytes(a), tref_bytes(b)));
-            }
+    int status = CLI_OK;
+    while (status == CLI_OK && (i < sa->nt || j < sb->nt)) {
+        const tref *ta = i < sa->nt ? &sa->t[i] : NULL, *tb = j < sb->nt ? &sb->t[j] : NULL;
+        int o = !ta ? 1 : !tb ? -1 : cmp_tref(ta, tb);
+        i += o <= 0;
+        j += o >= 0;
+        if (o < 0 && kind_wanted(a->kind, ta, NULL)) {
+            c->only_a++;
+            report(c, "only_in_a", ta, NULL, NULL, 0);
+        } else if (o > 0 && kind_wanted(a->kind, NULL, tb)) {
+            c->only_b++;
+            report(c, "only_in_b", NULL, tb, NULL, 0);
+        } else if (o == 0 && kind_wanted(a->kind, ta, tb)) {
+            if (compare_one(c, &a->tl, a->full, sa, sb, sl, ta, tb) != CLI_OK)
+                status = CLI_DIFF_TROUBLE;
+            cli_progress_add(&prog, cli_add_sat(tref_bytes(ta), tref_bytes(tb)));
         }
-        if (c.oom) {
+        if (status == CLI_OK && c->oom) {
             cli_err("diff: out of memory building the output");
             status = CLI_DIFF_TROUBLE;
-            goto out;
         }
     }
     cli_progress_end(&prog);
-    if (compare_state(&c, full, &sa, &sb) != CLI_OK) {
-        status = CLI_DIFF_TROUBLE;
-        goto out;
-    }
-    int differ = c.differ || c.only_a || c.only_b || c.other;
-    status = differ ? CLI_DIFF_DIFFERENT : CLI_DIFF_SAME;
-    if (c.json) {
+    return status;
+}
+
+/* The summary, as JSON or one line; the exit status. */
+static int print_result(dctx *c, const diff_args *a, const source *sa, const source *sb)
+{
+    int differ = c->differ || c->only_a || c->only_b || c->other;
+    int status = differ ? CLI_DIFF_DIFFERENT : CLI_DIFF_SAME;
+    if (c->json) {
         json_t *doc = cli_json_new();
         static const char *const kinds[] = { "model", "opt" };
         if (doc) {
-            set(&c, doc, "a", source_json(&sa));
-            set(&c, doc, "b", source_json(&sb));
-            set(&c, doc, "mode", json_string(tl.on ? "tolerance" : "bitwise"));
-            set(&c, doc, "atol", json_real(tl.atol));
-            set(&c, doc, "rtol", json_real(tl.rtol));
-            set(&c, doc, "kind", json_string(kind < 0 ? "all" : kinds[kind]));
-            set(&c, doc, "differences", json_incref(c.list));
-            set(&c, doc, "summary",
-                json_pack("{s:I,s:I,s:I,s:I,s:I,s:b}", "compared", (json_int_t)c.compared, "differ",
-                          (json_int_t)c.differ, "only_in_a", (json_int_t)c.only_a, "only_in_b",
-                          (json_int_t)c.only_b, "other", (json_int_t)c.other, "equal", !differ));
-            set(&c, doc, "same", json_boolean(!differ));
-            if (c.oom) {
+            set(c, doc, "a", source_json(sa));
+            set(c, doc, "b", source_json(sb));
+            set(c, doc, "mode", json_string(a->tl.on ? "tolerance" : "bitwise"));
+            set(c, doc, "atol", json_real(a->tl.atol));
+            set(c, doc, "rtol", json_real(a->tl.rtol));
+            set(c, doc, "kind", json_string(a->kind < 0 ? "all" : kinds[a->kind]));
+            set(c, doc, "differences", json_incref(c->list));
+            set(c, doc, "summary",
+                json_pack("{s:I,s:I,s:I,s:I,s:I,s:b}", "compared", (json_int_t)c->compared,
+                          "differ", (json_int_t)c->differ, "only_in_a", (json_int_t)c->only_a,
+                          "only_in_b", (json_int_t)c->only_b, "other", (json_int_t)c->other,
+                          "equal", !differ));
+            set(c, doc, "same", json_boolean(!differ));
+            if (c->oom) {
                 json_decref(doc);
                 doc = NULL;
             }
         }
         /* "ok" is true for exit status 0 only: identical */
-        status = cli_json_print(doc, status, CLI_DIFF_TROUBLE);
-    } else if (!c.quiet) {
+        return cli_json_print(doc, status, CLI_DIFF_TROUBLE);
+    }
+    if (!c->quiet) {
         printf("%llu tensors compared, %llu differ, only in A: %llu, only in B: %llu",
-               (unsigned long long)c.compared, (unsigned long long)c.differ,
-               (unsigned long long)c.only_a, (unsigned long long)c.only_b);
-        if (c.other)
-            printf("; %llu blob or progress difference(s)", (unsigned long long)c.other);
+               (unsigned long long)c->compared, (unsigned long long)c->differ,
+               (unsigned long long)c->only_a, (unsigned long long)c->only_b);
+        if (c->other)
+            printf("; %llu blob or progress difference(s)", (unsigned long long)c->other);
         putchar('\n');
     }
-out:
-    cli_progress_end(&prog);
+    return status;
+}
+
+int cli_cmd_diff(int argc, char **argv)
+{
+    diff_args a;
+    int status;
+    if (parse_args(&a, argc, argv, &status) < 0)
+        return status;
+    dctx c;
+    memset(&c, 0, sizeof c);
+    c.json = cli_g.json;
+    c.quiet = cli_g.quiet;
+    source sa, sb;
+    if ((status = open_sources(&sa, &sb, &a)) != CLI_OK)
+        return status;
+    slabs sl = { NULL, NULL, 0 };
+    if (slabs_grow(&sl, SLAB_BYTES) < 0 || (c.json && !(c.list = json_array()))) {
+        cli_err("diff: out of memory");
+        status = CLI_DIFF_TROUBLE;
+    } else {
+        if (!c.json && !c.quiet) {
+            put_source(&sa);
+            put_source(&sb);
+        }
+        status = compare_tensors(&c, &a, &sa, &sb, &sl);
+        if (status == CLI_OK && compare_state(&c, a.full, &sa, &sb) != CLI_OK)
+            status = CLI_DIFF_TROUBLE;
+        if (status == CLI_OK)
+            status = print_result(&c, &a, &sa, &sb);
+    }
     json_decref(c.list);
     free(sl.a);
     free(sl.b);

@@ -489,6 +489,118 @@ int shs__ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, shs
     return rc;
 }
 
+/* Append `name` to a ", "-separated list in buf[cap] (the count is kept
+   apart: a long list is cut, never the count). */
+static void list_name(char *buf, size_t cap, const char *name)
+{
+    size_t at = strlen(buf);
+    if (at + strlen(name) + 2 < cap)
+        snprintf(buf + at, cap - at, "%s%s", at ? ", " : "", name);
+}
+
+/* "2,3" of a shape, into buf[cap] (cut at ~100 characters). */
+static void shape_text(char *buf, size_t cap, const uint64_t *shape, size_t ndim)
+{
+    buf[0] = '\0';
+    for (size_t d = 0; d < ndim && strlen(buf) < 100; d++)
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%s%llu", d ? "," : "",
+                 (unsigned long long)shape[d]);
+}
+
+/* Phase 1: every registered tensor the load wants is in the checkpoint
+   with the same kind, dtype and shape, and (strict) nothing saved is left
+   unregistered; non-strict, both kinds of mismatch are listed in res. */
+static int check_registered(const shs_state *st, const shs__meta *m, const char *dir,
+                            const shs__load_req *req, shs_load_result *res)
+{
+    char missing[512] = "", extra[512] = "";
+    size_t n_missing = 0, n_extra = 0;
+    int rc;
+    for (size_t i = 0; i < st->n; i++) {
+        const shs__tensor *t = &st->t[i];
+        if (t->kind == SHS_KIND_OPTIMIZER && !req->with_optim)
+            continue;
+        const shs__mtensor *mt = shs__meta_find(m, t->name);
+        if (!mt) {
+            if (!req->strict && (rc = note_skipped(res, t->name)) < 0)
+                return rc;
+            if (req->strict) {
+                list_name(missing, sizeof missing, t->name);
+                n_missing++;
+            }
+            continue;
+        }
+        int same = mt->dtype == t->dtype && mt->ndim == t->ndim && mt->kind == t->kind;
+        for (size_t d = 0; same && d < t->ndim; d++)
+            same = mt->gshape[d] == t->gshape[d];
+        if (!same) {
+            char a[128], b[128];
+            shape_text(a, sizeof a, t->gshape, t->ndim);
+            shape_text(b, sizeof b, mt->gshape, mt->ndim);
+            return shs__err(SHS_EMISMATCH,
+                            "%s: tensor '%s': registered as %s %s [%s], saved as %s %s [%s]", dir,
+                            t->name, shs__kind_name[t->kind], shs_dtype_name(t->dtype), a,
+                            shs__kind_name[mt->kind], shs_dtype_name(mt->dtype), b);
+        }
+    }
+    if (n_missing)
+        return shs__err(SHS_EMISMATCH, "%s: %zu registered tensor(s) not in the checkpoint: %s",
+                        dir, n_missing, missing);
+    for (size_t j = 0; j < m->nt; j++) {
+        const shs__mtensor *mt = &m->t[j];
+        if (mt->kind == SHS_KIND_OPTIMIZER && !req->with_optim)
+            continue;
+        if (shs__state_find(st, mt->name, strlen(mt->name)) >= 0)
+            continue;
+        if (!req->strict) {
+            if ((rc = note_skipped(res, mt->name)) < 0)
+                return rc;
+            continue;
+        }
+        list_name(extra, sizeof extra, mt->name);
+        n_extra++;
+    }
+    if (n_extra)
+        return shs__err(SHS_EMISMATCH,
+                        "%s: %zu tensor(s) in the checkpoint are not registered: %s "
+                        "(non-strict loading skips them)",
+                        dir, n_extra, extra);
+    return SHS_OK;
+}
+
+/* Phase 3: this rank's blobs, only when the world is the same (rank-local
+   state of another world size would be restored into the wrong rank). */
+static int load_blobs(shs__loader *L, shs_state *st, const shs__load_req *req)
+{
+    const shs__meta *m = L->m;
+    if (m->world_size != req->world_size)
+        return SHS_OK;
+    for (size_t k = 0; k < m->nb; k++) {
+        const shs__mblob *b = &m->b[k];
+        if (b->rank != req->rank || (shs__blob_exclude_flag(b->name) & req->exclude))
+            continue;
+        shs_file *f;
+        size_t idx;
+        int rc = shs__chunk_locate(L, b->file, b->key, b->b0, b->b1, &f, &idx);
+        if (rc < 0)
+            return rc;
+        size_t len = (size_t)(b->b1 - b->b0);
+        void *buf = shs__malloc(len ? len : 1);
+        if (!buf)
+            return shs__err(SHS_ENOMEM, "out of memory");
+        rc = shs_file_read(f, idx, buf, len);
+        if (rc == SHS_OK && shs__xxh3(buf, len) != b->hash)
+            rc = shs__err(SHS_ECHECKSUM, "%s/%s: blob '%s' does not match its checksum", L->dir,
+                          m->f[b->file].name, b->name);
+        if (rc == SHS_OK)
+            rc = shs__state_put_blob(st, b->name, buf, len);
+        shs__free(buf);
+        if (rc < 0)
+            return rc;
+    }
+    return SHS_OK;
+}
+
 static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, shs_comm *comm,
                      shs_progress *progress, shs_load_result *res, int *agreed)
 {
@@ -512,73 +624,9 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
         shs__meta_free(&m);
         return shs__err(SHS_ENOMEM, "out of memory");
     }
-    /* 1. check the registered state against the checkpoint */
-    char missing[512] = "";
-    size_t n_missing = 0;
-    for (size_t i = 0; i < st->n; i++) {
-        shs__tensor *t = &st->t[i];
-        if (t->kind == SHS_KIND_OPTIMIZER && !req->with_optim)
-            continue;
-        const shs__mtensor *mt = shs__meta_find(&m, t->name);
-        if (!mt) {
-            if (req->strict) {
-                size_t at = strlen(missing);
-                if (at + strlen(t->name) + 2 < sizeof missing)
-                    snprintf(missing + at, sizeof missing - at, "%s%s", at ? ", " : "", t->name);
-                n_missing++;
-            } else if ((rc = note_skipped(res, t->name)) < 0) {
-                goto done;
-            }
-            continue;
-        }
-        int same = mt->dtype == t->dtype && mt->ndim == t->ndim && mt->kind == t->kind;
-        for (size_t d = 0; same && d < t->ndim; d++)
-            same = mt->gshape[d] == t->gshape[d];
-        if (!same) {
-            char a[128] = "", b[128] = "";
-            for (size_t d = 0; d < t->ndim && strlen(a) < 100; d++)
-                snprintf(a + strlen(a), sizeof a - strlen(a), "%s%llu", d ? "," : "",
-                         (unsigned long long)t->gshape[d]);
-            for (size_t d = 0; d < mt->ndim && strlen(b) < 100; d++)
-                snprintf(b + strlen(b), sizeof b - strlen(b), "%s%llu", d ? "," : "",
-                         (unsigned long long)mt->gshape[d]);
-            rc = shs__err(SHS_EMISMATCH,
-                          "%s: tensor '%s': registered as %s %s [%s], saved as %s %s [%s]", dir,
-                          t->name, shs__kind_name[t->kind], shs_dtype_name(t->dtype), a,
-                          shs__kind_name[mt->kind], shs_dtype_name(mt->dtype), b);
-            goto done;
-        }
-    }
-    if (n_missing) {
-        rc = shs__err(SHS_EMISMATCH, "%s: %zu registered tensor(s) not in the checkpoint: %s", dir,
-                      n_missing, missing);
+    /* 1. the registered state against the checkpoint */
+    if ((rc = check_registered(st, &m, dir, req, res)) < 0)
         goto done;
-    }
-    char extra[512] = "";
-    size_t n_extra = 0;
-    for (size_t j = 0; j < m.nt; j++) {
-        const shs__mtensor *mt = &m.t[j];
-        if (mt->kind == SHS_KIND_OPTIMIZER && !req->with_optim)
-            continue;
-        if (shs__state_find(st, mt->name, strlen(mt->name)) >= 0)
-            continue;
-        if (!req->strict) {
-            if ((rc = note_skipped(res, mt->name)) < 0)
-                goto done;
-            continue;
-        }
-        size_t at = strlen(extra);
-        if (at + strlen(mt->name) + 2 < sizeof extra)
-            snprintf(extra + at, sizeof extra - at, "%s%s", at ? ", " : "", mt->name);
-        n_extra++;
-    }
-    if (n_extra) {
-        rc = shs__err(SHS_EMISMATCH,
-                      "%s: %zu tensor(s) in the checkpoint are not registered: %s "
-                      "(non-strict loading skips them)",
-                      dir, n_extra, extra);
-        goto done;
-    }
     /* 2. tensors: by `workers` threads, or balanced over the ranks */
     uint64_t read_bytes = 0;
     if (req->balanced && comm->size > 1) {
@@ -591,32 +639,9 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
     } else if ((rc = load_tensors(&L, st, req, &read_bytes)) < 0) {
         goto done;
     }
-    /* 3. rank-local blobs: only when the world is the same */
-    int same_world = m.world_size == req->world_size;
-    for (size_t k = 0; same_world && k < m.nb; k++) {
-        const shs__mblob *b = &m.b[k];
-        if (b->rank != req->rank || (shs__blob_exclude_flag(b->name) & req->exclude))
-            continue;
-        shs_file *f;
-        size_t idx;
-        if ((rc = shs__chunk_locate(&L, b->file, b->key, b->b0, b->b1, &f, &idx)) < 0)
-            goto done;
-        size_t len = (size_t)(b->b1 - b->b0);
-        void *buf = shs__malloc(len ? len : 1);
-        if (!buf) {
-            rc = shs__err(SHS_ENOMEM, "out of memory");
-            goto done;
-        }
-        rc = shs_file_read(f, idx, buf, len);
-        if (rc == SHS_OK && shs__xxh3(buf, len) != b->hash)
-            rc = shs__err(SHS_ECHECKSUM, "%s/%s: blob '%s' does not match its checksum", dir,
-                          m.f[b->file].name, b->name);
-        if (rc == SHS_OK)
-            rc = shs__state_put_blob(st, b->name, buf, len);
-        shs__free(buf);
-        if (rc < 0)
-            goto done;
-    }
+    /* 3. rank-local blobs */
+    if ((rc = load_blobs(&L, st, req)) < 0)
+        goto done;
     /* 4. progress */
     int progress_loaded = 0;
     unsigned cflags = 0;
@@ -634,7 +659,7 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
         res->consumed_samples_derived = (cflags & SHS__COMMON_DERIVED_CONSUMED) != 0;
         res->optimizer_loaded = req->with_optim;
         res->progress_loaded = progress_loaded;
-        res->rank_state_restored = same_world && m.nb > 0;
+        res->rank_state_restored = m.world_size == req->world_size && m.nb > 0;
         res->bytes_read = read_bytes;
         res->saved_world_size = m.world_size;
     }
