@@ -75,6 +75,9 @@ static int import_blobs(const shs_state *st, tinylm *lm, const shs_load_result *
 
 int main(int argc, char **argv)
 {
+    /* every line out at once: a run killed with SIGKILL (the demo, the
+       resume tests) has said what it resumed from */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     shs_config cfg;
     shs_config_init(&cfg);
     trainer_args ta;

@@ -713,6 +713,8 @@ static int finish(int rc)
 
 int main(int argc, char **argv)
 {
+    /* every line out at once: a killed rank has said what it resumed from */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
