@@ -44,7 +44,7 @@ PARAMS = [
     ("embedding.word_embeddings.weight", "BFloat16", [8, 4], [[1, 0], -1], "model"),
     ("decoder.final_layernorm.weight", "Float32", [6], [-1], "model"),
     ("adam_m.decoder.layers.0.self_attention.linear_qkv.weight", "Float32", [8, 6], [0, -1], "opt"),
-    ("adam_v.decoder.layers.0.mlp.linear_fc1.weight", "Float32", [6, 4], [1, 0], "opt"),
+    ("adam_v.decoder.layers.0.mlp.linear_fc2.weight", "Float32", [4, 6], [-1, 0], "opt"),
     ("global_step", "Int32", [1], None, "opt"),
 ]
 
@@ -157,11 +157,13 @@ def fname(kind, r, n):
     return "checkpoint-%s-%07d-%07d.safetensors" % (kind, r, n)
 
 
-def generate(out, ranks, step, variant):
+def generate(out, ranks, step, variant, rr=False, ckpt_status=None, six_keys=False):
     d = os.path.join(out, "iteration_%08d" % step)
     os.makedirs(d, exist_ok=True)
     dm = {1: [1, 1], 2: [1, 2], 4: [2, 2]}[ranks]
     files = {}  # file name -> list of (name, st dtype, local array)
+    owner = {}  # (file type, rank) -> list of (name, st dtype, local, slice)
+    placed, names = {}, {}  # (name, slice) -> ranks saving it; (type, rank) -> file
     sdm, storage = {}, {}
     for name, msd, shape, tm, kind in PARAMS:
         g = value(name, shape, msd)
@@ -185,7 +187,7 @@ def generate(out, ranks, step, variant):
                 chunks.append({"global_offset": [sid], "local_shape": size})
             holders[sid].append(r)
             local = g[tuple(slice(s, s + z) for s, z in zip(start, size))]
-            files.setdefault(fname(kind, r, ranks), []).append((name, st, local))
+            owner.setdefault((kind, r), []).append((name, st, local, sid))
         frag = [1] * len(shape)
         if tm is not None:
             for dd, e in enumerate(tm):
@@ -199,14 +201,30 @@ def generate(out, ranks, step, variant):
             "global_shape": shape, "axis_fragmentations": frag, "layout": layout,
             "chunk": chunks}
         for sid, rs in holders.items():
+            # remove_redundancy: each shard saved once, by its last holder
+            keep = [rs[-1]] if rr else rs
+            placed[(name, sid)] = keep
             storage[str((name, (sid,)))] = [
-                {"file_name": fname(kind, r, ranks), "storage_rank": r, "rank_group": rs}
-                for r in rs]
+                {"file_name": (kind, r), "storage_rank": r, "rank_group": rs} for r in keep]
+    # file names: normal save, idx = rank of N; remove_redundancy, idx =
+    # position among the ranks given a shard, of as many
+    for kind in ("model", "opt"):
+        rs = sorted({r for (k, r), ts in owner.items() if k == kind and any(
+            r in placed[(t[0], t[3])] for t in ts)})
+        for i, r in enumerate(rs):
+            names[(kind, r)] = fname(kind, i, len(rs)) if rr else fname(kind, r, ranks)
+            files[names[(kind, r)]] = [t[:3] for t in owner[(kind, r)] if r in placed[(t[0], t[3])]]
+    for lst in storage.values():
+        for e in lst:
+            e["file_name"] = names[e["file_name"]]
     for fn, ts in files.items():
         ts.sort(key=lambda t: t[0])
         save_safetensors(os.path.join(d, fn), ts, {"format": "ms"})
     common = {"epoch_num": 1, "step_num": 3000, "global_step": step, "loss_scale": 1.0,
-              "global_batch_size": 64, "consumed_samples": step * 64, "ckpt_status": None}
+              "global_batch_size": 64, "consumed_samples": step * 64, "ckpt_status": ckpt_status}
+    if six_keys:  # the form of MindSpore's documentation
+        del common["consumed_samples"]
+        common["loss_scale"] = "1.0"
     with open(os.path.join(d, "common.json"), "w") as f:
         f.write(json.dumps(common, indent=4))
     meta = {"state_dict_metadata": sdm, "storage_data": storage}
@@ -318,8 +336,13 @@ def main():
     ap.add_argument("--step", type=int, default=2000)
     ap.add_argument("--variant", default="good", choices=VARIANTS)
     ap.add_argument("--ref")
+    ap.add_argument("--remove-redundancy", action="store_true",
+                    help="each shard saved by one rank; files numbered among those ranks")
+    ap.add_argument("--ckpt-status", type=int, help="graph mode's health status (0, 1)")
+    ap.add_argument("--six-keys", action="store_true",
+                    help="common.json without consumed_samples, loss_scale a string")
     a = ap.parse_args()
-    generate(a.out, a.ranks, a.step, a.variant)
+    generate(a.out, a.ranks, a.step, a.variant, a.remove_redundancy, a.ckpt_status, a.six_keys)
     if a.ref:
         save_ref(a.ref)
 

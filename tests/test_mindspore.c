@@ -31,17 +31,23 @@ static int have_python(void)
     return g_have_py;
 }
 
-/* Generate a save path `sp` of `ranks` ranks (variant `variant`), and the
-   reference file `ref` when not NULL. */
-static void gen(const char *sp, int ranks, const char *variant, const char *ref)
+/* Generate a save path `sp` of `ranks` ranks (variant `variant`, more
+   options `extra`), and the reference file `ref` when not NULL. */
+static void gen_ex(const char *sp, int ranks, const char *variant, const char *ref,
+                   const char *extra)
 {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "/usr/bin/python3 %s/tests/gen_mscp2.py '%s' --ranks %d --variant %s%s%s%s",
-             SHS_TEST_SOURCE_DIR, sp, ranks, variant, ref ? " --ref '" : "", ref ? ref : "",
+             "/usr/bin/python3 %s/tests/gen_mscp2.py '%s' --ranks %d --variant %s %s%s%s%s",
+             SHS_TEST_SOURCE_DIR, sp, ranks, variant, extra, ref ? " --ref '" : "", ref ? ref : "",
              ref ? "'" : "");
     if (system(cmd) != 0)
         fail_msg("generator failed: %s", cmd);
+}
+
+static void gen(const char *sp, int ranks, const char *variant, const char *ref)
+{
+    gen_ex(sp, ranks, variant, ref, "");
 }
 
 /* ------------------------------------------------------------------ */
@@ -442,7 +448,7 @@ static void *rank_main(void *arg)
 }
 
 /* Load save path sp on n ranks; every rank's part equals the reference. */
-static void load_on(const char *sp, int n, int saved_ranks)
+static void load_on(const char *sp, int n, int saved_ranks, int derived)
 {
     tshared sh;
     rank_job j[MAXR];
@@ -471,6 +477,7 @@ static void load_on(const char *sp, int n, int saved_ranks)
         assert_int_equal(j[r].res.saved_world_size, saved_ranks);
         assert_int_equal(j[r].prog.global_step, STEP);
         assert_int_equal(j[r].prog.consumed_samples, STEP * 64);
+        assert_int_equal(j[r].res.consumed_samples_derived, derived);
         for (size_t i = 0; i < shs_file_tensor_count(g_ref.f) && i < NT; i++) {
             const shs_tensor_info *ti = shs_file_tensor(g_ref.f, i);
             const uint8_t *want = shs_file_tensor_data(g_ref.f, i);
@@ -500,13 +507,43 @@ static void test_manager_load(void **state)
     gen(sp4, 4, "good", NULL);
     gen(sp1, 1, "good", NULL);
     for (int n = 1; n <= 3; n++) {
-        load_on(sp4, n, 4);
-        load_on(sp1, n, 1);
+        load_on(sp4, n, 4, 0);
+        load_on(sp1, n, 1, 0);
     }
     /* the step directory as load_path, too */
-    load_on(tu_step_dir(sp4, STEP), 2, 4);
+    load_on(tu_step_dir(sp4, STEP), 2, 4, 0);
     free(sp4);
     free(sp1);
+}
+
+/* remove_redundancy: each shard in one file, the files numbered among
+   the ranks that got shards (opt-0000000-0000002 is rank 2's); graph
+   mode's integer ckpt_status; the documentation's six-key common.json. */
+static void test_remove_redundancy(void **state)
+{
+    (void)state;
+    if (!have_python())
+        TU_SKIP();
+    char *sp = tu_subpath("rr"), *sp6 = tu_subpath("six");
+    gen_ex(sp, 4, "good", NULL, "--remove-redundancy --ckpt-status 1");
+    shs_checkpoint *ck = NULL;
+    TU_OK(shs_checkpoint_open(&ck, sp));
+    assert_int_equal(shs_checkpoint_file_count(ck), 6);
+    assert_string_equal(shs_checkpoint_file_name(ck, 4),
+                        "checkpoint-opt-0000000-0000002.safetensors");
+    assert_int_equal(shs_checkpoint_file_rank(ck, 4), 2);
+    assert_int_equal(shs_checkpoint_tensor(ck, find(ck, QKV))->n_chunks, 2);
+    check_all_tensors(ck);
+    shs_progress p = SHS_PROGRESS_INIT;
+    TU_OK(shs_checkpoint_progress(&p, ck));
+    assert_string_equal(p.ckpt_status, "1");
+    shs_checkpoint_close(ck);
+    TU_OK(shs_checkpoint_verify(tu_step_dir(sp, STEP)));
+    load_on(sp, 3, 4, 0);
+    gen_ex(sp6, 1, "good", NULL, "--six-keys");
+    load_on(sp6, 2, 1, 1);
+    free(sp);
+    free(sp6);
 }
 
 /* ------------------------------------------------------------------ */
@@ -648,9 +685,10 @@ static void test_open_failalloc(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_read_4_ranks),  cmocka_unit_test(test_read_1_rank),
-        cmocka_unit_test(test_not_mindspore), cmocka_unit_test(test_manager_load),
-        cmocka_unit_test(test_hostile),       cmocka_unit_test(test_open_failalloc),
+        cmocka_unit_test(test_read_4_ranks),      cmocka_unit_test(test_read_1_rank),
+        cmocka_unit_test(test_not_mindspore),     cmocka_unit_test(test_manager_load),
+        cmocka_unit_test(test_remove_redundancy), cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_open_failalloc),
     };
     return TU_RUN_GROUP(tests, group_setup, group_teardown);
 }
