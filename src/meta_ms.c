@@ -101,9 +101,9 @@ static int plain_name(const char *s)
     return 1;
 }
 
-/* The step of the directory's name, else common.json's global_step, else
-   -1. */
-static int64_t ms_step(const char *dir)
+/* *step = the step of the directory's name, else common.json's
+   global_step, else -1; only running out of memory is an error. */
+static int ms_step(const char *dir, int64_t *step)
 {
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/')
@@ -115,15 +115,16 @@ static int64_t ms_step(const char *dir)
     if (n - b < sizeof name) {
         memcpy(name, dir + b, n - b);
         name[n - b] = '\0';
-        int64_t s = shs__step_of_name(name);
-        if (s >= 0)
-            return s;
+        if ((*step = shs__step_of_name(name)) >= 0)
+            return SHS_OK;
     }
     shs_progress p = SHS_PROGRESS_INIT;
-    if (shs__common_read(&p, dir) == SHS_OK && p.global_step >= 0)
-        return p.global_step;
+    int rc = shs__common_read(&p, dir);
+    if (rc == SHS_ENOMEM)
+        return rc;
+    *step = rc == SHS_OK && p.global_step >= 0 ? p.global_step : -1;
     shs__err_clear();
-    return -1;
+    return SHS_OK;
 }
 
 /* ---- storage_data keys: Python's repr of (name, (i, ...)) ---------- */
@@ -722,7 +723,7 @@ int shs__meta_from_ms(shs__meta *m, const char *dir, const char *path, const cha
     if (m->nt > 1)
         qsort(m->t, m->nt, sizeof *m->t, cmp_mtensor);
     set_model_only(m);
-    m->step = ms_step(dir);
+    rc = ms_step(dir, &m->step);
 done:
     for (size_t i = 0; i < m->nf && x->fh; i++)
         shs_file_close(x->fh[i]);
@@ -796,8 +797,9 @@ int shs__meta_from_ms_single(shs__meta *m, const char *dir)
         m->t[i].kind = is_opt_file(m->f[m->t[i].c[0].file].name) ? SHS_KIND_OPTIMIZER
                                                                  : SHS_KIND_MODEL;
     set_model_only(m);
-    m->step = ms_step(dir);
-    return SHS_OK;
+    if ((rc = ms_step(dir, &m->step)) < 0)
+        shs__meta_free(m);
+    return rc;
 }
 
 /* ---- public --------------------------------------------------------- */

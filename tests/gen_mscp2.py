@@ -43,6 +43,8 @@ PARAMS = [
     ("decoder.layers.0.mlp.linear_fc1.weight", "Float32", [6, 4], [1, 0], "model"),
     ("embedding.word_embeddings.weight", "BFloat16", [8, 4], [[1, 0], -1], "model"),
     ("decoder.final_layernorm.weight", "Float32", [6], [-1], "model"),
+    # a quote in the name: repr() writes the shard key with double quotes
+    ("output_layer's.bias", "Float32", [4], [0], "model"),
     ("adam_m.decoder.layers.0.self_attention.linear_qkv.weight", "Float32", [8, 6], [0, -1], "opt"),
     ("adam_v.decoder.layers.0.mlp.linear_fc2.weight", "Float32", [4, 6], [-1, 0], "opt"),
     ("global_step", "Int32", [1], None, "opt"),
@@ -65,6 +67,8 @@ VARIANTS = [
     "file_shape",       # a file holds another shape than its slice
     "two_slices",       # one file named for two slices of a tensor
     "unused_key",       # a storage_data key no chunk uses
+    "mixed_kind",       # a model tensor's replica named in an optimizer file
+    "uneven",           # global_shape 7 rows cut in 2
 ]
 
 
@@ -284,6 +288,10 @@ def break_it(d, meta, variant, ranks):
         st[key(QKV, 1)][0]["storage_rank"] = 0
     elif variant == "unused_key":
         st[key(FC1, 9)] = st[key(FC1, 0)]
+    elif variant == "mixed_kind":
+        st[key(QKV, 1)][1]["file_name"] = fname("opt", 3, ranks)
+    elif variant == "uneven":
+        sdm[QKV]["global_shape"] = [7, 6]
     elif variant != "good":
         sys.exit("unknown variant " + variant)
 

@@ -230,6 +230,13 @@ static void test_read_4_ranks(void **state)
     assert_int_equal(shs_checkpoint_format(ck), SHS_CKPT_FORMAT_MINDSPORE);
     shs_checkpoint_close(ck);
     TU_OK(shs_checkpoint_verify(dir));
+    /* under another name, the step comes from common.json */
+    char *moved = tu_subpath("renamed4");
+    assert_int_equal(rename(dir, moved), 0);
+    TU_OK(shs_checkpoint_open(&ck, moved));
+    assert_int_equal(shs_checkpoint_step(ck), STEP);
+    shs_checkpoint_close(ck);
+    free(moved);
     assert_int_equal(shs_checkpoint_format(NULL), SHS_EINVAL);
     assert_null(shs_ckpt_format_name(7));
     free(sp);
@@ -262,6 +269,13 @@ static void test_read_1_rank(void **state)
     assert_int_equal(p.global_step, STEP);
     shs_checkpoint_close(ck);
     TU_OK(shs_checkpoint_verify(dir));
+    char *moved = tu_subpath("renamed1");
+    assert_int_equal(rename(dir, moved), 0);
+    TU_OK(shs_checkpoint_open(&ck, moved));
+    assert_int_equal(shs_checkpoint_step(ck), STEP);
+    assert_int_equal(shs_checkpoint_format(ck), SHS_CKPT_FORMAT_MINDSPORE);
+    shs_checkpoint_close(ck);
+    free(moved);
     free(sp);
 }
 
@@ -378,7 +392,7 @@ static const shs_comm_ops k_tops = {
     SHS_COMM_OPS_VERSION, t_barrier, t_bcast, t_allgather, t_gatherv, t_send, t_recv, NULL
 };
 
-#define NT 8
+#define NT 9
 
 typedef struct rank_job {
     tshared *sh;
@@ -581,6 +595,9 @@ static const hostile k_hostile[] = {
     { "two_slices", SHS_ECORRUPT, "is named for slices 0 and 1", QKV },
     { "unused_key", SHS_ECORRUPT, "(9,))\" is no chunk of state_dict_metadata",
       "linear_fc1.weight" },
+    { "mixed_kind", SHS_ECORRUPT, QKV "' is stored in both model and optimizer files",
+      "checkpoint-opt-0000003-0000004.safetensors" },
+    { "uneven", SHS_EUNSUPPORTED, QKV "': dimension 0 of size 7 is cut in 2 uneven parts", NULL },
 };
 
 static void test_hostile(void **state)

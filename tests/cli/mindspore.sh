@@ -21,12 +21,12 @@ has "$WORK/out" "$QKV" "inspect lists the tensors"
 has "$WORK/out" "checkpoint-opt-0000003-0000004.safetensors  rank 3" "inspect lists the files"
 expect 0 "inspect --json" "$SHS_BIN" inspect --json "$S1"
 cp "$WORK/out" "$WORK/inspect.json"
-py "inspect --json: format mindspore, no checksums, 8 tensors, common.json" <<EOF
+py "inspect --json: format mindspore, no checksums, 9 tensors, common.json" <<EOF
 import json
 d = json.load(open("$WORK/inspect.json"))
 assert d["schema"] == 1 and d["format"] == "mindspore" and d["checksums"] is False, d
 assert d["world_size"] == 1 and d["step"] == 2000, d
-assert len(d["tensors"]) == 8, d["tensors"]
+assert len(d["tensors"]) == 9, d["tensors"]
 assert d["common"]["global_step"] == 2000, d["common"]
 EOF
 
@@ -50,7 +50,7 @@ has "$WORK/out" "committed" "ls: single-card step committed"
 
 # ---- diff: 4 ranks, 1 rank and remove_redundancy hold the same tensors ----
 expect 0 "diff 4 ranks vs 1 rank" "$SHS_BIN" diff "$WORK/ms4" "$WORK/ms1"
-has "$WORK/out" "8 tensors compared, 0 differ" "diff: all 8 equal"
+has "$WORK/out" "9 tensors compared, 0 differ" "diff: all 9 equal"
 expect 0 "diff remove_redundancy vs 4 ranks" "$SHS_BIN" diff "$WORK/rr" "$WORK/ms4"
 
 # ---- no checksums: a changed value passes verify (it says so) but diff sees it ----
