@@ -37,8 +37,8 @@ static const char k_help[] =
     "followed by a note when its metadata.json is version 1 (older releases:\n"
     "common.json, headers and metadata.json itself are not covered by checksums)\n"
     "or when it is a MindSpore Transformers Checkpoint 2.0 directory (its files\n"
-    "carry no checksums: headers, layout and readability are checked, not the\n"
-    "data's integrity).\n"
+    "carry no checksums: headers, layout, readability and the equality of\n"
+    "replicated copies are checked; data stored once is not).\n"
     "\n"
     "Options:\n"
     "  --check-finite  also decode floating-point tensors and fail a file that\n"
@@ -277,8 +277,9 @@ static void verify_step(vctx *c, const char *dir)
         /* an OK of an older format proves less: say what it did not cover */
         /* MindSpore files carry no checksums: say what was checked */
         if (format == SHS_CKPT_FORMAT_MINDSPORE)
-            printf("note: MindSpore checkpoint: no checksums; headers, layout and every "
-                   "tensor's readability were checked, the data's integrity was not\n");
+            printf("note: MindSpore checkpoint: no checksums; headers, layout, readability "
+                   "and the equality of replicated copies were checked, data stored once was "
+                   "not\n");
         if (version == 1)
             printf("note: metadata.json version 1: common.json, headers and metadata.json "
                    "itself are not covered by checksums\n");

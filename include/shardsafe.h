@@ -1051,9 +1051,12 @@ SHS_API int shs_savepath_lock_holder(shs_lock_holder *out, const char *save_path
    metadata.json (state_dict_metadata + storage_data, any tensor_map
    layout with even splits) or a single-card save without metadata.json
    whose files all say {"format": "ms"} in __metadata__.  MindSpore
-   files carry no checksums: their data is read and verified against
-   their headers and the layout only (docs/format.md).  The manager
-   loads such directories (reshard included) like ours. */
+   files carry no checksums: their data is read unchecked, and
+   shs_checkpoint_verify checks headers and layout, reads every tensor
+   back and compares replicated copies of a slice byte for byte
+   (SHS_ECORRUPT naming both files when they differ); data stored once
+   is not checked (docs/format.md).  The manager loads such directories
+   (reshard included) like ours. */
 typedef enum shs_ckpt_format {
     SHS_CKPT_FORMAT_SHARDSAFE = 0,
     SHS_CKPT_FORMAT_PLAIN = 1,

@@ -141,6 +141,24 @@ static void check_all_tensors(const shs_checkpoint *ck)
     }
 }
 
+/* Flip one bit of the first byte of tensor `name`'s data in file `path`. */
+static void flip_tensor_byte(const char *path, const char *name)
+{
+    shs_file *f = NULL;
+    size_t idx;
+    TU_OK(shs_file_open(&f, path, NULL));
+    TU_OK(shs_file_find(&idx, f, name));
+    uint64_t at = shs_file_data_start(f) + shs_file_tensor(f, idx)->offset;
+    shs_file_close(f);
+    size_t len;
+    uint8_t *b = tu_read_file(path, &len);
+    assert_non_null(b);
+    assert_true(at < len);
+    b[at] ^= 0x10;
+    assert_int_equal(tu_write_file(path, b, len), 0);
+    free(b);
+}
+
 static size_t find(const shs_checkpoint *ck, const char *name)
 {
     size_t i;
@@ -229,6 +247,20 @@ static void test_read_4_ranks(void **state)
     TU_OK(shs_checkpoint_open(&ck, dir));
     assert_int_equal(shs_checkpoint_format(ck), SHS_CKPT_FORMAT_MINDSPORE);
     shs_checkpoint_close(ck);
+    TU_OK(shs_checkpoint_verify(dir));
+    /* no checksums: a changed byte in a replicated slice (rank 3's copy
+       of qkv's slice 1, rank 1 holding the other) fails verify, naming
+       both files; in a slice stored once (linear_fc1, cut over all four
+       ranks) nothing can see it */
+    flip_tensor_byte(tu_path(dir, "checkpoint-model-0000003-0000004.safetensors"), QKV);
+    assert_int_equal(shs_checkpoint_verify(dir), SHS_ECORRUPT);
+    TU_ASSERT_MSG_HAS("its copies in 'checkpoint-model-0000001-0000004.safetensors' and "
+                      "'checkpoint-model-0000003-0000004.safetensors' differ");
+    TU_ASSERT_MSG_HAS(QKV);
+    flip_tensor_byte(tu_path(dir, "checkpoint-model-0000003-0000004.safetensors"), QKV);
+    TU_OK(shs_checkpoint_verify(dir));
+    flip_tensor_byte(tu_path(dir, "checkpoint-model-0000003-0000004.safetensors"),
+                     "decoder.layers.0.mlp.linear_fc1.weight");
     TU_OK(shs_checkpoint_verify(dir));
     /* under another name, the step comes from common.json */
     char *moved = tu_subpath("renamed4");

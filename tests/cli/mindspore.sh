@@ -34,7 +34,8 @@ EOF
 for sp in ms4 ms1 rr; do
     expect 0 "verify the $sp save path" "$SHS_BIN" verify "$WORK/$sp"
     has "$WORK/out" "OK $WORK/$sp/iteration_00002000 (checkpoint step 2000" "verify $sp: OK line"
-    has "$WORK/out" "note: MindSpore checkpoint: no checksums" "verify $sp says there are no checksums"
+    has "$WORK/out" "note: MindSpore checkpoint: no checksums; headers, layout, readability and the equality of replicated copies were checked, data stored once was not" \
+        "verify $sp says there are no checksums"
 done
 expect 0 "verify --json" "$SHS_BIN" verify --json "$S4"
 cp "$WORK/out" "$WORK/verify.json"
@@ -53,19 +54,28 @@ expect 0 "diff 4 ranks vs 1 rank" "$SHS_BIN" diff "$WORK/ms4" "$WORK/ms1"
 has "$WORK/out" "9 tensors compared, 0 differ" "diff: all 9 equal"
 expect 0 "diff remove_redundancy vs 4 ranks" "$SHS_BIN" diff "$WORK/rr" "$WORK/ms4"
 
-# ---- no checksums: a changed value passes verify (it says so) but diff sees it ----
-# (linear_fc1 is cut over all 4 ranks: rank 3's slice has no replica)
-F="$S4/checkpoint-model-0000003-0000004.safetensors"
-"$PY" - "$F" <<'EOF'
+# ---- no checksums: replicated copies are compared; a value stored once
+# can change unseen by verify (it says so), but diff sees it ----
+flip() {
+    "$PY" - "$1" "$2" <<'EOF'
 import json, struct, sys
-p = sys.argv[1]
+p, name = sys.argv[1], sys.argv[2]
 raw = bytearray(open(p, "rb").read())
 n = struct.unpack("<Q", raw[:8])[0]
 h = json.loads(raw[8:8 + n])
-b0 = h["decoder.layers.0.mlp.linear_fc1.weight"]["data_offsets"][0]
+b0 = h[name]["data_offsets"][0]
 raw[8 + n + b0 + 1] ^= 0x40
 open(p, "wb").write(raw)
 EOF
+}
+F="$S4/checkpoint-model-0000003-0000004.safetensors"
+flip "$F" "$QKV"  # rank 3's copy of slice 1; rank 1 holds the other
+expect 1 "verify: two copies of a slice differ" "$SHS_BIN" verify "$S4"
+has "$WORK/out" "tensor '$QKV': its copies in 'checkpoint-model-0000001-0000004.safetensors' and 'checkpoint-model-0000003-0000004.safetensors' differ (no checksums say which is right)" \
+    "verify names the tensor and both files"
+flip "$F" "$QKV"
+# linear_fc1 is cut over all 4 ranks: rank 3's slice has no other copy
+flip "$F" decoder.layers.0.mlp.linear_fc1.weight
 expect 0 "verify after a bit flip in the data: nothing can see it" "$SHS_BIN" verify "$S4"
 has "$WORK/out" "no checksums" "verify after the flip still says it had no checksums"
 expect 1 "diff sees the flipped value" "$SHS_BIN" diff "$WORK/ms4" "$WORK/ms1"
