@@ -688,6 +688,87 @@ static void test_hostile(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Mutations: metadata.json damaged at random, never a crash           */
+/* ------------------------------------------------------------------ */
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* 600 copies of a good metadata.json, each with a few bytes replaced by
+   JSON punctuation or digits, or a span cut out (seeded: the same every
+   run): every open fails with a message or succeeds, and what opens
+   reads (the sanitizer build runs this too). */
+static void test_mutations(void **state)
+{
+    (void)state;
+    if (!have_python())
+        TU_SKIP();
+    char *sp = tu_subpath("mut");
+    gen(sp, 4, "good", NULL);
+    const char *dir = tu_step_dir(sp, STEP);
+    char *mp = tu_path_dup(dir, "metadata.json");
+    size_t len;
+    char *good = tu_read_file(mp, &len);
+    assert_non_null(good);
+    char *buf = malloc(len + 1);
+    assert_non_null(buf);
+    static const char k_alphabet[] = "{}[],:\"'()0123456789-. e";
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    int opened = 0, refused = 0;
+    for (int it = 0; it < 600; it++) {
+        memcpy(buf, good, len);
+        size_t n = len;
+        int edits = 1 + (int)(rnd(&seed) % 3);
+        for (int e = 0; e < edits; e++) {
+            size_t at = (size_t)(rnd(&seed) % n);
+            if (rnd(&seed) % 4 == 0) {
+                size_t cut = 1 + (size_t)(rnd(&seed) % 16);
+                if (cut > n - at)
+                    cut = n - at;
+                memmove(buf + at, buf + at + cut, n - at - cut);
+                n -= cut;
+            } else {
+                buf[at] = k_alphabet[rnd(&seed) % (sizeof k_alphabet - 1)];
+            }
+        }
+        assert_int_equal(tu_write_file(mp, buf, n), 0);
+        shs_checkpoint *ck = NULL;
+        int rc = shs_checkpoint_open(&ck, dir);
+        if (rc != SHS_OK) {
+            assert_null(ck);
+            assert_true(rc < 0);
+            assert_true(shs_last_error()[0] != '\0');
+            refused++;
+            continue;
+        }
+        opened++;
+        for (size_t i = 0; i < shs_checkpoint_tensor_count(ck); i++) {
+            const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, i);
+            uint64_t bytes;
+            TU_OK(shs_tensor_nbytes(&bytes, t->dtype, t->ndim, t->shape));
+            void *dst = malloc(bytes + 1);
+            assert_non_null(dst);
+            (void)shs_checkpoint_read(ck, i, NULL, NULL, t->dtype, dst, (size_t)bytes);
+            free(dst);
+        }
+        shs_checkpoint_close(ck);
+    }
+    assert_true(refused > 300); /* most edits break a rule */
+    assert_int_equal(tu_write_file(mp, good, len), 0);
+    TU_OK(shs_checkpoint_verify(dir));
+    (void)opened;
+    free(buf);
+    free(good);
+    free(mp);
+    free(sp);
+}
+
+/* ------------------------------------------------------------------ */
 /* Out of memory at every allocation of an open                        */
 /* ------------------------------------------------------------------ */
 
@@ -736,8 +817,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_4_ranks),      cmocka_unit_test(test_read_1_rank),
         cmocka_unit_test(test_not_mindspore),     cmocka_unit_test(test_manager_load),
-        cmocka_unit_test(test_remove_redundancy), cmocka_unit_test(test_hostile),
-        cmocka_unit_test(test_open_failalloc),
+        cmocka_unit_test(test_remove_redundancy), cmocka_unit_test(test_mutations),
+        cmocka_unit_test(test_hostile),           cmocka_unit_test(test_open_failalloc),
     };
     return TU_RUN_GROUP(tests, group_setup, group_teardown);
 }
