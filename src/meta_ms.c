@@ -23,7 +23,7 @@
 #include <string.h>
 #include <strings.h>
 
-#define MS_TUPLE_MAX 8          /* elements of a shard id's offset tuple */
+#define MS_TUPLE_MAX SHS__MS_TUPLE_MAX
 #define MS_RANK_LIMIT (1 << 24) /* ranks and parts above this are refused */
 
 /* A storage_data key, "('name', (i, ...))", parsed. */
@@ -127,111 +127,7 @@ static int ms_step(const char *dir, int64_t *step)
     return SHS_OK;
 }
 
-/* ---- storage_data keys: Python's repr of (name, (i, ...)) ---------- */
-
-static void skip_sp(const char **p, const char *end)
-{
-    while (*p < end && **p == ' ')
-        ++*p;
-}
-
-/* A str as repr() writes it: in ' (or " when it holds ' and no "), with
-   backslash escapes; those beyond \\ \' \" \n \r \t are refused. */
-static int parse_pystr(const char **pp, const char *end, shs__buf *out)
-{
-    const char *p = *pp;
-    if (p >= end || (*p != '\'' && *p != '"'))
-        return -1;
-    char q = *p++;
-    while (p < end && *p != q) {
-        char c = *p++;
-        if (c == '\\') {
-            if (p >= end)
-                return -1;
-            char e = *p++;
-            switch (e) {
-            case '\\':
-            case '\'':
-            case '"': c = e; break;
-            case 'n': c = '\n'; break;
-            case 'r': c = '\r'; break;
-            case 't': c = '\t'; break;
-            default: return -1;
-            }
-        }
-        if (shs__buf_addc(out, c) < 0)
-            return -2;
-    }
-    if (p >= end)
-        return -1;
-    *pp = p + 1;
-    return 0;
-}
-
-/* "('name', (3,))", "('x', (0, 1))", "('x', ())": 0, -1 malformed, -2
-   out of memory. */
-static int parse_key(const char *s, skey *k)
-{
-    const char *p = s, *end = s + strlen(s);
-    shs__buf b = SHS__BUF_INIT;
-    int rc = -1;
-    k->n = 0;
-    skip_sp(&p, end);
-    if (p >= end || *p++ != '(')
-        goto done;
-    skip_sp(&p, end);
-    if ((rc = parse_pystr(&p, end, &b)) < 0)
-        goto done;
-    rc = -1;
-    skip_sp(&p, end);
-    if (p >= end || *p++ != ',')
-        goto done;
-    skip_sp(&p, end);
-    if (p >= end || *p++ != '(')
-        goto done;
-    for (;;) {
-        skip_sp(&p, end);
-        if (p < end && *p == ')')
-            break;
-        uint64_t v = 0;
-        int digits = 0;
-        while (p < end && *p >= '0' && *p <= '9' && digits < 18) {
-            v = v * 10 + (uint64_t)(*p++ - '0');
-            digits++;
-        }
-        if (!digits || k->n == MS_TUPLE_MAX)
-            goto done;
-        k->v[k->n++] = v;
-        skip_sp(&p, end);
-        if (p < end && *p == ',') {
-            p++;
-            continue;
-        }
-        if (p < end && *p == ')')
-            break;
-        goto done;
-    }
-    /* Python writes a one-element tuple "(3,)"; "(3)" is no tuple */
-    p++;
-    skip_sp(&p, end);
-    if (p >= end || *p++ != ')')
-        goto done;
-    skip_sp(&p, end);
-    if (p != end)
-        goto done;
-    if (shs__buf_addc(&b, '\0') < 0) {
-        rc = -2;
-        goto done;
-    }
-    if (memchr(b.data, '\0', b.len - 1)) /* a NUL inside: no tensor name */
-        goto done;
-    k->name = b.data;
-    b.data = NULL;
-    rc = 0;
-done:
-    shs__buf_release(&b);
-    return rc;
-}
+/* ---- storage_data keys (parsed by meta_ms_key.c) ----------------- */
 
 static int cmp_tuple(const uint64_t *a, size_t na, const uint64_t *b, size_t nb)
 {
@@ -260,7 +156,7 @@ static int read_storage(msctx *x, json_t *sd)
     json_object_foreach(sd, key, v)
     {
         skey *k = &x->k[x->nk];
-        int r = parse_key(key, k);
+        int r = shs__ms_parse_key(key, &k->name, k->v, &k->n);
         if (r == -2)
             OOM();
         if (r < 0)

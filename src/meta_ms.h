@@ -22,6 +22,15 @@
 int shs__meta_from_ms(shs__meta *m, const char *dir, const char *path, const char *text,
                       size_t len);
 
+/* A storage_data key, Python's repr of (name, (i, ...)): "('name',
+   (3,))", "(\"it's\", (0, 1))", "('x', ())".  The name is quoted with '
+   or ", with the escapes \\ \' \" \n \r \t (others are refused); *name
+   gets it (caller frees), v[0 .. *n) the tuple (at most
+   SHS__MS_TUPLE_MAX integers below 10^18).  0, -1 when `s` is no such
+   key, -2 out of memory. */
+#define SHS__MS_TUPLE_MAX 8
+int shs__ms_parse_key(const char *s, char **name, uint64_t *v, size_t *n);
+
 /* 1 when `dir` holds at least one *.safetensors file and every one of
    them says {"format": "ms"} in its __metadata__ (what MindSpore's
    save_checkpoint writes; our files say "pt"), 0 when not, a status < 0

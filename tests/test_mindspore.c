@@ -12,6 +12,8 @@
  */
 #include "testutil.h"
 
+#include "meta_ms.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -688,6 +690,66 @@ static void test_hostile(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* storage_data keys: Python's repr of (name, (slice, ...))            */
+/* ------------------------------------------------------------------ */
+
+static void test_shard_keys(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *key, *name;
+        size_t n;
+        uint64_t v0, v1;
+    } good[] = {
+        { "('a.b', (3,))", "a.b", 1, 3, 0 },
+        { "(\"it's\", (0, 1))", "it's", 2, 0, 1 },
+        { "('x', ())", "x", 0, 0, 0 },
+        { "('q\\\\\\'t\\n', (0, ))", "q\\'t\n", 1, 0, 0 },
+        { "('x', (5, 999999999999999999,))", "x", 2, 5, 999999999999999999ull },
+        { "('\xe5\x90\x8d', (2,))", "\xe5\x90\x8d", 1, 2, 0 },
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        char *name = NULL;
+        uint64_t v[SHS__MS_TUPLE_MAX];
+        size_t n;
+        if (shs__ms_parse_key(good[i].key, &name, v, &n) != 0)
+            fail_msg("refused: %s", good[i].key);
+        assert_string_equal(name, good[i].name);
+        assert_int_equal(n, good[i].n);
+        if (n > 0)
+            assert_int_equal(v[0], good[i].v0);
+        if (n > 1)
+            assert_int_equal(v[1], good[i].v1);
+        free(name);
+    }
+    static const char *const bad[] = {
+        "('a', (3))", /* no tuple */
+        "('a', 3)",
+        "('a' (3,))",
+        "('a', (3,)) x",
+        "'a', (3,)",
+        "('a', (3,)",
+        "('a', (-1,))",
+        "('a', (1.5,))",
+        "('a\\x41', (1,))",                   /* \x is not read */
+        "('a', (1, 2, 3, 4, 5, 6, 7, 8, 9))", /* more than 8 */
+        "('a', (1000000000000000000,))",      /* 10^18 */
+        "('a', (1,,))",
+        "('a, (1,))",
+        "(a, (1,))",
+        "",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *name = NULL;
+        uint64_t v[SHS__MS_TUPLE_MAX];
+        size_t n;
+        if (shs__ms_parse_key(bad[i], &name, v, &n) != -1)
+            fail_msg("accepted: %s", bad[i]);
+        assert_null(name);
+    }
+}
+
+/* ------------------------------------------------------------------ */
 /* Mutations: metadata.json damaged at random, never a crash           */
 /* ------------------------------------------------------------------ */
 
@@ -817,8 +879,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_4_ranks),      cmocka_unit_test(test_read_1_rank),
         cmocka_unit_test(test_not_mindspore),     cmocka_unit_test(test_manager_load),
-        cmocka_unit_test(test_remove_redundancy), cmocka_unit_test(test_mutations),
-        cmocka_unit_test(test_hostile),           cmocka_unit_test(test_open_failalloc),
+        cmocka_unit_test(test_remove_redundancy), cmocka_unit_test(test_shard_keys),
+        cmocka_unit_test(test_mutations),         cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_open_failalloc),
     };
     return TU_RUN_GROUP(tests, group_setup, group_teardown);
 }
