@@ -26,6 +26,17 @@ static int is_regular(const char *dir, const char *name)
 
 static int holds_save_entries(const char *path);
 
+/* A single-card MindSpore step directory: no metadata.json, but the
+   library reads it as one (its files say "format": "ms"). */
+static int is_ms_single(const char *path)
+{
+    shs_checkpoint *ck = NULL;
+    int yes = shs_checkpoint_open(&ck, path) == SHS_OK &&
+              shs_checkpoint_format(ck) == SHS_CKPT_FORMAT_MINDSPORE;
+    shs_checkpoint_close(ck);
+    return yes;
+}
+
 int cli_is_step_dir(const char *path)
 {
     struct stat st;
@@ -47,7 +58,7 @@ int cli_is_step_dir(const char *path)
         yes = !holds_save_entries(path);
     } else if (rc == SHS_OK && strcmp(buf, path) == 0) {
         mp = cli_fmt("%s/metadata.json", path);
-        yes = mp && lstat(mp, &st) == 0;
+        yes = (mp && lstat(mp, &st) == 0) || is_ms_single(path);
     }
 done:
     free(buf);
@@ -303,7 +314,8 @@ int cli_save_scan(cli_save *s, const char *path)
             /* Committed: a step the library lists, and this directory of
                it complete (an iteration_N and a step-N of one step are
                separate directories; the library lists the step once). */
-            en.committed = cli_save_has_step(s, step) && is_regular(en.path, "metadata.json") &&
+            en.committed = cli_save_has_step(s, step) &&
+                           (is_regular(en.path, "metadata.json") || is_ms_single(en.path)) &&
                            is_regular(en.path, "common.json");
             measure(&en, en.path);
             if (push_entry(&s->steps, &s->n_steps, &cap_s, &en) < 0)

@@ -35,7 +35,10 @@ static const char k_help[] =
     "and one per index (OK PATH (index: S shards, T tensors) or FAIL PATH: REASON)\n"
     "and per step directory (OK DIR (checkpoint step N, F files, B bytes)),\n"
     "followed by a note when its metadata.json is version 1 (older releases:\n"
-    "common.json, headers and metadata.json itself are not covered by checksums).\n"
+    "common.json, headers and metadata.json itself are not covered by checksums)\n"
+    "or when it is a MindSpore Transformers Checkpoint 2.0 directory (its files\n"
+    "carry no checksums: headers, layout, readability and the equality of\n"
+    "replicated copies are checked; data stored once is not).\n"
     "\n"
     "Options:\n"
     "  --check-finite  also decode floating-point tensors and fail a file that\n"
@@ -252,10 +255,11 @@ static void verify_step(vctx *c, const char *dir)
     }
     shs_checkpoint *ck;
     long long step = -1;
-    int version = 0;
+    int version = 0, format = SHS_CKPT_FORMAT_SHARDSAFE;
     if (shs_checkpoint_open(&ck, dir) == SHS_OK) {
         step = (long long)shs_checkpoint_step(ck);
         version = shs_checkpoint_format_version(ck);
+        format = shs_checkpoint_format(ck);
         shs_checkpoint_close(ck);
     }
     uint64_t bytes, files, shared;
@@ -265,10 +269,17 @@ static void verify_step(vctx *c, const char *dir)
     jset(c, o, "file_count", cli_ju64(files));
     jset(c, o, "bytes", cli_ju64(bytes));
     jset(c, o, "format_version", json_integer(version));
+    jset(c, o, "format", json_string(shs_ckpt_format_name(format)));
+    jset(c, o, "checksums", json_boolean(format == SHS_CKPT_FORMAT_SHARDSAFE));
     if (put_ok(dir)) {
         printf(" (checkpoint step %lld, %llu files, %llu bytes)\n", step, (unsigned long long)files,
                (unsigned long long)bytes);
         /* an OK of an older format proves less: say what it did not cover */
+        /* MindSpore files carry no checksums: say what was checked */
+        if (format == SHS_CKPT_FORMAT_MINDSPORE)
+            printf("note: MindSpore checkpoint: no checksums; headers, layout, readability "
+                   "and the equality of replicated copies were checked, data stored once was "
+                   "not\n");
         if (version == 1)
             printf("note: metadata.json version 1: common.json, headers and metadata.json "
                    "itself are not covered by checksums\n");

@@ -1042,6 +1042,33 @@ typedef struct shs_lock_holder {
    whose holder died is not held, though its details still name him. */
 SHS_API int shs_savepath_lock_holder(shs_lock_holder *out, const char *save_path);
 
+/* ---- MindSpore Transformers Checkpoint 2.0 ---- */
+
+/* What shs_checkpoint_open read.  shardsafe: a step directory with our
+   metadata.json (checksums); plain: safetensors files without one (a
+   folder, a Hugging Face index, one file; no checksums); mindspore: a
+   MindSpore Transformers "Checkpoint 2.0" step directory, either its
+   metadata.json (state_dict_metadata + storage_data, any tensor_map
+   layout with even splits) or a single-card save without metadata.json
+   whose files all say {"format": "ms"} in __metadata__.  MindSpore
+   files carry no checksums: their data is read unchecked, and
+   shs_checkpoint_verify checks headers and layout, reads every tensor
+   back and compares replicated copies of a slice byte for byte
+   (SHS_ECORRUPT naming both files when they differ); data stored once
+   is not checked (docs/format.md).  The manager loads such directories
+   (reshard included) like ours. */
+typedef enum shs_ckpt_format {
+    SHS_CKPT_FORMAT_SHARDSAFE = 0,
+    SHS_CKPT_FORMAT_PLAIN = 1,
+    SHS_CKPT_FORMAT_MINDSPORE = 2
+} shs_ckpt_format;
+
+/* The format of an open checkpoint (an shs_ckpt_format value), or
+   SHS_EINVAL for NULL. */
+SHS_API int shs_checkpoint_format(const shs_checkpoint *ckpt);
+/* "shardsafe", "plain", "mindspore"; NULL for another value. */
+SHS_API const char *shs_ckpt_format_name(int format);
+
 #ifdef __cplusplus
 }
 #endif

@@ -134,8 +134,12 @@ int shs__common_read_ex(shs_progress *p, const char *dir, unsigned *flags)
                 if (strlen(json_string_value(v)) >= sizeof out.ckpt_status)
                     BAD("%s: \"ckpt_status\" is too long", path);
                 snprintf(out.ckpt_status, sizeof out.ckpt_status, "%s", json_string_value(v));
+            } else if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+                       json_integer_value(v) <= 1000) {
+                /* MindSpore's graph mode: CkptHealthStatus, 0 NORMAL, 1 ABNORMAL */
+                snprintf(out.ckpt_status, sizeof out.ckpt_status, "%d", (int)json_integer_value(v));
             } else if (!json_is_null(v))
-                BAD("%s: \"ckpt_status\" must be a string or null", path);
+                BAD("%s: \"ckpt_status\" must be a string, a small integer or null", path);
         } else {
             BAD("%s: unknown key \"%s\" (common.json holds exactly epoch_num, step_num, "
                 "global_step, loss_scale, global_batch_size, consumed_samples, ckpt_status)",

@@ -9,8 +9,10 @@
 #include "meta_int.h"
 
 #include "io.h"
+#include "meta_ms.h"
 #include "stepdir.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -461,8 +463,17 @@ int shs__meta_parse(shs__meta *m, const char *dir)
     char *path = shs__path_join(dir, "metadata.json");
     if (!path)
         return shs__err(SHS_ENOMEM, "out of memory");
-    if ((rc = meta_read(path, &buf, &len)) < 0)
+    if ((rc = meta_read(path, &buf, &len)) < 0) {
+        /* MindSpore writes no metadata.json for a single card */
+        char why[512];
+        snprintf(why, sizeof why, "%s", shs_last_error());
+        int ms = rc == SHS_ENOENT ? shs__meta_ms_single_probe(dir) : 0;
+        if (ms != 0)
+            rc = ms < 0 ? ms : shs__meta_from_ms_single(m, dir);
+        else
+            rc = shs__err(rc, "%s", why);
         goto done;
+    }
     s.m = m;
     s.js.p = s.js.start = buf;
     s.js.end = buf + len;
@@ -472,7 +483,14 @@ int shs__meta_parse(shs__meta *m, const char *dir)
         rc = shs__err(SHS_ENOMEM, "out of memory reading %s", path);
         goto done;
     }
-    if ((rc = shs__meta_scan(&s)) < 0 || (rc = check_meta(&s, dir, path)) < 0)
+    if ((rc = shs__meta_scan(&s)) < 0)
+        goto done;
+    if (s.root_k == V_OBJ && s.format_k == V_NONE && s.ms_k) {
+        shs__meta_free(m);
+        rc = shs__meta_from_ms(m, dir, path, buf, len);
+        goto done;
+    }
+    if ((rc = check_meta(&s, dir, path)) < 0)
         goto done;
     /* the seal last: a file edited by hand is told what rule it breaks
        before it is told that it was edited */

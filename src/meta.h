@@ -68,6 +68,8 @@ typedef struct shs__meta {
     int64_t step;
     int world_size;
     int plain;           /* a plain directory of safetensors files */
+    int mindspore;       /* a MindSpore Checkpoint 2.0 step directory
+                                 (meta_ms.c): no checksums, version 0 */
     int version;         /* of metadata.json (0 for a plain directory) */
     int has_common_hash; /* version 2: common.json's XXH3 is known */
     uint64_t common_hash;

@@ -79,6 +79,7 @@ typedef struct mparse {
     const char *format, *seal; /* in the arena */
     jnum version, step, world_size;
     uint8_t format_k, seal_k, common_k, model_only_k, files_k, tensors_k, blobs_k;
+    uint8_t ms_k; /* "state_dict_metadata" or "storage_data" seen: MindSpore's */
     rfile *rf;
     rtensor *rt;
     rblob *rb;

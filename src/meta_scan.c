@@ -480,11 +480,14 @@ enum {
     R_TENSORS,
     R_BLOBS,
     R_SEAL,
+    R_MS_SDM, /* MindSpore's metadata.json (meta_ms.c): only noted here */
+    R_MS_SD,
     R_N
 };
-static const char *const k_root_keys[R_N] = { "format",      "version",      "step",  "world_size",
-                                              "common_xxh3", "model_only",   "files", "tensors",
-                                              "blobs",       "metadata_xxh3" };
+static const char *const k_root_keys[R_N] = {
+    "format", "version", "step",  "world_size",    "common_xxh3",         "model_only",
+    "files",  "tensors", "blobs", "metadata_xxh3", "state_dict_metadata", "storage_data"
+};
 
 static int scan_model_only(mparse *s)
 {
@@ -538,6 +541,11 @@ int shs__meta_scan(mparse *s)
         case R_TENSORS: rc = scan_tensors(s); break;
         case R_BLOBS: rc = scan_blobs(s); break;
         case R_SEAL: rc = scan_str(s, 1, &s->seal, &s->seal_k); break;
+        case R_MS_SDM:
+        case R_MS_SD:
+            s->ms_k = 1;
+            rc = shs__json_skip_value(js, 1);
+            break;
         default: rc = shs__json_skip_value(js, 1);
         }
         if (rc < 0 || (rc = shs__json_next_member(js, '}')) < 0)

@@ -6,6 +6,7 @@
 
 #include "io.h"
 #include "lock.h"
+#include "meta_ms.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -73,13 +74,23 @@ static int holds_regular(const char *dir, const char *name, int *yes)
     return rc;
 }
 
-/* Committed: metadata.json AND common.json are regular files. */
+/* Committed: metadata.json AND common.json are regular files (or, for
+   a single-card MindSpore save, which has no metadata.json, common.json
+   and its files, meta_ms.h). */
 static int step_dir_is_complete(const char *dir, int *yes)
 {
     int a = 0, b = 0, rc;
     *yes = 0;
-    if ((rc = holds_regular(dir, "metadata.json", &a)) < 0 || !a)
+    if ((rc = holds_regular(dir, "metadata.json", &a)) < 0)
         return rc;
+    if (!a) {
+        if ((rc = holds_regular(dir, "common.json", &b)) < 0 || !b)
+            return rc;
+        if ((rc = shs__meta_ms_single_probe(dir)) < 0)
+            return rc;
+        *yes = rc;
+        return SHS_OK;
+    }
     if ((rc = holds_regular(dir, "common.json", &b)) < 0)
         return rc;
     *yes = b;
@@ -151,6 +162,8 @@ int shs__step_dir_probe(const char *dir, int *is_step)
         return rc;
     if (common || shs__step_of_name(name) >= 0) {
         *is_step = 1;
+        if ((rc = shs__meta_ms_single_probe(dir)) != 0)
+            return rc < 0 ? rc : SHS_OK; /* MindSpore, single card */
         /* never read as a plain folder of safetensors files: that would
            load whatever files a crash or a deletion left, silently */
         return shs__err(SHS_ECORRUPT,
@@ -170,7 +183,9 @@ int shs__step_dir_find(char **out, const char *save_path, int64_t step)
 {
     int rc = SHS_OK;
     char *dir = shs__step_dir_path(save_path, step);
-    if (dir && (rc = shs__step_dir_has_metadata(dir)) <= 0) {
+    if (dir && (rc = shs__step_dir_has_metadata(dir)) == 0 && shs__entry_exists(dir) == 1)
+        rc = shs__meta_ms_single_probe(dir); /* MindSpore, single card */
+    if (dir && rc <= 0) {
         shs__free(dir);
         dir = NULL;
         if (rc < 0)
