@@ -1056,7 +1056,8 @@ SHS_API int shs_savepath_lock_holder(shs_lock_holder *out, const char *save_path
    back and compares replicated copies of a slice byte for byte
    (SHS_ECORRUPT naming both files when they differ); data stored once
    is not checked (docs/format.md).  The manager loads such directories
-   (reshard included) like ours. */
+   (reshard included) like ours.  For them shs_checkpoint_format_version
+   is 0 and shs_checkpoint_is_plain 0. */
 typedef enum shs_ckpt_format {
     SHS_CKPT_FORMAT_SHARDSAFE = 0,
     SHS_CKPT_FORMAT_PLAIN = 1,

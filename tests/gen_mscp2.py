@@ -69,6 +69,7 @@ VARIANTS = [
     "unused_key",       # a storage_data key no chunk uses
     "mixed_kind",       # a model tensor's replica named in an optimizer file
     "uneven",           # global_shape 7 rows cut in 2
+    "no_storage",       # a chunk without its storage_data entry
 ]
 
 
@@ -292,6 +293,8 @@ def break_it(d, meta, variant, ranks):
         st[key(QKV, 1)][1]["file_name"] = fname("opt", 3, ranks)
     elif variant == "uneven":
         sdm[QKV]["global_shape"] = [7, 6]
+    elif variant == "no_storage":
+        del st[key(QKV, 1)]
     elif variant != "good":
         sys.exit("unknown variant " + variant)
 

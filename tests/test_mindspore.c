@@ -632,6 +632,7 @@ static const hostile k_hostile[] = {
     { "mixed_kind", SHS_ECORRUPT, QKV "' is stored in both model and optimizer files",
       "checkpoint-opt-0000003-0000004.safetensors" },
     { "uneven", SHS_EUNSUPPORTED, QKV "': dimension 0 of size 7 is cut in 2 uneven parts", NULL },
+    { "no_storage", SHS_ECORRUPT, QKV "': slice 1 has no storage_data entry", NULL },
 };
 
 static void test_hostile(void **state)
