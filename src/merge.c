@@ -27,8 +27,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* bytes of output read and written at a time, per job */
-#define MERGE_BUF ((size_t)16 << 20)
+size_t shs__merge_buf_bytes = (size_t)16 << 20;
+#define MERGE_BUF shs__merge_buf_bytes
 
 typedef struct mctx {
     const shs_checkpoint *ck;
@@ -127,6 +127,8 @@ static int write_tensor(mctx *c, const shs__mtensor *t, unsigned char *buf)
     uint64_t step = (uint64_t)MERGE_BUF * 8 / (inner[k] * bits);
     if (bits % 8 && k == nd - 1)
         step &= ~(uint64_t)7; /* whole bytes per piece of a row */
+    if (step == 0)
+        return write_whole(c, t);
     for (size_t d = 0; d < nd; d++) {
         idx[d] = 0;
         start[d] = 0;

@@ -38,6 +38,10 @@ typedef struct shs__mplan {
     uint64_t total; /* sum of nbytes */
 } shs__mplan;
 
+/* Bytes of output read and written at a time, per job (16 MiB); tests
+   make it small to cut small tensors into many boxes. */
+extern size_t shs__merge_buf_bytes;
+
 #define SHS__MERGE_INDEX "model.safetensors.index.json"
 #define SHS__MERGE_DEFAULT_SHARD 5000000000ull
 
