@@ -219,6 +219,40 @@ expect 1 "a damaged chunk" "$SHS_BIN" merge "$WORK/damaged" "$WORK/bad" -j 2 --m
 has "$WORK/err" "$(basename "$F")" "the damaged file is named"
 nothing_left "$WORK/bad" "damaged chunk"
 
+cp -r "$WORK/sp/iteration_00000020" "$WORK/missing"
+rm "$F" 2>/dev/null; F2=$(ls "$WORK/missing"/*model*.safetensors | head -n 1)
+rm "$F2"
+expect 1 "a data file missing" "$SHS_BIN" merge "$WORK/missing" "$WORK/bad"
+has "$WORK/err" "$(basename "$F2")" "the missing file is named"
+nothing_left "$WORK/bad" "missing data file"
+
+# ---- a signal: either the merge finished (complete DST) or nothing is left.
+# SIGTERM: a background job of a non-interactive shell ignores SIGINT, and
+# merge leaves ignored signals ignored. ----
+"$PY" - <<'EOF2'
+import os, numpy as np, mkst
+W = os.environ["WORK"]
+os.makedirs(f"{W}/big", exist_ok=True)
+rng = np.random.default_rng(3)
+mkst.write(f"{W}/big/a.safetensors", [mkst.entry(f"t{i:02d}", rng.standard_normal((256, 1024)).astype(np.float32)) for i in range(24)])
+EOF2
+set +e
+"$SHS_BIN" merge "$WORK/big" "$WORK/intr" --max-shard-size 3MB >"$WORK/out" 2>"$WORK/err" &
+pid=$!
+sleep 0.01
+kill -TERM "$pid" 2>/dev/null || true
+wait "$pid"
+RC=$?
+set -e
+CHECKS=$((CHECKS + 1))
+if [ "$RC" -eq 143 ]; then
+    if ls -d "$WORK/intr" "$WORK"/intr.* >/dev/null 2>&1; then fail "SIGTERM: output left behind"; else pass "SIGTERM: killed by it, nothing left"; fi
+elif [ "$RC" -eq 0 ]; then
+    if "$SHS_BIN" diff -q "$WORK/big" "$WORK/intr"; then pass "SIGTERM came late: a complete output"; else fail "SIGTERM: exit 0 but the output differs"; fi
+else
+    fail "SIGTERM: exit status $RC"; show_output
+fi
+
 # ---- MPI: 4 ranks, with and without remove_redundancy ----
 MPI_CKPT="$SHS_BUILD_DIR/mpi_ckpt"
 if [ -x "$MPI_CKPT" ] && command -v mpirun >/dev/null 2>&1; then
