@@ -188,7 +188,7 @@ static int declare(shs_writer *w, const shs__mplan *p, const shs__mfile *f)
 static int write_file(mctx *c, const char *dir, const shs__mfile *f)
 {
     shs_writer_opts wo = SHS_WRITER_OPTS_INIT;
-    pthread_t th[64];
+    pthread_t *th = NULL;
     int nth = 0, rc;
     char *path = shs__path_join(dir, f->name);
     if (!path)
@@ -201,10 +201,11 @@ static int write_file(mctx *c, const char *dir, const shs__mfile *f)
     int jobs = c->o->jobs > 1 ? c->o->jobs : 1;
     if ((size_t)jobs > f->n)
         jobs = (int)f->n;
-    if (jobs > 64)
-        jobs = 64;
-    /* helpers that cannot be started leave their share to the others */
-    while (nth + 1 < jobs && pthread_create(&th[nth], NULL, worker, c) == 0)
+    if (jobs > 1)
+        th = shs__calloc((size_t)jobs, sizeof *th);
+    /* helpers that cannot be started (or allocated) leave their share to
+       the others */
+    while (th && nth + 1 < jobs && pthread_create(&th[nth], NULL, worker, c) == 0)
         nth++;
     worker(c);
     for (int i = 0; i < nth; i++)
@@ -215,6 +216,7 @@ static int write_file(mctx *c, const char *dir, const shs__mfile *f)
     }
     rc = shs_writer_commit(c->w);
 done:
+    shs__free(th);
     shs_writer_free(c->w);
     c->w = NULL;
     shs__free(path);

@@ -425,7 +425,16 @@ static void test_shards_index_rename(void **state)
     assert_memory_equal(ix, want, len);
     free(ix);
     check_output(dst, 0, "x.", -1);
-    /* jobs 1 writes the same bytes */
+    /* more jobs than tensors, and jobs 1, write the same bytes */
+    char *dst_many = tu_subpath("shards_many");
+    o.jobs = 1024;
+    TU_OK(shs_merge(g_sp, dst_many, &o, NULL));
+    for (int k = 1; k <= 4; k++) {
+        char f[64];
+        snprintf(f, sizeof f, "model-%05d-of-00004.safetensors", k);
+        assert_same_file(tu_path(dst, f), tu_path(dst_many, f));
+    }
+    free(dst_many);
     char *dst1 = tu_subpath("shards1");
     o.jobs = 1;
     TU_OK(shs_merge(g_spd, dst1, &o, NULL));
@@ -579,6 +588,9 @@ static void test_bad_options(void **state)
     expect_bad(g_sp, &o, SHS_EINVAL, "part 4 is out of range: parts are 0 to 3 of 4");
     o.part_index = -1;
     expect_bad(g_sp, &o, SHS_EINVAL, "out of range");
+    o = (shs_merge_opts)SHS_MERGE_OPTS_INIT;
+    o.jobs = 1025;
+    expect_bad(g_sp, &o, SHS_EINVAL, "jobs must be 1 to 1024");
     o = (shs_merge_opts)SHS_MERGE_OPTS_INIT;
     o.dtype = SHS_I32;
     expect_bad(g_sp, &o, SHS_EINVAL, "not a floating-point type");
