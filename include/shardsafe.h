@@ -1064,13 +1064,15 @@ SHS_API int shs_savepath_lock_holder(shs_lock_holder *out, const char *save_path
  *
  * Streaming: each output tensor is written box by box (rows, or pieces of
  * rows) through shs_writer_write_part from a fixed buffer per job, so
- * memory does not grow with the tensors or the checkpoint (sub-byte
- * tensors, F4/F6_*, whose rows are not whole bytes are the exception:
- * they are read whole).  Source files are read with pread, never mapped.
+ * memory does not grow with the tensors or the checkpoint.  Source files
+ * are read with pread, never mapped.  (A sub-byte tensor, F4/F6_*, whose
+ * last dimension is not whole bytes cannot be read: an error names it.)
  *
  * Atomic: the output is built in a temporary sibling "<dst_dir>.tmp-*"
  * and renamed into place at the end; on any failure (a damaged chunk, a
- * full disk, cancellation) nothing is left behind.  An existing dst_dir
+ * full disk, cancellation) nothing is left behind (with SHS_MERGE_FSYNC,
+ * a failed fsync of the parent directory after the rename is reported
+ * with the complete output in place).  An existing dst_dir
  * is refused (SHS_EINVAL) unless SHS_MERGE_FORCE, which replaces it only
  * when it holds nothing but the files of an earlier merge.
  *
@@ -1101,30 +1103,30 @@ enum {
 typedef int (*shs_merge_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 
 typedef struct shs_merge_opts {
-    unsigned version;        /* SHS_MERGE_OPTS_VERSION */
-    unsigned flags;          /* SHS_MERGE_* */
-    uint64_t max_shard_size; /* bytes per output file; 0: 5 GB (5e9, as
-                                transformers' "5GB") */
-    int dtype;               /* -1: keep every dtype; else an shs_dtype
-                                that floating-point tensors are converted
-                                to (round to nearest even; export_dtype);
-                                other tensors are copied */
-    const char *const *include; /* n_include globs (fnmatch, '*' matches
-                                   '.' too) on source names: a tensor is
-                                   selected when it matches one of them
-                                   (none: every tensor) ... */
+    unsigned version; /* SHS_MERGE_OPTS_VERSION */
+    unsigned flags;   /* SHS_MERGE_* */
+    /* bytes per output file; 0: 5 GB (5e9, transformers' "5GB") */
+    uint64_t max_shard_size;
+    /* -1: keep every dtype; else the shs_dtype that floating-point
+       tensors are converted to (round to nearest even; export_dtype);
+       other tensors are copied */
+    int dtype;
+    /* n_include globs (fnmatch, '*' matches '.' too) on source names: a
+       tensor is selected when it matches one of them (none: every
+       tensor) and none of the n_exclude globs */
+    const char *const *include;
     size_t n_include;
-    const char *const *exclude; /* ... and matches none of these */
+    const char *const *exclude;
     size_t n_exclude;
-    const char *const *rename; /* "FROM=TO" rules, applied in order to
-                                  the name left by the previous one: each
-                                  replaces every occurrence of the
-                                  substring FROM (non-empty) by TO */
+    /* "FROM=TO" rules, applied in order, each to the name the previous
+       one left: every occurrence of the substring FROM (non-empty) is
+       replaced by TO */
+    const char *const *rename;
     size_t n_rename;
-    int jobs;                /* threads writing at once; 0 or 1: one */
-    int part_index;          /* with part_count > 0: this part, 0-based */
-    int part_count;          /* 0: the whole output */
-    int64_t step;            /* as shs_ckpt_open_opts.step (-1: latest) */
+    int jobs;                       /* threads reading and writing at once, 1 to 1024 (0: 1) */
+    int part_index;                 /* with part_count > 0: this part, 0-based */
+    int part_count;                 /* 0: the whole output */
+    int64_t step;                   /* as shs_ckpt_open_opts.step (-1: latest) */
     shs_merge_progress_fn progress; /* may be NULL */
     void *progress_ctx;
 } shs_merge_opts;

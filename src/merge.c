@@ -84,8 +84,8 @@ static int read_box(mctx *c, const shs__mtensor *t, const uint64_t *start, const
     return rc;
 }
 
-/* A sub-byte tensor whose rows are not whole bytes cannot be cut into
-   boxes the read API accepts: read it whole. */
+/* A tensor that cannot be cut into boxes (sub-byte rows that are not
+   whole bytes, or a buffer smaller than one piece): read it whole. */
 static int write_whole(mctx *c, const shs__mtensor *t)
 {
     void *all = shs__malloc(t->nbytes ? (size_t)t->nbytes : 1);
@@ -112,12 +112,14 @@ static int write_tensor(mctx *c, const shs__mtensor *t, unsigned char *buf)
     unsigned bits = shs_dtype_bits(t->dtype);
     if (t->nbytes == 0)
         return SHS_OK;
-    if (nd == 0 || t->nbytes <= MERGE_BUF) {
+    /* (a sub-byte tensor whose rows are not whole bytes is refused by the
+       read API, with a message naming it, whatever the box) */
+    if (nd == 0 || t->nbytes <= MERGE_BUF || (bits % 8 && (t->shape[nd - 1] * bits) % 8)) {
+        if (t->nbytes > MERGE_BUF)
+            return write_whole(c, t);
         int rc = read_box(c, t, NULL, NULL, buf, (size_t)t->nbytes);
         return rc < 0 ? rc : put_box(c, t, 0, buf, (size_t)t->nbytes);
     }
-    if (bits % 8 && (t->shape[nd - 1] * bits) % 8)
-        return write_whole(c, t);
     inner[nd - 1] = 1;
     for (size_t d = nd - 1; d > 0; d--)
         inner[d - 1] = inner[d] * t->shape[d]; /* <= numel: no overflow */

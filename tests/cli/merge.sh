@@ -194,6 +194,25 @@ else
     echo "skip: running as root, the read-only destination check is not run (the unit test sweeps I/O failures)"
 fi
 
+# ---- sub-byte tensors: whole-byte rows merge, others are refused by name ----
+mkdir -p "$WORK/sub"
+"$PY" - <<'EOF2'
+import os, mkst
+W = os.environ["WORK"]
+mkst.write(f"{W}/sub/a.safetensors", [("odd", "F4", [2, 3], bytes([0x12, 0x34, 0x56])),
+                                      ("even", "F6_E2M3", [3, 4], bytes(range(9)))])
+EOF2
+expect 1 "an F4 tensor with half-byte rows" "$SHS_BIN" merge "$WORK/sub" "$WORK/bad"
+has "$WORK/err" "odd: a box of F4 elements must cover whole bytes" "the tensor is named"
+nothing_left "$WORK/bad" "sub-byte tensor"
+expect 0 "an F6 tensor with whole-byte rows" "$SHS_BIN" merge "$WORK/sub" "$WORK/sub.hf" --exclude odd
+py "F6: bytes copied" <<EOF
+import subprocess, sys, mkst
+subprocess.run([sys.executable, "$WORK/check.py", "$WORK/sub.hf"], check=True)
+n, hdr, out, meta = mkst.read("$WORK/sub.hf/model.safetensors")
+assert out == {"even": ("F6_E2M3", [3, 4], bytes(range(9)))}, out
+EOF
+
 # ---- a trainer checkpoint, and a damaged copy ----
 "$TRAINER" --steps 20 --save-path "$WORK/sp" --save-interval 10 --log-every 0 >"$WORK/train.log" 2>&1 ||
     { cat "$WORK/train.log" >&2; fail "trainer"; }
