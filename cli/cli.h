@@ -45,6 +45,7 @@ int cli_cmd_convert(int argc, char **argv);
 int cli_cmd_ls(int argc, char **argv);
 int cli_cmd_prune(int argc, char **argv);
 int cli_cmd_diff(int argc, char **argv);
+int cli_cmd_merge(int argc, char **argv);
 
 /* ---- output (util.c) ---- */
 
@@ -136,6 +137,9 @@ void cli_parser_init(cli_parser *p, const char *cmd, const char *help, int argc,
 int cli_parser_next(cli_parser *p, const cli_optdef *defs, const char **val);
 /* Parse a decimal unsigned integer with no sign, spaces or junk. */
 int cli_parse_u64(const char *s, uint64_t *out);
+/* A target dtype for --dtype: bf16, f16, f32, f64, f8_e4m3, f8_e5m2 in any
+   case, or an alias (bfloat16, fp16, half, float32, double...); -1 if not. */
+int cli_parse_dtype(const char *s, shs_dtype *out);
 /* Edit distance, capped (for "did you mean"). */
 size_t cli_edit_distance(const char *a, const char *b);
 

@@ -63,37 +63,6 @@ static void on_signal(int sig)
     g_signal = sig;
 }
 
-static const struct {
-    const char *alias;
-    shs_dtype dtype;
-} k_aliases[] = {
-    { "BF16", SHS_BF16 },       { "BFLOAT16", SHS_BF16 },
-    { "F16", SHS_F16 },         { "FP16", SHS_F16 },
-    { "FLOAT16", SHS_F16 },     { "HALF", SHS_F16 },
-    { "F32", SHS_F32 },         { "FP32", SHS_F32 },
-    { "FLOAT32", SHS_F32 },     { "FLOAT", SHS_F32 },
-    { "F64", SHS_F64 },         { "FP64", SHS_F64 },
-    { "FLOAT64", SHS_F64 },     { "DOUBLE", SHS_F64 },
-    { "F8_E4M3", SHS_F8_E4M3 }, { "FLOAT8_E4M3FN", SHS_F8_E4M3 },
-    { "F8_E5M2", SHS_F8_E5M2 }, { "FLOAT8_E5M2", SHS_F8_E5M2 },
-};
-
-static int parse_target(const char *s, shs_dtype *out)
-{
-    char up[32];
-    size_t n = strlen(s);
-    if (n == 0 || n >= sizeof up)
-        return -1;
-    for (size_t i = 0; i <= n; i++)
-        up[i] = (char)toupper((unsigned char)s[i]);
-    for (size_t i = 0; i < sizeof k_aliases / sizeof k_aliases[0]; i++)
-        if (strcmp(up, k_aliases[i].alias) == 0) {
-            *out = k_aliases[i].dtype;
-            return 0;
-        }
-    return -1;
-}
-
 typedef struct conv {
     const char *in, *out;
     shs_dtype target;
@@ -374,7 +343,7 @@ int cli_cmd_convert(int argc, char **argv)
             pos[npos++] = val;
             break;
         case 0:
-            if (parse_target(val, &c.target) < 0)
+            if (cli_parse_dtype(val, &c.target) < 0)
                 return cli_usage_err("convert",
                                      "unknown --dtype '%s' (use bf16, f16, f32, f64, f8_e4m3 "
                                      "or f8_e5m2)",

@@ -1069,6 +1069,133 @@ typedef enum shs_ckpt_format {
 SHS_API int shs_checkpoint_format(const shs_checkpoint *ckpt);
 /* "shardsafe", "plain", "mindspore"; NULL for another value. */
 SHS_API const char *shs_ckpt_format_name(int format);
+/* ---- merge: complete tensors in the Hugging Face layout ---- */
+
+/*
+ * shs_merge() reads every selected tensor of a checkpoint (any source
+ * shs_checkpoint_open accepts: a save path, a step directory saved by any
+ * number of ranks, with or without remove_redundancy, an HF folder...)
+ * through the public read API (checksummed) and writes the complete
+ * tensors in the Hugging Face layout into the directory `dst_dir`:
+ * "model.safetensors" when everything fits in one file, else
+ * "model-00001-of-0000N.safetensors"... plus "model.safetensors.index.json"
+ * ({"metadata": {"total_size": N}, "weight_map": {...}}, sorted keys,
+ * indent 2, trailing newline: what transformers writes).  Every file has
+ * `__metadata__` {"format": "pt"} and is byte-identical to what the
+ * reference writer produces for the same tensors.
+ *
+ * Which tensor goes to which file: the selected tensors, sorted by their
+ * output name (bytewise), are packed in that order; a file is closed when
+ * the next tensor would take it past max_shard_size, so a tensor larger
+ * than max_shard_size gets a file of its own.
+ *
+ * Streaming: each output tensor is written box by box (rows, or pieces of
+ * rows) through shs_writer_write_part from a fixed buffer per job, so
+ * memory does not grow with the tensors or the checkpoint.  Source files
+ * are read with pread, never mapped.  (A sub-byte tensor, F4/F6_*, whose
+ * last dimension is not whole bytes cannot be read: an error names it.)
+ *
+ * Atomic: the output is built in a temporary sibling "<dst_dir>.tmp-*"
+ * and renamed into place at the end; on any failure (a damaged chunk, a
+ * full disk, cancellation) nothing is left behind (with SHS_MERGE_FSYNC,
+ * a failed fsync of the parent directory after the rename is reported
+ * with the complete output in place).  An existing dst_dir
+ * is refused (SHS_EINVAL) unless SHS_MERGE_FORCE, which replaces it only
+ * when it holds nothing but the files of an earlier merge.
+ *
+ * Splitting across machines: with part_count N > 0, the call writes only
+ * part `part_index` (0..N-1) of the files -- files are spread over the
+ * parts by bytes, largest first -- into "<dst_dir>.part-I-of-N"; once
+ * every part is done, shs_merge_finish() (same src and options) checks
+ * the parts' files against the plan, gathers them into dst_dir and writes
+ * the index.  All parts must see the same checkpoint and options.
+ *
+ * Errors name the tensor, file or option: an include/exclude glob that
+ * matches no tensor, a selection that is empty, rename rules that send
+ * two tensors to one name, a part out of range (SHS_EINVAL); a damaged
+ * source (SHS_ECHECKSUM / SHS_ECORRUPT naming the file).
+ */
+enum {
+    SHS_MERGE_FORCE = 1u << 0,          /* replace an existing dst_dir
+                                           (or part directory) that holds
+                                           only an earlier merge's files */
+    SHS_MERGE_WITH_OPTIMIZER = 1u << 1, /* optimizer tensors too (default:
+                                           model tensors only) */
+    SHS_MERGE_FSYNC = 1u << 2           /* fsync files and directories */
+};
+
+/* Progress: bytes written so far of `total` (this call's share).  Called
+   from the merging threads, one call at a time.  A nonzero return
+   cancels the merge (SHS_ESTATE, "cancelled"), leaving nothing behind. */
+typedef int (*shs_merge_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
+typedef struct shs_merge_opts {
+    unsigned version; /* SHS_MERGE_OPTS_VERSION */
+    unsigned flags;   /* SHS_MERGE_* */
+    /* bytes per output file; 0: 5 GB (5e9, transformers' "5GB") */
+    uint64_t max_shard_size;
+    /* -1: keep every dtype; else the shs_dtype that floating-point
+       tensors are converted to (round to nearest even; export_dtype);
+       other tensors are copied */
+    int dtype;
+    /* n_include globs (fnmatch, '*' matches '.' too) on source names: a
+       tensor is selected when it matches one of them (none: every
+       tensor) and none of the n_exclude globs */
+    const char *const *include;
+    size_t n_include;
+    const char *const *exclude;
+    size_t n_exclude;
+    /* "FROM=TO" rules, applied in order, each to the name the previous
+       one left: every occurrence of the substring FROM (non-empty) is
+       replaced by TO */
+    const char *const *rename;
+    size_t n_rename;
+    int jobs;                       /* threads reading and writing at once, 1 to 1024 (0: 1) */
+    int part_index;                 /* with part_count > 0: this part, 0-based */
+    int part_count;                 /* 0: the whole output */
+    int64_t step;                   /* as shs_ckpt_open_opts.step (-1: latest) */
+    shs_merge_progress_fn progress; /* may be NULL */
+    void *progress_ctx;
+} shs_merge_opts;
+#define SHS_MERGE_OPTS_VERSION 1
+#define SHS_MERGE_OPTS_INIT                                                                        \
+    {                                                                                              \
+        SHS_MERGE_OPTS_VERSION, 0, 0, -1, NULL, 0, NULL, 0, NULL, 0, 1, 0, 0, -1, NULL, NULL       \
+    }
+
+/* What a merge did (initialise with SHS_MERGE_RESULT_INIT). */
+typedef struct shs_merge_result {
+    unsigned version;       /* SHS_MERGE_RESULT_VERSION */
+    size_t n_tensors;       /* tensors of the whole output */
+    size_t n_files;         /* safetensors files of the whole output */
+    uint64_t total_size;    /* their tensor bytes (the index's total_size) */
+    size_t files_written;   /* files this call wrote (or gathered) */
+    uint64_t bytes_written; /* tensor bytes this call wrote */
+} shs_merge_result;
+#define SHS_MERGE_RESULT_VERSION 1
+#define SHS_MERGE_RESULT_INIT                                                                      \
+    {                                                                                              \
+        SHS_MERGE_RESULT_VERSION, 0, 0, 0, 0, 0                                                    \
+    }
+
+/* Merge `src` into `dst_dir` (see above).  `opts` and `result` may be
+   NULL. */
+SHS_API int shs_merge(const char *src, const char *dst_dir, const shs_merge_opts *opts,
+                      shs_merge_result *result);
+
+/* Final step of a split merge: opts->part_count parts, each written by
+   shs_merge with the same src and options, are checked (every file
+   present, its tensors those of the plan) and gathered into dst_dir
+   (hard links, then the part directories are removed), and the index is
+   written.  A missing part directory: SHS_ENOENT naming it. */
+SHS_API int shs_merge_finish(const char *src, const char *dst_dir, const shs_merge_opts *opts,
+                             shs_merge_result *result);
+
+/* Parse a size: a decimal number of bytes, optionally followed by a unit
+   KB, MB, GB, TB (powers of 1000, as transformers) or KiB, MiB, GiB, TiB
+   (powers of 1024), any case, e.g. "5GB", "500MiB", "1000000".  Zero,
+   junk or overflow: SHS_EINVAL naming the text. */
+SHS_API int shs_parse_size(uint64_t *out, const char *text);
 
 #ifdef __cplusplus
 }
