@@ -28,6 +28,8 @@ static const char k_help[] =
     "  diff A B [--atol X] [--rtol X] [--kind model|opt|all]\n"
     "                compare two files, directories or checkpoints tensor by tensor\n"
     "                on their global values (any chunking or world size)\n"
+    "  reshard SRC DST [--layout FILE.json] [--world-size N]\n"
+    "                rewrite a checkpoint for a target layout or world size\n"
     "\n"
     "Options of every command (before or after it):\n"
     "  -h, --help     show this help ('shardsafe COMMAND --help' for a command)\n"
@@ -48,6 +50,7 @@ static const struct {
 } k_commands[] = {
     { "inspect", cli_cmd_inspect }, { "verify", cli_cmd_verify }, { "convert", cli_cmd_convert },
     { "ls", cli_cmd_ls },           { "prune", cli_cmd_prune },   { "diff", cli_cmd_diff },
+    { "reshard", cli_cmd_reshard },
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])
 
