@@ -463,6 +463,38 @@ done:
     return rc;
 }
 
+/* A layout document as text, one tensor a line (to read and edit). */
+static char *doc_text(const json_t *doc)
+{
+    shs__buf b = SHS__BUF_INIT;
+    const json_t *tensors = json_object_get(doc, "tensors");
+    const char *k;
+    json_t *v;
+    size_t i = 0;
+    int rc = shs__buf_addf(&b, "{\n  \"world_size\": %lld,\n  \"tensors\": {",
+                           (long long)json_integer_value(json_object_get(doc, "world_size")));
+    json_object_foreach((json_t *)tensors, k, v)
+    {
+        json_t *name = json_string(k);
+        char *ks = name ? shs__json_dumps(name, JSON_ENCODE_ANY) : NULL;
+        char *vs = shs__json_dumps(v, 0);
+        if (!ks || !vs || rc < 0)
+            rc = SHS_ENOMEM;
+        else
+            rc = shs__buf_addf(&b, "%s\n    %s: %s", i++ ? "," : "", ks, vs);
+        json_decref(name);
+        shs__free(ks);
+        shs__free(vs);
+    }
+    if (rc == SHS_OK)
+        rc = shs__buf_addf(&b, "\n  }\n}");
+    if (rc < 0) {
+        shs__buf_release(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
 int shs_reshard_saved_layout(char **out, const char *src, int64_t step)
 {
     shs_ckpt_open_opts oo = SHS_CKPT_OPEN_OPTS_INIT;
@@ -476,8 +508,7 @@ int shs_reshard_saved_layout(char **out, const char *src, int64_t step)
     if ((rc = shs_checkpoint_open_ex(&R.ck, src, &oo)) == SHS_OK) {
         R.nt = shs_checkpoint_tensor_count(R.ck);
         if ((rc = read_metadata(&meta, R.ck)) == SHS_OK &&
-            (rc = saved_layout(&R, meta)) == SHS_OK &&
-            !(*out = shs__json_dumps(R.doc, JSON_INDENT(2))))
+            (rc = saved_layout(&R, meta)) == SHS_OK && !(*out = doc_text(R.doc)))
             rc = shs__err(SHS_ENOMEM, "out of memory");
     }
     json_decref(meta);
