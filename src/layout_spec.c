@@ -491,6 +491,40 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+int shs__lboxes_sort(shs__lboxes *b)
+{
+    size_t n = b->n, nd = b->ndim;
+    uint64_t *key = shs__calloc(n + 1, 8);
+    int *rank = shs__calloc(n + 1, sizeof *rank);
+    uint64_t *off = shs__calloc(n * nd + 1, 8), *shape = shs__calloc(n * nd + 1, 8);
+    if (!key || !rank || !off || !shape) {
+        shs__free(key);
+        shs__free(rank);
+        shs__free(off);
+        shs__free(shape);
+        return shs__err(SHS_ENOMEM, "out of memory for a layout");
+    }
+    /* (rank, index) in one word: ranks are below 2^24, boxes below 2^32 */
+    for (size_t k = 0; k < n; k++)
+        key[k] = ((uint64_t)(uint32_t)b->rank[k] << 32) | k;
+    qsort(key, n, 8, cmp_u64);
+    for (size_t k = 0; k < n; k++) {
+        size_t j = (size_t)(key[k] & 0xffffffffu);
+        rank[k] = b->rank[j];
+        memcpy(off + k * nd, b->off + j * nd, nd * 8);
+        memcpy(shape + k * nd, b->shape + j * nd, nd * 8);
+    }
+    shs__free(key);
+    shs__free(b->rank);
+    shs__free(b->off);
+    shs__free(b->shape);
+    b->rank = rank;
+    b->off = off;
+    b->shape = shape;
+    b->cap = n;
+    return SHS_OK;
+}
+
 static json_t *dims_json(const uint64_t *v, size_t n)
 {
     json_t *a = json_array();

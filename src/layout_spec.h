@@ -26,6 +26,8 @@ typedef struct shs__lboxes {
 
 void shs__lboxes_release(shs__lboxes *b);
 int shs__lboxes_add(shs__lboxes *b, int rank, const uint64_t *off, const uint64_t *shape);
+/* Sort the boxes by rank (ranks below 2^24, fewer than 2^32 boxes). */
+int shs__lboxes_sort(shs__lboxes *b);
 
 /* The boxes `spec` gives tensor `name` (ndim, gshape) over `world` ranks:
    SHS_EINVAL naming `where`, the tensor and the problem (a malformed

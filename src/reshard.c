@@ -29,7 +29,9 @@ typedef struct reshard {
     int world;         /* the target's */
     int with_optim;
     size_t nt;
-    shs__lboxes *boxes; /* per tensor of ck: the target boxes */
+    shs__lboxes *boxes; /* per tensor of ck: the target boxes, by rank */
+    size_t *cursor;     /* per tensor: the first box of the rank being
+                           written */
     shs_reshard_result res;
 } reshard;
 
@@ -159,7 +161,8 @@ static int resolve_all(reshard *R)
 {
     int rc = SHS_OK;
     const json_t **spec = shs__calloc(R->nt + 1, sizeof *spec);
-    if (!spec || !(R->boxes = shs__calloc(R->nt + 1, sizeof *R->boxes))) {
+    if (!spec || !(R->boxes = shs__calloc(R->nt + 1, sizeof *R->boxes)) ||
+        !(R->cursor = shs__calloc(R->nt + 1, sizeof *R->cursor))) {
         shs__free(spec);
         return shs__err(SHS_ENOMEM, "out of memory");
     }
@@ -175,6 +178,9 @@ static int resolve_all(reshard *R)
         R->boxes[i].ndim = t->ndim;
         rc = shs__layout_resolve(&R->boxes[i], scaled ? scaled : spec[i], t->name, t->ndim,
                                  t->shape, R->world, R->where);
+        /* by rank: each target rank then finds its boxes at a cursor */
+        if (rc == SHS_OK)
+            rc = shs__lboxes_sort(&R->boxes[i]);
         json_decref(scaled);
     }
 done:
@@ -197,9 +203,10 @@ static int rank_state(reshard *R, int rank, shs_state **out, void **bufs)
     for (size_t i = 0; i < R->nt && rc == SHS_OK; i++) {
         const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(R->ck, i);
         const shs__lboxes *b = &R->boxes[i];
-        for (size_t k = 0; k < b->n && rc == SHS_OK; k++) {
-            if (b->rank[k] != rank)
-                continue;
+        size_t *at = &R->cursor[i];
+        while (*at < b->n && b->rank[*at] < rank)
+            (*at)++;
+        for (size_t k = *at; k < b->n && b->rank[k] == rank && rc == SHS_OK; k++) {
             const uint64_t *off = b->off + k * b->ndim, *shape = b->shape + k * b->ndim;
             uint64_t nb;
             if ((rc = shs_tensor_nbytes(&nb, t->dtype, t->ndim, shape)) < 0)
@@ -371,6 +378,7 @@ static void reshard_release(reshard *R)
     for (size_t i = 0; R->boxes && i < R->nt; i++)
         shs__lboxes_release(&R->boxes[i]);
     shs__free(R->boxes);
+    shs__free(R->cursor);
     json_decref(R->doc);
     shs_checkpoint_close(R->ck);
 }
