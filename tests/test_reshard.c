@@ -13,6 +13,7 @@
 #include "testutil.h"
 
 #include "layout_spec.h"
+#include "meta.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -684,6 +685,61 @@ static void test_corrupt_source(void **state)
     free(dst);
 }
 
+static json_t *J(const char *text);
+
+/* metadata.json of `dir` with "layouts" replaced by `layouts` (JSON
+   text), resealed as a save would. */
+static void set_recorded(const char *dir, const char *layouts)
+{
+    const char *mp = tu_path(dir, "metadata.json");
+    json_error_t e;
+    json_t *m = json_load_file(mp, 0, &e);
+    assert_non_null(m);
+    json_object_del(m, "metadata_xxh3");
+    assert_int_equal(json_object_set_new(m, "layouts", J(layouts)), 0);
+    char *plain = json_dumps(m, JSON_INDENT(1) | JSON_COMPACT);
+    size_t len = 0;
+    char *sealed = shs__meta_seal(plain, strlen(plain), &len);
+    assert_non_null(sealed);
+    assert_int_equal(tu_write_file(mp, sealed, len), 0);
+    free(plain);
+    json_decref(m);
+    shs__free(sealed);
+}
+
+/* A recorded layout is input like any other: validated when used, and
+   ignored by loading and verify. */
+static void test_hostile_recorded(void **state)
+{
+    (void)state;
+    char *src = tu_subpath("hr"), *dst = tu_subpath("hr_out");
+    shs_reshard_opts o = SHS_RESHARD_OPTS_INIT;
+    o.fsync = 0;
+    TU_OK(shs_reshard(NULL, g_sp, src, NULL, &o));
+    set_recorded(src, "{\"world_size\": 4, \"tensors\": {\"w\": {\"boxes\": [{\"rank\": 0, "
+                      "\"offset\": [0, 0], \"shape\": [7, 6]}]}, \"*\": {\"replicated\": "
+                      "true}}}");
+    TU_OK(shs_checkpoint_verify(src));
+    assert_int_equal(shs_reshard(NULL, src, dst, NULL, &o), SHS_EINVAL);
+    TU_ASSERT_MSG_HAS("the saved layout: tensor 'w': the boxes cover 42 of its 48 elements");
+    set_recorded(src, "[4]");
+    assert_int_equal(shs_reshard(NULL, src, dst, NULL, &o), SHS_EINVAL);
+    TU_ASSERT_MSG_HAS("the saved layout: a layout is a JSON object");
+    set_recorded(src, "{\"world_size\": 4, \"tensors\": {\"x\": {\"replicated\": true}}}");
+    assert_int_equal(shs_reshard(NULL, src, dst, NULL, &o), SHS_EINVAL);
+    TU_ASSERT_MSG_HAS("tensor 'x' is not in the checkpoint");
+    assert_false(tu_path_exists(dst));
+    assert_int_equal(tu_count_prefixed(tu_root, ".tmp-"), 0);
+    /* a layout file still works on it */
+    char *lf = tu_subpath("hr.json");
+    assert_int_equal(tu_write_file(lf, k_layout3, strlen(k_layout3)), 0);
+    TU_OK(shs_reshard(NULL, src, dst, lf, &o));
+    assert_chunks(dst, 3, box_3);
+    free(src);
+    free(dst);
+    free(lf);
+}
+
 /* Allocations failing in turn: an error, never a crash, nothing left
    behind, no leak. */
 static void test_failalloc(void **state)
@@ -883,9 +939,9 @@ int main(void)
         cmocka_unit_test(test_recorded_layout), cmocka_unit_test(test_scale_to_2),
         cmocka_unit_test(test_layout_file_3),   cmocka_unit_test(test_roundtrip_world),
         cmocka_unit_test(test_plain_source),    cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_corrupt_source),  cmocka_unit_test(test_failalloc),
-        cmocka_unit_test(test_resolve_mesh),    cmocka_unit_test(test_derive),
-        cmocka_unit_test(test_scale),
+        cmocka_unit_test(test_corrupt_source),  cmocka_unit_test(test_hostile_recorded),
+        cmocka_unit_test(test_failalloc),       cmocka_unit_test(test_resolve_mesh),
+        cmocka_unit_test(test_derive),          cmocka_unit_test(test_scale),
     };
     return TU_RUN_GROUP(tests, setup, teardown);
 }
