@@ -341,6 +341,10 @@ static int prepare(reshard *R, const char *src, const char *layout_path, const s
     shs_ckpt_open_opts oo = SHS_CKPT_OPEN_OPTS_INIT;
     json_t *meta = NULL;
     oo.step = o->step;
+    /* pread, not mmap: memory stays one target rank's share (mapped pages
+       would count in the resident set), and a source file truncated
+       under us is an error, not SIGBUS */
+    oo.flags = SHS_CKPT_OPEN_NO_MMAP;
     int rc = shs_checkpoint_open_ex(&R->ck, src, &oo);
     if (rc < 0)
         return rc;
