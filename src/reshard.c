@@ -188,17 +188,43 @@ done:
     return rc;
 }
 
-static void state_release(shs_state *st, void **bufs, size_t n)
+/* Bytes of box k of tensor i, rounded up to 64 (its place in the arena). */
+static int box_bytes(const reshard *R, size_t i, size_t k, uint64_t *nb, uint64_t *padded)
 {
-    for (size_t i = 0; i < n; i++)
-        shs__free(bufs[i]);
-    shs_state_free(st);
+    const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(R->ck, i);
+    const shs__lboxes *b = &R->boxes[i];
+    int rc = shs_tensor_nbytes(nb, t->dtype, t->ndim, b->shape + k * b->ndim);
+    if (rc == SHS_OK && shs__add_u64(*nb, 63, padded))
+        rc = shs__err(SHS_EOVERFLOW, "tensor '%s': box too large", t->name);
+    *padded &= ~(uint64_t)63;
+    return rc;
+}
+
+/* The largest share of one target rank: the arena every rank's boxes are
+   read into, in turn (one allocation, its pages faulted in once). */
+static int largest_share(const reshard *R, uint64_t *max)
+{
+    uint64_t *sum = shs__calloc((size_t)R->world, sizeof *sum), nb, padded;
+    int rc = sum ? SHS_OK : shs__err(SHS_ENOMEM, "out of memory");
+    *max = 0;
+    for (size_t i = 0; i < R->nt && rc == SHS_OK; i++)
+        for (size_t k = 0; k < R->boxes[i].n && rc == SHS_OK; k++) {
+            int r = R->boxes[i].rank[k];
+            if ((rc = box_bytes(R, i, k, &nb, &padded)) == SHS_OK &&
+                shs__add_u64(sum[r], padded, &sum[r]))
+                rc = shs__err(SHS_EOVERFLOW, "reshard: rank %d's share overflows", r);
+            if (rc == SHS_OK && sum[r] > *max)
+                *max = sum[r];
+        }
+    shs__free(sum);
+    return rc;
 }
 
 /* The state of target rank `rank`: its boxes of every tensor, read from
-   the source. */
-static int rank_state(reshard *R, int rank, shs_state **out, void **bufs)
+   the source into `arena`. */
+static int rank_state(reshard *R, int rank, shs_state **out, char *arena)
 {
+    uint64_t used = 0;
     int rc = shs_state_create(out);
     for (size_t i = 0; i < R->nt && rc == SHS_OK; i++) {
         const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(R->ck, i);
@@ -208,15 +234,12 @@ static int rank_state(reshard *R, int rank, shs_state **out, void **bufs)
             (*at)++;
         for (size_t k = *at; k < b->n && b->rank[k] == rank && rc == SHS_OK; k++) {
             const uint64_t *off = b->off + k * b->ndim, *shape = b->shape + k * b->ndim;
-            uint64_t nb;
-            if ((rc = shs_tensor_nbytes(&nb, t->dtype, t->ndim, shape)) < 0)
+            uint64_t nb, padded;
+            if ((rc = box_bytes(R, i, k, &nb, &padded)) < 0)
                 break;
-            if (nb > SIZE_MAX - 1 || !(bufs[i] = shs__malloc((size_t)nb + 1))) {
-                rc = shs__err(SHS_ENOMEM, "out of memory for %llu bytes of tensor '%s'",
-                              (unsigned long long)nb, t->name);
-                break;
-            }
-            if ((rc = shs_checkpoint_read(R->ck, i, off, shape, t->dtype, bufs[i], (size_t)nb)) < 0)
+            char *data = arena + used;
+            used += padded;
+            if ((rc = shs_checkpoint_read(R->ck, i, off, shape, t->dtype, data, (size_t)nb)) < 0)
                 break;
             shs_tensor_spec s = SHS_TENSOR_SPEC_INIT;
             s.name = t->name;
@@ -226,7 +249,7 @@ static int rank_state(reshard *R, int rank, shs_state **out, void **bufs)
             s.shape = shape;
             s.global_shape = t->shape;
             s.global_offset = off;
-            s.data = bufs[i];
+            s.data = data;
             rc = shs_state_add_tensor(*out, &s);
             R->res.bytes_read += nb;
             R->res.bytes_written += nb;
@@ -272,8 +295,12 @@ static int write_ranks(reshard *R, const char *tmp, const shs__save_req *base)
 {
     shs__buf texts = SHS__BUF_INIT;
     size_t *lens = shs__calloc((size_t)R->world, sizeof *lens);
-    void **bufs = shs__calloc(R->nt + 1, sizeof *bufs);
-    int rc = lens && bufs ? SHS_OK : shs__err(SHS_ENOMEM, "out of memory");
+    char *arena = NULL;
+    uint64_t share = 0;
+    int rc = lens ? largest_share(R, &share) : shs__err(SHS_ENOMEM, "out of memory");
+    if (rc == SHS_OK && (share > SIZE_MAX - 64 || !(arena = shs__malloc((size_t)share + 64))))
+        rc = shs__err(SHS_ENOMEM, "out of memory for the %llu bytes of one target rank",
+                      (unsigned long long)share);
     for (int r = 0; r < R->world && rc == SHS_OK; r++) {
         shs_state *st = NULL;
         shs__blob *blobs = NULL;
@@ -282,7 +309,7 @@ static int write_ranks(reshard *R, const char *tmp, const shs__save_req *base)
         shs_save_stats stats;
         shs__save_req req = *base;
         req.rank = r;
-        rc = rank_state(R, r, &st, bufs);
+        rc = rank_state(R, r, &st, arena);
         if (rc == SHS_OK && (rc = rank_blobs(R, r, &blobs, &nblobs)) == SHS_OK) {
             req.blobs = blobs;
             req.n_blobs = nblobs;
@@ -297,14 +324,13 @@ static int write_ranks(reshard *R, const char *tmp, const shs__save_req *base)
         json_decref(frag);
         blobs_release(blobs, nblobs);
         shs__free(blobs);
-        state_release(st, bufs, R->nt);
-        memset(bufs, 0, (R->nt + 1) * sizeof *bufs);
+        shs_state_free(st);
     }
     if (rc == SHS_OK)
         rc = shs__save_meta(base, tmp, texts.data ? texts.data : "", lens, R->world);
     shs__buf_release(&texts);
     shs__free(lens);
-    shs__free(bufs);
+    shs__free(arena);
     return rc;
 }
 
