@@ -46,6 +46,7 @@ int cli_cmd_ls(int argc, char **argv);
 int cli_cmd_prune(int argc, char **argv);
 int cli_cmd_diff(int argc, char **argv);
 int cli_cmd_merge(int argc, char **argv);
+int cli_cmd_reshard(int argc, char **argv);
 
 /* ---- output (util.c) ---- */
 

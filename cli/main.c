@@ -30,6 +30,8 @@ static const char k_help[] =
     "                on their global values (any chunking or world size)\n"
     "  merge SRC DST [--max-shard-size S] [--dtype T] [--include GLOB] [--jobs N]\n"
     "                complete tensors of a checkpoint in the Hugging Face layout\n"
+    "  reshard SRC DST [--layout FILE.json] [--world-size N]\n"
+    "                rewrite a checkpoint for a target layout or world size\n"
     "\n"
     "Options of every command (before or after it):\n"
     "  -h, --help     show this help ('shardsafe COMMAND --help' for a command)\n"
@@ -48,9 +50,9 @@ static const struct {
     const char *name;
     int (*fn)(int argc, char **argv);
 } k_commands[] = {
-    { "inspect", cli_cmd_inspect }, { "verify", cli_cmd_verify }, { "convert", cli_cmd_convert },
-    { "ls", cli_cmd_ls },           { "prune", cli_cmd_prune },   { "diff", cli_cmd_diff },
-    { "merge", cli_cmd_merge },
+    { "inspect", cli_cmd_inspect }, { "verify", cli_cmd_verify },   { "convert", cli_cmd_convert },
+    { "ls", cli_cmd_ls },           { "prune", cli_cmd_prune },     { "diff", cli_cmd_diff },
+    { "merge", cli_cmd_merge },     { "reshard", cli_cmd_reshard },
 };
 #define N_COMMANDS (sizeof k_commands / sizeof k_commands[0])
 

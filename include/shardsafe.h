@@ -1196,6 +1196,91 @@ SHS_API int shs_merge_finish(const char *src, const char *dst_dir, const shs_mer
    (powers of 1024), any case, e.g. "5GB", "500MiB", "1000000".  Zero,
    junk or overflow: SHS_EINVAL naming the text. */
 SHS_API int shs_parse_size(uint64_t *out, const char *text);
+/* ---- offline reshard ---- */
+
+/*
+ * Rewrite a checkpoint for another layout, offline: the output is an
+ * ordinary step directory (metadata.json, one model file and one opt file
+ * per rank, common.json, rank-local blobs, checksums) whose chunks are
+ * exactly the target layout's boxes, so a job on the target world size
+ * loads it without resharding (every rank reads only its own chunks).
+ *
+ * The target layout (docs/reshard.md) is a JSON document
+ *   {"world_size": W, "tensors": {NAME or GLOB: SPEC, ...}}
+ * where SPEC is one of
+ *   {"device_matrix": [..], "tensor_map": [..], "rank_list": [..]}
+ *       MindSpore's vocabulary (tensor_map value m: mesh axis
+ *       len(device_matrix)-1-m, -1 not split, a list: several axes;
+ *       rank_list defaults to 0..prod(device_matrix)-1);
+ *   {"split_dim": d, "ranks": N}   dim d split evenly over N ranks, rank r
+ *       holding slice r % N (N divides W; "ranks" defaults to W);
+ *   {"replicated": true}           the whole tensor on every rank;
+ *   {"boxes": [{"rank": r, "offset": [..], "shape": [..]}, ..]}
+ *       explicit boxes (equal boxes on several ranks are replicas).
+ * An exact name wins over globs (fnmatch(3): * ? [..]), else the first
+ * glob in the document that matches.  Every save records the layout it
+ * was saved with in metadata.json in this vocabulary ("layouts"); a NULL
+ * `layout_path` uses it (derived from the chunks for older checkpoints).
+ *
+ * Errors (nothing is left behind: the output is built in a temporary
+ * sibling of `dst`, renamed to `dst` at the end): `dst` exists
+ * (SHS_EINVAL), a tensor the layout does not cover, a split that does not
+ * divide a dimension, boxes that do not tile a tensor, a name the
+ * checkpoint does not hold, a glob that matches nothing, a malformed
+ * layout (SHS_EINVAL naming the tensor or the key), any read error of the
+ * source (checksums are checked).  Memory: the largest target rank's share
+ * of the tensors at a time.
+ */
+typedef struct shs_reshard_opts {
+    unsigned version;   /* SHS_RESHARD_OPTS_VERSION */
+    int world_size;     /* > 0: the target world size; a layout describing
+                           another one is scaled to it (the product of the
+                           mesh axes that split a tensor changes, its
+                           replication stays; "TP 4 -> 2"); 0: the
+                           layout's own */
+    int64_t step;       /* source save path: this step; -1 the newest */
+    const char *prefix; /* output file name prefix; NULL: "checkpoint" */
+    int fsync;          /* nonzero: make the output durable (1) */
+} shs_reshard_opts;
+#define SHS_RESHARD_OPTS_VERSION 1
+#define SHS_RESHARD_OPTS_INIT                                                                      \
+    {                                                                                              \
+        SHS_RESHARD_OPTS_VERSION, 0, -1, NULL, 1                                                   \
+    }
+
+typedef struct shs_reshard_result {
+    unsigned version;       /* SHS_RESHARD_RESULT_VERSION */
+    int world_size;         /* of the output */
+    int saved_world_size;   /* of the source */
+    int64_t step;           /* of both */
+    size_t n_tensors;       /* tensors written */
+    uint64_t bytes_read;    /* tensor bytes read from the source */
+    uint64_t bytes_written; /* tensor bytes written (each replica counted) */
+    size_t blobs_carried;   /* rank-local blobs copied (rank < world_size) */
+    size_t blobs_dropped;   /* blobs of ranks >= world_size, not copied */
+    int scaled;             /* the layout was scaled to world_size */
+    int layout_recorded;    /* no layout_path: 1 the recorded layout was
+                              used, 0 it was derived from the chunks */
+} shs_reshard_result;
+#define SHS_RESHARD_RESULT_VERSION 1
+#define SHS_RESHARD_RESULT_INIT                                                                    \
+    {                                                                                              \
+        SHS_RESHARD_RESULT_VERSION, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0                                  \
+    }
+
+/* Reshard checkpoint `src` (anything shs_checkpoint_open accepts) into
+   the new step directory `dst` for the layout in the JSON file
+   `layout_path` (NULL: the source's own layout).  `opts` may be NULL (the
+   defaults); `out` may be NULL. */
+SHS_API int shs_reshard(shs_reshard_result *out, const char *src, const char *dst,
+                        const char *layout_path, const shs_reshard_opts *opts);
+
+/* The layout `src` was saved with, as a layout document (the format
+   above): the recorded one, else derived from its chunks.  *out is a
+   NUL-terminated JSON text to release with shs_reshard_layout_free. */
+SHS_API int shs_reshard_saved_layout(char **out, const char *src, int64_t step);
+/* Release what shs_reshard_saved_layout returned.  NULL is a no-op. */
+SHS_API void shs_reshard_layout_free(char *layout);
 
 #ifdef __cplusplus
 }

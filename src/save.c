@@ -22,6 +22,7 @@
 #include "exchange.h"
 #include "hash.h"
 #include "io.h"
+#include "layout_spec.h"
 #include "meta.h"
 #include "stepdir.h"
 
@@ -89,9 +90,10 @@ static int commit_dir(const char *tmp, const char *target, const char *save_path
 
 
 /* Root: merge the ranks' fragments (texts, in rank order) into the body
-   of metadata.json, remapping file indices. */
-static int merge_fragments(json_t *out, const char *texts, const size_t *lens, int world,
-                           const char *save_path)
+   of metadata.json, remapping file indices; the boxes each rank holds
+   ("held") go to `held` for the recorded layout. */
+static int merge_fragments(json_t *out, json_t *held, const char *texts, const size_t *lens,
+                           int world, const char *save_path)
 {
     json_t *files = json_object_get(out, "files"), *tensors = json_object_get(out, "tensors");
     json_t *blobs = json_object_get(out, "blobs");
@@ -144,30 +146,34 @@ static int merge_fragments(json_t *out, const char *texts, const size_t *lens, i
             if (json_array_append(blobs, v) < 0)
                 rc = shs__err(SHS_ENOMEM, "out of memory");
         }
+        if (rc == SHS_OK)
+            rc = shs__layout_collect(held, json_object_get(f, "held"), r);
         json_decref(f);
     }
     return rc;
 }
 
-/* Root: common.json, metadata.json, then the commit protocol. */
-static int root_commit(const shs__save_req *req, const char *tmp, const char *texts,
-                       const size_t *lens, int world, char *out_dir, size_t out_cap, int *committed)
+int shs__save_meta(const shs__save_req *req, const char *tmp, const char *texts, const size_t *lens,
+                   int world)
 {
     int rc;
-    char *text = NULL, *mpath = NULL, *target = NULL, *tracker = NULL;
+    char *text = NULL, *mpath = NULL;
+    json_t *held = json_object();
     json_t *root = json_pack("{s:s, s:i, s:I, s:i, s:[], s:{}, s:[]}", "format",
                              "shardsafe.checkpoint", "version", SHS__META_VERSION, "step",
                              (json_int_t)req->step, "world_size", world, "files", "tensors",
                              "blobs");
-    *committed = 0;
-    if (!root)
-        return shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+    if (!root || !held) {
+        rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+        goto done;
+    }
     /* weights only: auto-resume prefers an earlier full step over it */
     if (!req->with_optim && json_object_set_new(root, "model_only", json_true()) < 0) {
         rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
         goto done;
     }
-    if ((rc = merge_fragments(root, texts, lens, world, req->save_path)) < 0)
+    if ((rc = merge_fragments(root, held, texts, lens, world, req->save_path)) < 0 ||
+        (rc = shs__layout_record(root, held, world)) < 0)
         goto done;
     /* version 2: common.json's checksum (of the bytes just written), and
        metadata.json sealed by its own ("metadata_xxh3", the last key) */
@@ -186,9 +192,7 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
     text = plain ? shs__meta_seal(plain, strlen(plain), &tlen) : NULL;
     shs__free(plain);
     mpath = shs__path_join(tmp, "metadata.json");
-    target = shs__step_dir_path(req->save_path, req->step);
-    tracker = shs__tracker_path(req->save_path);
-    if (!text || !mpath || !target || !tracker) {
+    if (!text || !mpath) {
         rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
         goto done;
     }
@@ -203,7 +207,29 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
         goto done;
     }
     shs__meta_free(&check);
-    if (req->fsync && (rc = shs__io_fsync_dir(tmp)) < 0)
+    if (req->fsync)
+        rc = shs__io_fsync_dir(tmp);
+done:
+    shs__free(text);
+    json_decref(root);
+    json_decref(held);
+    shs__free(mpath);
+    return rc;
+}
+
+/* Root: common.json, metadata.json, then the commit protocol. */
+static int root_commit(const shs__save_req *req, const char *tmp, const char *texts,
+                       const size_t *lens, int world, char *out_dir, size_t out_cap, int *committed)
+{
+    int rc;
+    char *target = shs__step_dir_path(req->save_path, req->step);
+    char *tracker = shs__tracker_path(req->save_path);
+    *committed = 0;
+    if (!target || !tracker) {
+        rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+        goto done;
+    }
+    if ((rc = shs__save_meta(req, tmp, texts, lens, world)) < 0)
         goto done;
     /* commit: the directory, then the tracker */
     if ((rc = commit_dir(tmp, target, req->save_path, req->step, req->fsync)) < 0)
@@ -219,9 +245,6 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
     if (out_dir)
         snprintf(out_dir, out_cap, "%s", target);
 done:
-    shs__free(text);
-    json_decref(root);
-    shs__free(mpath);
     shs__free(target);
     shs__free(tracker);
     return rc;

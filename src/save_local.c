@@ -449,6 +449,17 @@ static int describe(local_save *L, json_t **out)
         json_t *e = tensor_entry(L, i);
         bad = !e || json_object_set_new(jt, L->st->t[i].name, e) < 0;
     }
+    /* the box of every tensor this rank holds, written here or not
+       (remove_redundancy): the root records the layout from them */
+    json_t *jh = bad ? NULL : json_object();
+    bad = bad || !jh || json_object_set_new(root, "held", jh) != 0;
+    for (size_t i = 0; !bad && i < L->st->n; i++) {
+        const shs__tensor *t = &L->st->t[i];
+        if (t->kind == SHS_KIND_MODEL || req->with_optim)
+            bad = json_object_set_new(jh, t->name,
+                                      json_pack("[o, o]", json_dims(t->goff, t->ndim),
+                                                json_dims(t->shape, t->ndim))) != 0;
+    }
     char hx[17];
     for (size_t k = 0; !bad && k < req->n_blobs; k++) {
         shs__hex64(hx, shs__xxh3(req->blobs[k].data, req->blobs[k].len));

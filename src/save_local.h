@@ -19,4 +19,15 @@
 int shs__save_local(const shs_state *st, const shs__save_req *req, const char *tmp,
                     const uint8_t *skip, json_t **frag_out, shs_save_stats *stats);
 
+/*
+ * Root side of a save, without the commit: merge the ranks' fragments
+ * (`texts`, rank order, lens[r] bytes each) into metadata.json with the
+ * layout the ranks hold recorded ("layouts"), write common.json
+ * (req->progress) and metadata.json into `tmp`, validate the result as a
+ * checkpoint, fsync `tmp` (req->fsync).  The collective save commits it
+ * into the save path; the offline reshard renames it to its destination.
+ */
+int shs__save_meta(const shs__save_req *req, const char *tmp, const char *texts, const size_t *lens,
+                   int world);
+
 #endif
