@@ -589,8 +589,21 @@ typedef struct shs_config {
     int strict;                    /* missing/extra tensors are errors (1) */
     /* internal: strings owned by the config */
     void *owned_;
+    /* version 2: starting from Hugging Face weights (docs/hf.md) */
+    int initial_load_in_hf;       /* initial_load_path (else hf_assets_path)
+                                     is a Hugging Face model: a folder with
+                                     model.safetensors.index.json or
+                                     model.safetensors, or either file;
+                                     weights only (0) */
+    const char *hf_assets_path;   /* torchtitan: used when initial_load_path
+                                     is "" and initial_load_in_hf is set */
+    const char *hf_name_map;      /* prefix rules "from=to,from=to" renaming
+                                     the files' tensor names to registered
+                                     names (longest prefix wins); "" none */
+    const char *hf_name_map_file; /* a JSON object {"file name": "registered
+                                     name"}, applied before the rules */
 } shs_config;
-#define SHS_CONFIG_VERSION 1
+#define SHS_CONFIG_VERSION 2
 
 SHS_API void shs_config_init(shs_config *config);
 SHS_API void shs_config_release(shs_config *config);
@@ -802,7 +815,8 @@ SHS_API int shs_checkpoint_verify(const char *step_dir);
  *   - a Hugging Face model.safetensors.index.json, or a folder holding
  *     one: the files and which tensor each holds come from its weight_map,
  *     never from a directory listing; a file name outside the index's
- *     folder, a missing file, or a tensor its file does not hold is
+ *     folder, a missing file, a tensor its file does not hold, or a
+ *     tensor of a named file that the map does not assign to that file is
  *     SHS_ECORRUPT naming it;
  *   - a plain folder of .safetensors files (each tensor whole, names
  *     unique across files), or one .safetensors file.
