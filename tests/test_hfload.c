@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ */
 /* The Hugging Face model                                              */
@@ -508,6 +509,15 @@ static void test_single_file(void **state)
         /* the whole of each registered tensor, in the file's dtype */
         assert_int_equal(j.bytes_read, box_bytes(0, 1));
     }
+    /* a folder of symbolic links (a Hugging Face cache snapshot) */
+    char *snap = tu_subdir("snapshot");
+    char target[1024];
+    snprintf(target, sizeof target, "%s/model.safetensors", dir);
+    assert_int_equal(symlink(target, tu_path(snap, "model.safetensors")), 0);
+    job js = job_default(snap);
+    run_job(&js);
+    expect_ok(&js);
+    free(snap);
     /* the file named directly; BF16 registered as BF16, masters refreshed */
     job j = job_default(tu_path(dir, "model.safetensors"));
     j.dt = SHS_BF16;
@@ -596,11 +606,12 @@ static void test_name_map(void **state)
     char *dir = make_single("names");
     char *mapf = tu_path_dup(dir, "names.json");
     /* the map renames the head; the rules the rest, longest prefix first */
-    const char *mj = "{\"lm_head.weight\": \"head.weight\", \"not.in.files\": \"x\"}";
+    const char *mj = "{\"lm_head.weight\": \"head.weight\", \"model.norm\": \"net.norm\", "
+                     "\"not.in.files\": \"x\"}";
     assert_int_equal(tu_write_file(mapf, mj, strlen(mj)), 0);
     job j = job_default(dir);
-    j.rules = "[model.=wrong., 'model.layers.=net.layers.', model.embed.=net.embed., "
-              "model.norm=net.norm]";
+    /* model.norm: the map file's entry wins over the rule "model." */
+    j.rules = "[model.=wrong., 'model.layers.=net.layers.', model.embed.=net.embed.]";
     j.prefix = "net.";
     j.mapfile = mapf;
     j.register_head = 1;
