@@ -52,6 +52,8 @@ static int parse_rules(rule **out, size_t *n_out, const char *text, const char *
     *out = NULL;
     *n_out = 0;
     trim(&p, &end);
+    if (p == end)
+        return SHS_OK; /* no rules: nothing to allocate */
     if (p < end && *p == '[') {
         if (end[-1] != ']')
             return shs__err(SHS_ECONFIG, "%s: unbalanced '[' in '%s'", field, text);
@@ -146,10 +148,11 @@ static int load_map(json_t **out, const char *path)
     {
         const char *s = json_string_value(v);
         if (!s || !*s || strlen(s) != json_string_length(v)) {
+            /* the message first: `key` dies with root */
+            rc = shs__err(SHS_ECONFIG,
+                          "hf_name_map_file %s: the entry of '%s' is not a tensor name", path, key);
             json_decref(root);
-            return shs__err(SHS_ECONFIG,
-                            "hf_name_map_file %s: the entry of '%s' is not a tensor name", path,
-                            key);
+            return rc;
         }
     }
     *out = root;
@@ -342,6 +345,11 @@ int shs__hf_config_check(const shs_config *c)
         return shs__err(SHS_ECONFIG,
                         "initial_load_in_hf: Hugging Face weights hold model weights only; "
                         "initial_load_model_only must be true");
+    if (c->initial_load_in_hf && !(c->initial_load_path && *c->initial_load_path) &&
+        !(c->hf_assets_path && *c->hf_assets_path))
+        return shs__err(SHS_ECONFIG,
+                        "initial_load_in_hf: neither initial_load_path nor hf_assets_path "
+                        "names the Hugging Face weights");
     if (maps && !c->initial_load_in_hf)
         return shs__err(SHS_ECONFIG,
                         "hf_name_map / hf_name_map_file apply only to Hugging Face weights: "

@@ -37,7 +37,9 @@ int shs__hf_rename(shs__meta *m, const char *rules, const char *map_file);
 
 /* The Hugging Face options of a manager's config, checked at create:
    initial_load_in_hf loads weights only (initial_load_model_only must
-   be true), the name map applies only with it, and its rules parse.
+   be true) from a path it is given (initial_load_path or
+   hf_assets_path), the name map applies only with it, and its rules
+   parse.
    SHS_ECONFIG naming the field. */
 int shs__hf_config_check(const shs_config *c);
 

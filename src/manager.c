@@ -598,7 +598,8 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     m->cfg.owned_ = NULL;
     if ((rc = shs__hf_config_check(&m->cfg)) < 0) {
         shs_manager_free(m);
-        return rc;
+        /* a config error is every rank's; out of memory is this one's */
+        return rc == SHS_ENOMEM ? create_failed(comm, rc) : rc;
     }
     m->save_path = dup_or_empty(config->save_path);
     m->prefix = dup_or_empty(config->prefix);

@@ -424,16 +424,19 @@ static size_t list_skipped(char *out, size_t cap, const shs_manager *m, const sh
                            int registered)
 {
     size_t n = 0, at = 0;
+    int cut = 0;
     out[0] = 0;
     for (size_t i = 0; i < res->n_skipped; i++) {
         const char *name = res->skipped[i];
         if ((shs__state_find(m->state, name, strlen(name)) >= 0) != registered)
             continue;
         n++;
-        if (at + strlen(name) + 6 < cap)
+        if (!cut && at + strlen(name) + 8 < cap) {
             at += (size_t)snprintf(out + at, cap - at, "%s%s", at ? ", " : "", name);
-        else if (at + 5 < cap && strcmp(out + at - 3, "...") != 0)
-            at += (size_t)snprintf(out + at, cap - at, ", ...");
+        } else if (!cut) {
+            snprintf(out + at, cap - at, "%s...", at ? ", " : "");
+            cut = 1;
+        }
     }
     return n;
 }

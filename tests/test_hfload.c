@@ -692,6 +692,51 @@ static void test_strict(void **state)
     free(dir);
 }
 
+/* Many unused tensors: all listed in skipped, the message cut. */
+static void test_many_unused(void **state)
+{
+    (void)state;
+    char *dir = tu_subdir("many");
+    enum {
+        NPAD = 80
+    };
+    static char names[NPAD + 1][32];
+    static float vals[NPAD + 1];
+    static const uint64_t one[1] = { 1 };
+    shs_tensor_view tv[NPAD + 1];
+    for (int i = 0; i <= NPAD; i++) {
+        snprintf(names[i], sizeof names[i], i < NPAD ? "model.rotary.%02d.inv_freq" : "w", i);
+        vals[i] = (float)i;
+        tv[i] = (shs_tensor_view){ names[i], SHS_F32, 1, one, &vals[i] };
+    }
+    TU_OK(shs_save_file(tu_path(dir, "model.safetensors"), tv, NPAD + 1, NULL, 0, NULL));
+    shs_state *st;
+    TU_OK(shs_state_create(&st));
+    float w = -1;
+    tu_add_tensor(st, "w", SHS_KIND_MODEL, SHS_F32, 1, one, &w, NULL);
+    shs_config c;
+    shs_config_init(&c);
+    c.enable_save = 0;
+    c.initial_load_in_hf = 1;
+    c.initial_load_path = dir;
+    shs_manager *m;
+    TU_OK(shs_manager_create(&m, &c, st));
+    shs_progress p = SHS_PROGRESS_INIT;
+    shs_load_result r = SHS_LOAD_RESULT_INIT;
+    TU_OK(shs_manager_load(m, &p, &r));
+    assert_true(w == (float)NPAD);
+    assert_int_equal(r.n_skipped, NPAD);
+    assert_string_equal(r.skipped[NPAD - 1], "model.rotary.79.inv_freq");
+    assert_non_null(
+        strstr(r.message, "80 tensor(s) of the files unused: model.rotary.00.inv_freq"));
+    assert_non_null(strstr(r.message, ", ..."));
+    assert_true(strlen(r.message) < 1024);
+    assert_int_equal(r.bytes_read, 4); /* w only */
+    shs_manager_free(m);
+    shs_state_free(st);
+    free(dir);
+}
+
 /* A dtype the loader cannot convert (I32 file into F32) is an error. */
 static void test_unconvertible(void **state)
 {
@@ -893,8 +938,12 @@ static void test_config(void **state)
     c.initial_load_model_only = 0;
     assert_int_equal(shs_manager_create(&m, &c, st), SHS_ECONFIG);
     TU_ASSERT_MSG_HAS("initial_load_model_only must be true");
+    c.initial_load_model_only = 1;
+    assert_int_equal(shs_manager_create(&m, &c, st), SHS_ECONFIG);
+    TU_ASSERT_MSG_HAS("neither initial_load_path nor hf_assets_path");
     shs_config_init(&c);
     c.enable_save = 0;
+    c.initial_load_path = "/models/x";
     c.hf_name_map = "model.=x.";
     assert_int_equal(shs_manager_create(&m, &c, st), SHS_ECONFIG);
     TU_ASSERT_MSG_HAS("set initial_load_in_hf");
@@ -1096,7 +1145,7 @@ int main(void)
         cmocka_unit_test(test_strict),        cmocka_unit_test(test_unconvertible),
         cmocka_unit_test(test_hostile_index), cmocka_unit_test(test_not_hf),
         cmocka_unit_test(test_config),        cmocka_unit_test(test_without_flag),
-        cmocka_unit_test(test_pread_boxes),
+        cmocka_unit_test(test_pread_boxes),   cmocka_unit_test(test_many_unused),
     };
     return TU_RUN_GROUP(tests, tu_setup_root, tu_teardown_root);
 }
