@@ -4,7 +4,7 @@
 # sharded BF16 Hugging Face model by an independent writer (mkst.py),
 # under other names, loaded into the F32 trainer through the index and a
 # name map (flags and YAML), trained on from there (a lower first loss than
-# a fresh start; exact values are checked in tests/test_hfload.c);
+# a fresh start; exact values are checked in tests/test_hfload*.c);
 # hostile indexes and a wrong name map fail naming the file or tensors.
 source "$(dirname "$0")/lib.bash"
 TRAINER=${SHS_BUILD_DIR:?}/trainer
