@@ -144,7 +144,7 @@ int main(int argc, char **argv)
         }
         printf("resumed from %s (step %lld%s)\n", res.path, (long long)res.step,
                res.optimizer_loaded ? "" : ", weights only");
-        if (res.fell_back || res.tracker_repaired)
+        if (res.fell_back || res.tracker_repaired || res.source == SHS_LOAD_INITIAL)
             printf("note: %s\n", res.message);
     } else {
         printf("starting from scratch\n");

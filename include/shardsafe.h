@@ -589,8 +589,21 @@ typedef struct shs_config {
     int strict;                    /* missing/extra tensors are errors (1) */
     /* internal: strings owned by the config */
     void *owned_;
+    /* version 2: starting from Hugging Face weights (docs/hf.md) */
+    int initial_load_in_hf;       /* initial_load_path (else hf_assets_path)
+                                     is a Hugging Face model: a folder with
+                                     model.safetensors.index.json or
+                                     model.safetensors, or either file;
+                                     weights only (0) */
+    const char *hf_assets_path;   /* torchtitan: used when initial_load_path
+                                     is "" and initial_load_in_hf is set */
+    const char *hf_name_map;      /* prefix rules "from=to,from=to" renaming
+                                     the files' tensor names to registered
+                                     names (longest prefix wins); "" none */
+    const char *hf_name_map_file; /* a JSON object {"file name": "registered
+                                     name"}, applied before the rules */
 } shs_config;
-#define SHS_CONFIG_VERSION 1
+#define SHS_CONFIG_VERSION 2
 
 SHS_API void shs_config_init(shs_config *config);
 SHS_API void shs_config_release(shs_config *config);
@@ -598,9 +611,10 @@ SHS_API void shs_config_release(shs_config *config);
    "false"/"1"/"0" for flags, decimal integers, strings; for
    exclude_from_loading a comma list of optimizer, lr_scheduler,
    dataloader, train_state, rng.  torchtitan's names are accepted too
-   (enable, folder, interval, async_mode; export_dtype, initial_load_in_hf
-   and last_save_in_hf only at their defaults: README.md).  SHS_ECONFIG
-   naming the key on error; an unknown key gets the closest known name. */
+   (enable, folder, interval, async_mode; export_dtype and last_save_in_hf
+   only at their defaults: README.md).  SHS_ECONFIG naming the key on
+   error; an unknown key gets the closest known name; a field of version 2
+   in a version-1 struct is SHS_ECONFIG. */
 SHS_API int shs_config_set(shs_config *config, const char *key, const char *value);
 /* Read the `checkpoint:` mapping of a YAML file, and MindSpore
    Transformers' top-level load_checkpoint / resume_training and the
@@ -699,7 +713,8 @@ typedef struct shs_load_result {
  *     exclude_from_loading, strict apply.  It must exist.
  *  3. else initial_load_path: initial_load_model_only, exclude_from_loading,
  *     strict apply (load_step does not: it is the tracker's step).  It must
- *     exist.
+ *     exist.  With initial_load_in_hf: Hugging Face weights (see the
+ *     section "Hugging Face weights" at the end of this header).
  *  4. else nothing: a fresh start (result.loaded 0).
  *
  * Only "does not exist" (ENOENT) of save_path means "nothing to resume";
@@ -802,7 +817,8 @@ SHS_API int shs_checkpoint_verify(const char *step_dir);
  *   - a Hugging Face model.safetensors.index.json, or a folder holding
  *     one: the files and which tensor each holds come from its weight_map,
  *     never from a directory listing; a file name outside the index's
- *     folder, a missing file, or a tensor its file does not hold is
+ *     folder, a missing file, a tensor its file does not hold, or a
+ *     tensor of a named file that the map does not assign to that file is
  *     SHS_ECORRUPT naming it;
  *   - a plain folder of .safetensors files (each tensor whole, names
  *     unique across files), or one .safetensors file.
@@ -1281,6 +1297,28 @@ SHS_API int shs_reshard(shs_reshard_result *out, const char *src, const char *ds
 SHS_API int shs_reshard_saved_layout(char **out, const char *src, int64_t step);
 /* Release what shs_reshard_saved_layout returned.  NULL is a no-op. */
 SHS_API void shs_reshard_layout_free(char *layout);
+/* ---- Hugging Face weights ----
+ *
+ * No new function: shs_config (version 2) has initial_load_in_hf,
+ * hf_assets_path, hf_name_map and hf_name_map_file, and
+ * shs_manager_load() then starts a job from a Hugging Face model when
+ * it would use initial_load_path (docs/hf.md):
+ *   - the path (initial_load_path, else hf_assets_path) is a folder with
+ *     model.safetensors.index.json or model.safetensors, or either file;
+ *     files come from the index's weight_map only, and an index that
+ *     disagrees with its files is SHS_ECORRUPT naming them;
+ *   - weights only (initial_load_model_only must be true: SHS_ECONFIG at
+ *     create otherwise); master weights refreshed; progress untouched;
+ *   - names renamed by the map file's entries, else the longest matching
+ *     hf_name_map prefix rule; two tensors onto one name: SHS_EMISMATCH;
+ *   - any chunking, load_balanced, load_worker_number as for any load;
+ *     float dtypes converted (a BF16 file into F32 weights);
+ *   - strict: registered tensors missing from the files are an error
+ *     naming them; tensors of the files nobody registered are listed in
+ *     shs_load_result.skipped, the message and shs_manager_warning().
+ * shs_load_result: source SHS_LOAD_INITIAL, path the index or
+ * model.safetensors, step -1, bytes_read this rank's tensor bytes read.
+ */
 
 #ifdef __cplusplus
 }

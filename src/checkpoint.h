@@ -58,6 +58,16 @@ typedef struct shs__load_req {
     int workers;  /* parallel reader threads (>= 1) */
     int balanced; /* load_balanced: each needed chunk read
                                       by one rank, sent to the others */
+    /* Hugging Face weights (hf_load.c): */
+    const struct shs__meta *meta; /* a model built by the caller, read
+                                     instead of the directory's (its file
+                                     names relative to the directory);
+                                     still the caller's */
+    int convert;                  /* float tensors may be saved in another
+                                     float dtype: converted on load */
+    int unused_ok;                /* tensors of the checkpoint that are not
+                                     registered are skipped and listed,
+                                     even when strict */
 } shs__load_req;
 
 /* Load a step directory (ours, or a plain directory of safetensors files:

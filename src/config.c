@@ -4,6 +4,7 @@
  * for some of them).  Reading a YAML file is in config_yaml.c.
  */
 #include "config_impl.h"
+#include "hf_load.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -55,6 +56,11 @@ static const field g_fields[] = {
     FLAG(load_balanced),
     INT(load_worker_number, 1),
     FLAG(strict),
+    /* version 2 */
+    FLAG(initial_load_in_hf),
+    STR(hf_assets_path, ""),
+    { "hf_name_map", F_RULES, offsetof(shs_config, hf_name_map), 0, "" },
+    STR(hf_name_map_file, ""),
 };
 #define N_FIELDS (sizeof g_fields / sizeof g_fields[0])
 
@@ -81,7 +87,6 @@ static const alias g_aliases[] = {
     { "interval", A_RENAME, "save_interleaved_steps", NULL, 0 },
     { "async_mode", A_ASYNC_MODE, "async_save", NULL, 0 },
     { "export_dtype", A_RESERVED, NULL, "float32", 0 },
-    { "initial_load_in_hf", A_RESERVED, NULL, "false", 1 },
     { "last_save_in_hf", A_RESERVED, NULL, "false", 1 },
 };
 #define N_ALIASES (sizeof g_aliases / sizeof g_aliases[0])
@@ -137,13 +142,34 @@ void shs_config_init(shs_config *config)
         .load_worker_number = 1,
         .strict = 1,
         .owned_ = NULL,
+        .initial_load_in_hf = 0,
+        .hf_assets_path = "",
+        .hf_name_map = "",
+        .hf_name_map_file = "",
     };
+}
+
+size_t shs__config_size(const shs_config *cfg)
+{
+    return cfg->version >= 2 ? sizeof *cfg : offsetof(shs_config, initial_load_in_hf);
+}
+
+/* The field exists in the caller's version of the struct. */
+static int has_field(const shs_config *cfg, const field *f)
+{
+    return f->offset < shs__config_size(cfg);
+}
+
+static int is_string(const field *f)
+{
+    return f->kind == F_STR || f->kind == F_RULES;
 }
 
 int shs__config_is_referenced(const shs_config *cfg, const char *s)
 {
     for (size_t i = 0; i < N_FIELDS; i++)
-        if (g_fields[i].kind == F_STR && *FIELD_PTR(cfg, &g_fields[i], const char *const) == s)
+        if (is_string(&g_fields[i]) && has_field(cfg, &g_fields[i]) &&
+            *FIELD_PTR(cfg, &g_fields[i], const char *const) == s)
             return 1;
     return 0;
 }
@@ -164,7 +190,7 @@ void shs_config_release(shs_config *config)
     for (owned_str *n = config->owned_; n; n = n->next)
         for (size_t i = 0; i < N_FIELDS; i++) {
             const field *f = &g_fields[i];
-            if (f->kind == F_STR && *FIELD_PTR(config, f, const char *) == n->s)
+            if (is_string(f) && has_field(config, f) && *FIELD_PTR(config, f, const char *) == n->s)
                 *FIELD_PTR(config, f, const char *) = f->str_default;
         }
     shs__config_free_owned(config->owned_);
@@ -448,6 +474,10 @@ static int set_field(shs_config *cfg, const field *f, const char *name, const ch
         return SHS_OK;
     }
     case F_STR: return set_string(cfg, f, v);
+    case F_RULES: {
+        int rc = shs__hf_rules_check(v, name);
+        return rc < 0 ? rc : set_string(cfg, f, v);
+    }
     case F_EXCLUDE: {
         unsigned mask = 0;
         int rc = parse_exclude(&mask, name, v);
@@ -486,6 +516,11 @@ int shs__config_set_key(shs_config *cfg, const key_ref *k, const char *name, con
 {
     if (!k->f)
         return check_reserved(k->a, name, v);
+    if (!has_field(cfg, k->f))
+        return shs__err(SHS_ECONFIG,
+                        "%s: not in a shs_config of version %u (this library's is %u): "
+                        "initialise the config with shs_config_init",
+                        name, cfg->version, (unsigned)SHS_CONFIG_VERSION);
     if (k->a && k->a->kind == A_ASYNC_MODE) {
         int on;
         if (!strcmp(v, "disabled"))

@@ -22,11 +22,12 @@ typedef struct owned_str {
 /* ---- the field table (config.c): the one place that lists the accepted
    names ---- */
 typedef enum field_kind {
-    F_FLAG,   /* int, 0 or 1 */
-    F_INT,    /* int, >= min */
-    F_I64,    /* int64_t, >= min */
-    F_STR,    /* const char *, owned copy */
-    F_EXCLUDE /* unsigned, SHS_EXCLUDE_* */
+    F_FLAG,    /* int, 0 or 1 */
+    F_INT,     /* int, >= min */
+    F_I64,     /* int64_t, >= min */
+    F_STR,     /* const char *, owned copy */
+    F_EXCLUDE, /* unsigned, SHS_EXCLUDE_* */
+    F_RULES    /* const char *, owned copy, checked as name-map rules */
 } field_kind;
 
 typedef struct field {
@@ -75,5 +76,8 @@ int shs__config_parse_flag(int *out, const char *v);
 void shs__config_free_owned(owned_str *n);
 /* Whether some string field of cfg points at s. */
 int shs__config_is_referenced(const shs_config *cfg, const char *s);
+/* Bytes of the caller's struct: a version-1 config ends before
+   initial_load_in_hf (fields of a later version are never touched). */
+size_t shs__config_size(const shs_config *cfg);
 
 #endif

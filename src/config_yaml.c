@@ -216,7 +216,7 @@ static int yl_checkpoint(yaml_loader *yl)
         switch (ev.type) {
         case YAML_SCALAR_EVENT: rc = yl_apply_scalar(yl, &k, name, &ev); break;
         case YAML_SEQUENCE_START_EVENT:
-            if (k.f && k.f->kind == F_EXCLUDE)
+            if (k.f && (k.f->kind == F_EXCLUDE || k.f->kind == F_RULES))
                 rc = yl_sequence_value(yl, &k, name, vline);
             else
                 rc = shs__err(SHS_ECONFIG, "%s:%zu: %s: expected a single value, got a list",
@@ -634,7 +634,11 @@ int shs_config_load_yaml(shs_config *config, const char *path)
     if (rc < 0)
         return rc;
 
-    shs_config tmp = *config;
+    /* only the fields of the caller's version of the struct are read and
+       written back */
+    shs_config tmp;
+    shs_config_init(&tmp);
+    memcpy(&tmp, config, shs__config_size(config));
     tmp.owned_ = NULL;
     yaml_loader yl = { .path = path, .tmp = &tmp, .resume = -1 };
     if (!yaml_parser_initialize(&yl.parser)) {
@@ -665,6 +669,6 @@ int shs_config_load_yaml(shs_config *config, const char *path)
         }
         old = next;
     }
-    *config = tmp;
+    memcpy(config, &tmp, shs__config_size(config));
     return SHS_OK;
 }

@@ -84,6 +84,9 @@ int shs__check_hash(const shs__loader *L, const shs__mchunk *c, const char *tnam
                     L->dir, L->m->f[c->file].name, tname);
 }
 
+/* pread window over a chunk without checksums (plain files) */
+#define PLAIN_WINDOW (64u << 10)
+
 typedef struct block_marks {
     uint64_t block;
     uint8_t *mark;
@@ -291,6 +294,13 @@ static int fill_from_chunk(shs__loader *L, const shs__mtensor *mt, const shs__mc
         if (c->nblocks && !whole) {
             /* only the blocks this box touches are read and checked */
             rc = check_blocks(L, c, mt->name, x.map, bits, nd, src_start, ishape, read_bytes);
+        } else if (!c->has_hash) {
+            /* nothing to check (a plain file): only the box is touched */
+            uint64_t vol = 1;
+            for (size_t d = 0; d < nd; d++)
+                vol *= ishape[d];
+            *read_bytes += vol * bits / 8;
+            rc = SHS_OK;
         } else {
             rc = shs__check_hash(L, c, mt->name, x.map, n);
             *read_bytes += n;
@@ -301,6 +311,10 @@ static int fill_from_chunk(shs__loader *L, const shs__mtensor *mt, const shs__mc
                               &x);
     }
     x.wsize = c->nblocks ? c->block : n <= SHS__HASH_BLOCK ? (n ? n : 1) : SHS__HASH_BLOCK;
+    /* nothing to check (a plain file): small windows, so that little
+       more than the box is read */
+    if (!c->has_hash && !whole && x.wsize > PLAIN_WINDOW)
+        x.wsize = PLAIN_WINDOW;
     x.nwin = (n + x.wsize - 1) / x.wsize;
     if (!c->nblocks && c->has_hash && x.nwin > 1) {
         x.hs = &hs;
@@ -530,7 +544,9 @@ static int check_registered(const shs_state *st, const shs__meta *m, const char 
             }
             continue;
         }
-        int same = mt->dtype == t->dtype && mt->ndim == t->ndim && mt->kind == t->kind;
+        int same = (mt->dtype == t->dtype || (req->convert && shs_dtype_is_float(mt->dtype) &&
+                                              shs_dtype_is_float(t->dtype))) &&
+                   mt->ndim == t->ndim && mt->kind == t->kind;
         for (size_t d = 0; same && d < t->ndim; d++)
             same = mt->gshape[d] == t->gshape[d];
         if (!same) {
@@ -552,7 +568,7 @@ static int check_registered(const shs_state *st, const shs__meta *m, const char 
             continue;
         if (shs__state_find(st, mt->name, strlen(mt->name)) >= 0)
             continue;
-        if (!req->strict) {
+        if (!req->strict || req->unused_ok) {
             if ((rc = note_skipped(res, mt->name)) < 0)
                 return rc;
             continue;
@@ -607,22 +623,24 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
     shs__meta m;
     int rc;
     int has_meta = 0;
-    /* a step directory is read through its metadata.json or not at all;
-       only a directory that is none is read as plain safetensors files */
-    if ((rc = shs__step_dir_probe(dir, &has_meta)) < 0)
-        return rc;
-    if ((rc = has_meta ? shs__meta_parse(&m, dir) : shs__meta_from_folder(&m, dir, NULL)) < 0)
-        return rc;
+    if (req->meta) {
+        m = *req->meta; /* the caller's: not freed here */
+    } else {
+        /* a step directory is read through its metadata.json or not at
+           all; only a directory that is none is read as plain files */
+        if ((rc = shs__step_dir_probe(dir, &has_meta)) < 0)
+            return rc;
+        if ((rc = has_meta ? shs__meta_parse(&m, dir) : shs__meta_from_folder(&m, dir, NULL)) < 0)
+            return rc;
+    }
     /* common.json is checked even when its progress is not wanted: a
        changed file means the directory is not what was saved */
-    if ((rc = shs__meta_check_common(&m, dir)) < 0) {
-        shs__meta_free(&m);
-        return rc;
-    }
-    shs__loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)), 0, NULL };
-    if (!L.fh) {
-        shs__meta_free(&m);
-        return shs__err(SHS_ENOMEM, "out of memory");
+    shs__loader L = { dir, &m, NULL, 0, NULL };
+    if ((rc = shs__meta_check_common(&m, dir)) < 0)
+        goto done;
+    if (!(L.fh = shs__calloc(m.nf + 1, sizeof(shs_file *)))) {
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+        goto done;
     }
     /* 1. the registered state against the checkpoint */
     if ((rc = check_registered(st, &m, dir, req, res)) < 0)
@@ -665,9 +683,10 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
     }
     rc = SHS_OK;
 done:
-    for (size_t i = 0; i < m.nf; i++)
+    for (size_t i = 0; L.fh && i < m.nf; i++)
         shs_file_close(L.fh[i]);
     shs__free(L.fh);
-    shs__meta_free(&m);
+    if (!req->meta)
+        shs__meta_free(&m);
     return rc;
 }

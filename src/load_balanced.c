@@ -149,6 +149,36 @@ enum {
     CHUNK_TO_STATE, /* a chunk I read -> my state tensor */
 };
 
+/* A box copied into a state tensor of another float dtype (a Hugging
+   Face load, req->convert): each run converted on the way. */
+typedef struct conv_ctx {
+    char *dst;
+    const char *src;
+    shs_dtype ddt, sdt;
+    unsigned db, sb; /* element bytes */
+} conv_ctx;
+
+static int conv_run(void *ctx, uint64_t src_off, uint64_t dst_off, uint64_t len)
+{
+    const conv_ctx *x = ctx;
+    return shs_convert(x->dst + dst_off / x->sb * x->db, x->ddt, x->src + src_off, x->sdt,
+                       (size_t)(len / x->sb));
+}
+
+static void copy_to_state(const shs__tensor *mt, const uint64_t *in_state, const void *src,
+                          const uint64_t *src_shape, const uint64_t *src_start,
+                          const uint64_t *count, size_t nd, shs_dtype sdt)
+{
+    unsigned bits = shs_dtype_bits(sdt);
+    if (mt->dtype == sdt) {
+        shs__box_copy(mt->data, mt->shape, in_state, src, src_shape, src_start, count, nd, bits);
+        return;
+    }
+    /* float to float, checked before the load: shs_convert cannot fail */
+    conv_ctx x = { mt->data, src, mt->dtype, sdt, shs_dtype_bits(mt->dtype) / 8, bits / 8 };
+    (void)shs__box_runs2(bits, nd, src_shape, src_start, mt->shape, in_state, count, conv_run, &x);
+}
+
 static void copy_item(balanced *B, const shs__load_item *it, int how)
 {
     uint64_t ioff[SHS_MAX_DIMS], ishape[SHS_MAX_DIMS];
@@ -170,9 +200,9 @@ static void copy_item(balanced *B, const shs__load_item *it, int how)
     for (size_t d = 0; d < nd; d++)
         in_state[d] = ioff[d] - mt->goff[d];
     if (how == TMP_TO_STATE)
-        shs__box_copy(mt->data, mt->shape, in_state, B->tmp, ishape, zero, ishape, nd, bits);
+        copy_to_state(mt, in_state, B->tmp, ishape, zero, ishape, nd, t->dtype);
     else
-        shs__box_copy(mt->data, mt->shape, in_state, buf, ch->shape, in_chunk, ishape, nd, bits);
+        copy_to_state(mt, in_state, buf, ch->shape, in_chunk, ishape, nd, t->dtype);
 }
 
 /* The transfers, in the global order. */

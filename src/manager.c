@@ -15,6 +15,8 @@
 #include "manager_int.h"
 
 #include "comm.h"
+#include "config_impl.h"
+#include "hf_load.h"
 #include "io.h"
 #include "lock.h"
 #include "meta.h"
@@ -590,13 +592,24 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     shs_manager *m = shs__calloc(1, sizeof *m);
     if (!m)
         return create_failed(comm, shs__err(SHS_ENOMEM, "out of memory creating the manager"));
-    m->cfg = *config;
+    /* the fields of the caller's version; defaults for the later ones */
+    shs_config_init(&m->cfg);
+    memcpy(&m->cfg, config, shs__config_size(config));
     m->cfg.owned_ = NULL;
+    if ((rc = shs__hf_config_check(&m->cfg)) < 0) {
+        shs_manager_free(m);
+        /* a config error is every rank's; out of memory is this one's */
+        return rc == SHS_ENOMEM ? create_failed(comm, rc) : rc;
+    }
     m->save_path = dup_or_empty(config->save_path);
     m->prefix = dup_or_empty(config->prefix);
     m->load_path = dup_or_empty(config->load_path);
     m->initial_load_path = dup_or_empty(config->initial_load_path);
-    if (!m->save_path || !m->prefix || !m->load_path || !m->initial_load_path) {
+    m->hf_assets_path = dup_or_empty(m->cfg.hf_assets_path);
+    m->hf_name_map = dup_or_empty(m->cfg.hf_name_map);
+    m->hf_name_map_file = dup_or_empty(m->cfg.hf_name_map_file);
+    if (!m->save_path || !m->prefix || !m->load_path || !m->initial_load_path ||
+        !m->hf_assets_path || !m->hf_name_map || !m->hf_name_map_file) {
         shs_manager_free(m);
         return create_failed(comm, shs__err(SHS_ENOMEM, "out of memory creating the manager"));
     }
@@ -604,6 +617,9 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     m->cfg.prefix = m->prefix;
     m->cfg.load_path = m->load_path;
     m->cfg.initial_load_path = m->initial_load_path;
+    m->cfg.hf_assets_path = m->hf_assets_path;
+    m->cfg.hf_name_map = m->hf_name_map;
+    m->cfg.hf_name_map_file = m->hf_name_map_file;
     m->state = state;
     if (!comm) {
         if ((rc = shs_comm_create_self(&m->own_comm)) < 0) {
@@ -666,6 +682,9 @@ void shs_manager_free(shs_manager *m)
     shs__free(m->prefix);
     shs__free(m->load_path);
     shs__free(m->initial_load_path);
+    shs__free(m->hf_assets_path);
+    shs__free(m->hf_name_map);
+    shs__free(m->hf_name_map_file);
     shs_comm_free(m->own_comm);
     shs__layout_cache_release(&m->layout_cache);
     shs__free(m);

@@ -23,6 +23,7 @@ typedef struct job {
 struct shs_manager {
     shs_config cfg; /* strings below are the manager's copies */
     char *save_path, *prefix, *load_path, *initial_load_path;
+    char *hf_assets_path, *hf_name_map, *hf_name_map_file;
     shs_state *state;
     shs_comm *comm;                 /* every rank calls the manager collectively */
     shs_comm *own_comm;             /* the one-process comm when none was given */

@@ -8,6 +8,7 @@
 #include "manager_int.h"
 
 #include "comm.h"
+#include "hf_load.h"
 #include "io.h"
 #include "meta.h"
 #include "opts.h"
@@ -85,9 +86,12 @@ static void say(shs_manager *m, shs_load_result *res, const char *fmt, ...)
     res->message = m->held_msg ? m->held_msg : "";
 }
 
-/* Load one step directory with the options of its source. */
-static int load_dir(shs_manager *m, const char *dir, int source, int weights_only,
-                    shs_progress *progress, shs_load_result *res)
+/* Load one step directory with the options of its source; `hf`: the
+   model of Hugging Face weights in dir (hf_load.c) instead of dir's own:
+   dtypes converted, tensors of the files that are not registered
+   skipped and listed even when strict. */
+static int load_dir(shs_manager *m, const char *dir, const shs__meta *hf, int source,
+                    int weights_only, shs_progress *progress, shs_load_result *res)
 {
     const shs_config *c = &m->cfg;
     shs__load_req req = {
@@ -98,6 +102,9 @@ static int load_dir(shs_manager *m, const char *dir, int source, int weights_onl
         .world_size = m->comm->size,
         .workers = c->load_worker_number,
         .balanced = c->load_balanced,
+        .meta = hf,
+        .convert = hf != NULL,
+        .unused_ok = hf != NULL,
     };
     if (weights_only)
         req.exclude |= SHS_EXCLUDE_TRAIN_STATE | SHS_EXCLUDE_DATALOADER | SHS_EXCLUDE_LR_SCHEDULER |
@@ -310,7 +317,8 @@ static int load_saved_step(shs_manager *m, const char *sp, int64_t step, char **
     if ((rc = shs__step_dir_find(dir, sp, step)) < 0)
         rc = fail_before_load(m, rc);
     else
-        rc = load_dir(m, *dir, SHS_LOAD_SAVE_PATH, step_is_weights_only(sp, step), progress, res);
+        rc = load_dir(m, *dir, NULL, SHS_LOAD_SAVE_PATH, step_is_weights_only(sp, step), progress,
+                      res);
     return agree(m, rc);
 }
 
@@ -410,6 +418,73 @@ done:
     return rc;
 }
 
+/* "a, b, c" of the skipped names that are (registered = 1) or are not
+   (0) registered tensors, cut to fit; returns how many there are. */
+static size_t list_skipped(char *out, size_t cap, const shs_manager *m, const shs_load_result *res,
+                           int registered)
+{
+    size_t n = 0, at = 0;
+    int cut = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < res->n_skipped; i++) {
+        const char *name = res->skipped[i];
+        if ((shs__state_find(m->state, name, strlen(name)) >= 0) != registered)
+            continue;
+        n++;
+        if (!cut && at + strlen(name) + 8 < cap) {
+            at += (size_t)snprintf(out + at, cap - at, "%s%s", at ? ", " : "", name);
+        } else if (!cut) {
+            snprintf(out + at, cap - at, "%s...", at ? ", " : "");
+            cut = 1;
+        }
+    }
+    return n;
+}
+
+/* initial_load_in_hf: the Hugging Face weights at `from` (a folder, its
+   index or model.safetensors), renamed by the name map, loaded as model
+   weights into any chunking; what went unused is reported. */
+static int load_hf(shs_manager *m, const char *from, const char *field, shs_progress *progress,
+                   shs_load_result *res)
+{
+    const shs_config *c = &m->cfg;
+    shs__meta meta;
+    char *dir = NULL, *src = NULL;
+    int rc = shs__hf_open(&meta, &dir, &src, from, field);
+    if (rc == SHS_OK && (rc = shs__hf_rename(&meta, c->hf_name_map, c->hf_name_map_file)) < 0)
+        rc = shs__err_prefix(rc, src);
+    if (rc < 0) {
+        rc = fail_before_load(m, rc);
+        goto done;
+    }
+    if ((rc = load_dir(m, dir, &meta, SHS_LOAD_INITIAL, 1, progress, res)) < 0)
+        goto done;
+    shs__free(m->held_path);
+    m->held_path = src;
+    src = NULL;
+    res->path = m->held_path;
+    char unused[384], missing[384];
+    size_t n_unused = list_skipped(unused, sizeof unused, m, res, 0);
+    size_t n_missing = list_skipped(missing, sizeof missing, m, res, 1);
+    char a[448] = "", b[448] = "";
+    if (n_unused)
+        snprintf(a, sizeof a, "; %zu tensor(s) of the files unused: %s", n_unused, unused);
+    if (n_missing)
+        snprintf(b, sizeof b, "; %zu registered tensor(s) not in the files, left as they were: %s",
+                 n_missing, missing);
+    say(m, res, "loaded Hugging Face weights %s from %s%s%s", res->path, field, a, b);
+    if (n_unused || n_missing) {
+        pthread_mutex_lock(&m->mu);
+        snprintf(m->warning, sizeof m->warning, "%s", res->message);
+        pthread_mutex_unlock(&m->mu);
+    }
+done:
+    shs__meta_free(&meta);
+    shs__free(dir);
+    shs__free(src);
+    return rc;
+}
+
 static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *res)
 {
     const shs_config *c = &m->cfg;
@@ -433,11 +508,15 @@ static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *r
         field = "load_path";
         source = SHS_LOAD_LOAD_PATH;
         weights_only = c->no_load_optim;
-    } else if (*c->initial_load_path) {
-        from = c->initial_load_path;
-        field = "initial_load_path";
+    } else if (*c->initial_load_path || (c->initial_load_in_hf && *c->hf_assets_path)) {
+        /* torchtitan: hf_assets_path when initial_load_path is empty */
+        int own = *c->initial_load_path != 0;
+        from = own ? c->initial_load_path : c->hf_assets_path;
+        field = own ? "initial_load_path" : "hf_assets_path";
         source = SHS_LOAD_INITIAL;
         weights_only = c->initial_load_model_only;
+        if (c->initial_load_in_hf)
+            return load_hf(m, from, field, progress, res);
     } else {
         say(m, res, "nothing to resume in save_path '%s' and no load_path: fresh start",
             m->save_path);
@@ -447,7 +526,7 @@ static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *r
                                 source == SHS_LOAD_LOAD_PATH ? c->load_step : -1);
     if (rc < 0)
         return fail_before_load(m, shs__err_prefix(rc, field));
-    if ((rc = load_dir(m, dir, source, weights_only, progress, res)) < 0)
+    if ((rc = load_dir(m, dir, NULL, source, weights_only, progress, res)) < 0)
         return rc;
     say(m, res, "loaded %s (step %lld) from %s", dir, (long long)res->step, field);
     return SHS_OK;

@@ -131,7 +131,8 @@ int shs__meta_from_file(shs__meta *m, const char *path);
 /* The Hugging Face index of a sharded model: `weight_map` {tensor: file}
    picks the files and which tensor each holds (never a directory
    listing).  SHS_ECORRUPT naming the problem for a file name outside the
-   index's folder, a missing file, or a tensor the file does not hold. */
+   index's folder, a missing file, a tensor the file does not hold, or a
+   tensor of a named file that the map lists nowhere or in another file. */
 #define SHS__HF_INDEX "model.safetensors.index.json"
 int shs__meta_from_hf_index(shs__meta *m, const char *index_path);
 

@@ -87,6 +87,7 @@ static int build(shs__meta *m, const char *dir, char **names, size_t n, json_t *
 {
     int rc = SHS_OK;
     size_t cap_t = 0;
+    char stray[512] = ""; /* the first tensor of a file the index disagrees with */
     m->plain = 1;
     m->world_size = 1;
     m->step = -1;
@@ -118,8 +119,18 @@ static int build(shs__meta *m, const char *dir, char **names, size_t n, json_t *
                    a NUL byte cannot be in the map */
                 json_t *v = strlen(ti->name) == ti->name_len ? json_object_get(weight_map, ti->name)
                                                              : NULL;
-                if (!v || strcmp(json_string_value(v), m->f[i].name) != 0)
+                if (!v || strcmp(json_string_value(v), m->f[i].name) != 0) {
+                    if (!*stray && !v)
+                        snprintf(stray, sizeof stray,
+                                 "tensor '%s' of the file '%s' is not in the weight_map", ti->name,
+                                 m->f[i].name);
+                    else if (!*stray)
+                        snprintf(stray, sizeof stray,
+                                 "tensor '%s' is in the file '%s', but the weight_map "
+                                 "names '%s'",
+                                 ti->name, m->f[i].name, json_string_value(v));
                     continue;
+                }
             }
             rc = add_whole(m, &cap_t, f, ti, (uint32_t)i, kind);
         }
@@ -147,6 +158,9 @@ static int build(shs__meta *m, const char *dir, char **names, size_t n, json_t *
                 goto done;
             }
         }
+        /* the index and the files it names agree exactly */
+        if (*stray)
+            rc = shs__err(SHS_ECORRUPT, "%s: %s", what, stray);
     }
 done:
     if (rc < 0)

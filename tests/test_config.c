@@ -308,7 +308,7 @@ static void test_aliases(void **state)
                   "async_with_pinned_mem, got 'Async'");
     expect_reject("async_mode", "true", "async_mode");
     expect_reject("export_dtype", "bfloat16", "export_dtype: 'bfloat16' is not yet supported");
-    expect_reject("initial_load_in_hf", "true", "initial_load_in_hf: 'true' is not yet supported");
+    expect_reject("initial_load_in_hf", "maybe", "initial_load_in_hf: expected a boolean");
     expect_reject("last_save_in_hf", "1", "last_save_in_hf: '1' is not yet supported");
     expect_reject("last_save_in_hf", "perhaps", "last_save_in_hf: expected a boolean");
 }
@@ -787,8 +787,8 @@ static void test_yaml_errors(void **state)
     /* reserved torchtitan options at a non-default value */
     expect_yaml_error("checkpoint:\n  save_path: /a\n  last_save_in_hf: true\n", SHS_ECONFIG,
                       "bad.yaml:3: last_save_in_hf: 'true' is not yet supported", NULL);
-    expect_yaml_error("checkpoint:\n  initial_load_in_hf: yes\n", SHS_ECONFIG,
-                      "initial_load_in_hf: 'yes' is not yet supported", NULL);
+    expect_yaml_error("checkpoint:\n  initial_load_in_hf: perhaps\n", SHS_ECONFIG,
+                      "bad.yaml:2: initial_load_in_hf: expected a boolean", NULL);
     expect_yaml_error("checkpoint:\n  export_dtype: bfloat16\n", SHS_ECONFIG,
                       "export_dtype: 'bfloat16' is not yet supported", NULL);
     expect_yaml_error("checkpoint:\n  export_dtype: float32\n  export_dtype: float32\n",
