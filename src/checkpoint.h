@@ -31,6 +31,7 @@ typedef struct shs__save_req {
     size_t n_blobs;
     int remove_redundancy;                  /* replicas written once (several ranks) */
     struct shs__layout_cache *layout_cache; /* NULL: plan every save */
+    const struct shs__key *key;             /* encrypt every chunk (crypt.h); NULL: no */
 } shs__save_req;
 
 /* The plan of who writes which replica, kept between saves while no rank's
@@ -58,6 +59,7 @@ typedef struct shs__load_req {
     int workers;  /* parallel reader threads (>= 1) */
     int balanced; /* load_balanced: each needed chunk read
                                       by one rank, sent to the others */
+    const struct shs__key *key; /* of an encrypted checkpoint, or NULL */
 } shs__load_req;
 
 /* Load a step directory (ours, or a plain directory of safetensors files:

@@ -55,6 +55,8 @@ static const field g_fields[] = {
     FLAG(load_balanced),
     INT(load_worker_number, 1),
     FLAG(strict),
+    STR(encrypt_key_file, ""),
+    STR(encrypt_key_env, ""),
 };
 #define N_FIELDS (sizeof g_fields / sizeof g_fields[0])
 
@@ -137,6 +139,8 @@ void shs_config_init(shs_config *config)
         .load_worker_number = 1,
         .strict = 1,
         .owned_ = NULL,
+        .encrypt_key_file = "",
+        .encrypt_key_env = "",
     };
 }
 

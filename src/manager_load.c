@@ -8,6 +8,7 @@
 #include "manager_int.h"
 
 #include "comm.h"
+#include "crypt.h"
 #include "io.h"
 #include "meta.h"
 #include "opts.h"
@@ -98,6 +99,7 @@ static int load_dir(shs_manager *m, const char *dir, int source, int weights_onl
         .world_size = m->comm->size,
         .workers = c->load_worker_number,
         .balanced = c->load_balanced,
+        .key = m->key,
     };
     if (weights_only)
         req.exclude |= SHS_EXCLUDE_TRAIN_STATE | SHS_EXCLUDE_DATALOADER | SHS_EXCLUDE_LR_SCHEDULER |
@@ -175,7 +177,8 @@ static int newest_verified(shs_manager *m, const int64_t *steps, size_t n, int64
             char *dir = NULL;
             if (steps[i] >= below || (rc = shs__step_dir_find(&dir, m->save_path, steps[i])) < 0)
                 continue;
-            if (shs_checkpoint_verify(dir) == SHS_OK)
+            if (shs_checkpoint_verify_key(dir, m->key ? m->key->k : NULL, SHS_KEY_BYTES) ==
+                SHS_OK)
                 v = steps[i];
             shs__free(dir);
         }

@@ -19,6 +19,7 @@
 #include "save_local.h"
 
 #include "common_json.h"
+#include "crypt.h"
 #include "exchange.h"
 #include "hash.h"
 #include "io.h"
@@ -91,7 +92,7 @@ static int commit_dir(const char *tmp, const char *target, const char *save_path
 /* Root: merge the ranks' fragments (texts, in rank order) into the body
    of metadata.json, remapping file indices. */
 static int merge_fragments(json_t *out, const char *texts, const size_t *lens, int world,
-                           const char *save_path)
+                           const char *save_path, const char *key_id)
 {
     json_t *files = json_object_get(out, "files"), *tensors = json_object_get(out, "tensors");
     json_t *blobs = json_object_get(out, "blobs");
@@ -108,6 +109,15 @@ static int merge_fragments(json_t *out, const char *texts, const size_t *lens, i
         if (!f)
             return shs__err(SHS_ECORRUPT, "%s: metadata of rank %d is invalid: %s", save_path, r,
                             jerr.text);
+        /* one key for the whole checkpoint: the root's */
+        const char *kid = json_string_value(json_object_get(f, "key_id"));
+        if ((kid || key_id) && (!kid || !key_id || strcmp(kid, key_id) != 0)) {
+            json_decref(f);
+            return shs__err(SHS_EKEY,
+                            "%s: rank %d saves with encryption key id %s, rank 0 with %s: every "
+                            "rank must use the same key",
+                            save_path, r, kid ? kid : "(none)", key_id ? key_id : "(none)");
+        }
         json_int_t base = (json_int_t)json_array_size(files);
         size_t i;
         json_t *v;
@@ -156,7 +166,8 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
     int rc;
     char *text = NULL, *mpath = NULL, *target = NULL, *tracker = NULL;
     json_t *root = json_pack("{s:s, s:i, s:I, s:i, s:[], s:{}, s:[]}", "format",
-                             "shardsafe.checkpoint", "version", SHS__META_VERSION, "step",
+                             "shardsafe.checkpoint", "version",
+                             req->key ? SHS__META_VERSION_ENC : SHS__META_VERSION, "step",
                              (json_int_t)req->step, "world_size", world, "files", "tensors",
                              "blobs");
     *committed = 0;
@@ -167,7 +178,15 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
         rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
         goto done;
     }
-    if ((rc = merge_fragments(root, texts, lens, world, req->save_path)) < 0)
+    /* encrypted (crypt.h): the cipher and the key's id, then each chunk's
+       nonce and tag (from the fragments) */
+    if (req->key && (json_object_set_new(root, "cipher", json_string(SHS__CIPHER_NAME)) < 0 ||
+                     json_object_set_new(root, "key_id", json_string(req->key->id)) < 0)) {
+        rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+        goto done;
+    }
+    if ((rc = merge_fragments(root, texts, lens, world, req->save_path,
+                              req->key ? req->key->id : NULL)) < 0)
         goto done;
     /* version 2: common.json's checksum (of the bytes just written), and
        metadata.json sealed by its own ("metadata_xxh3", the last key) */

@@ -265,8 +265,8 @@ static void test_manager_create_version(void **state)
     c.version = SHS_CONFIG_VERSION + 1;
     assert_int_equal(shs_manager_create(&m, &c, s.st), SHS_EINVAL);
     assert_null(m);
-    TU_ASSERT_MSG_HAS("shs_manager_create: option struct version 2 is newer than this "
-                      "library (1)");
+    TU_ASSERT_MSG_HAS("shs_manager_create: option struct version 3 is newer than this "
+                      "library (2)");
     c.version = 0;
     assert_int_equal(shs_manager_create(&m, &c, s.st), SHS_EINVAL);
     assert_null(m);
