@@ -56,8 +56,8 @@ typedef struct shs__load_req {
     unsigned exclude; /* SHS_EXCLUDE_* */
     int strict;
     int rank, world_size;
-    int workers;  /* parallel reader threads (>= 1) */
-    int balanced; /* load_balanced: each needed chunk read
+    int workers;                /* parallel reader threads (>= 1) */
+    int balanced;               /* load_balanced: each needed chunk read
                                       by one rank, sent to the others */
     const struct shs__key *key; /* of an encrypted checkpoint, or NULL */
 } shs__load_req;

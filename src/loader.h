@@ -16,9 +16,9 @@
 typedef struct shs__loader {
     const char *dir;
     const shs__meta *m;
-    shs_file **fh;       /* opened lazily, one per file */
-    unsigned open_flags; /* SHS_OPEN_* for the data files */
-    pthread_mutex_t *mu; /* non-NULL: fh is shared by threads */
+    shs_file **fh;              /* opened lazily, one per file */
+    unsigned open_flags;        /* SHS_OPEN_* for the data files */
+    pthread_mutex_t *mu;        /* non-NULL: fh is shared by threads */
     const struct shs__key *key; /* decrypts an encrypted checkpoint's
                                    chunks (crypt.h); NULL: none */
 } shs__loader;
@@ -75,7 +75,7 @@ struct shs_checkpoint {
     char *path; /* what was opened, resolved (shs_checkpoint_path) */
     char *dir;  /* the folder the model's file names are in */
     shs__loader L;
-    pthread_mutex_t mu; /* guards L.fh */
+    pthread_mutex_t mu;   /* guards L.fh */
     struct shs__key *key; /* shs_ckpt_open_opts.key, copied; NULL: none */
 };
 

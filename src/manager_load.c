@@ -177,8 +177,7 @@ static int newest_verified(shs_manager *m, const int64_t *steps, size_t n, int64
             char *dir = NULL;
             if (steps[i] >= below || (rc = shs__step_dir_find(&dir, m->save_path, steps[i])) < 0)
                 continue;
-            if (shs_checkpoint_verify_key(dir, m->key ? m->key->k : NULL, SHS_KEY_BYTES) ==
-                SHS_OK)
+            if (shs_checkpoint_verify_key(dir, m->key ? m->key->k : NULL, SHS_KEY_BYTES) == SHS_OK)
                 v = steps[i];
             shs__free(dir);
         }

@@ -214,8 +214,7 @@ static int check_root(mparse *s, const char *dir, const char *path)
         BAD("%s: \"cipher\" belongs to version %d, and version %d needs it", path,
             SHS__META_VERSION_ENC, SHS__META_VERSION_ENC);
     if (ver == SHS__META_VERSION_ENC) {
-        if (s->cipher_k != V_STR || strcmp(s->cipher, SHS__CIPHER_NAME) != 0 ||
-            s->key_id_k != H_OK)
+        if (s->cipher_k != V_STR || strcmp(s->cipher, SHS__CIPHER_NAME) != 0 || s->key_id_k != H_OK)
             BAD("%s: \"cipher\" must be \"" SHS__CIPHER_NAME "\" with a \"key_id\" (16 "
                 "hex digits)",
                 path);
@@ -332,8 +331,8 @@ static int check_chunk(const shs__meta *m, shs__mtensor *t, const rchunk *q, siz
     c->has_hash = 1;
     /* an encrypted checkpoint encrypts every chunk, another none */
     if (m->encrypted ? q->enc_k != H_OK : q->enc_k != H_NONE)
-        BAD("%s: tensor '%s': chunk %zu: \"aes_gcm\" (56 hex digits: nonce and tag) is %s",
-            path, tname, k, m->encrypted ? "required in version 3" : "only valid in version 3");
+        BAD("%s: tensor '%s': chunk %zu: \"aes_gcm\" (56 hex digits: nonce and tag) is %s", path,
+            tname, k, m->encrypted ? "required in version 3" : "only valid in version 3");
     c->enc = m->encrypted;
     if (q->block.k != V_NONE || q->blocks_k != V_NONE) {
         uint64_t b = q->block.k == V_UINT ? q->block.v : 0;

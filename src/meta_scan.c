@@ -283,9 +283,9 @@ static int scan_blocks(mparse *s, shs__mchunk *c, rchunk *r)
     }
 }
 
-static const char *const k_chunk_keys[] = { "offset", "shape",      "file",        "key",
-                                            "byte_range", "xxh3", "xxh3_block", "xxh3_blocks",
-                                            "aes_gcm" };
+static const char *const k_chunk_keys[] = { "offset",     "shape",       "file",
+                                            "key",        "byte_range",  "xxh3",
+                                            "xxh3_block", "xxh3_blocks", "aes_gcm" };
 
 /* "aes_gcm" (crypt.h): nonce and tag, 56 hex digits. */
 static int scan_aes_gcm(mparse *s, shs__mchunk *c, rchunk *r)
@@ -294,9 +294,8 @@ static int scan_aes_gcm(mparse *s, shs__mchunk *c, rchunk *r)
     const char *v;
     uint8_t sk;
     int rc = scan_str(s, 5, &v, &sk);
-    r->enc_k = rc == SHS_OK && sk == V_STR && shs__crypt_parse_nt(v, c->nonce, c->tag) == 0
-                   ? H_OK
-                   : H_BAD;
+    r->enc_k = rc == SHS_OK && sk == V_STR && shs__crypt_parse_nt(v, c->nonce, c->tag) == 0 ? H_OK
+                                                                                            : H_BAD;
     s->js.arena_len = mark;
     return rc;
 }
@@ -501,10 +500,10 @@ enum {
     R_KEY_ID,
     R_N
 };
-static const char *const k_root_keys[R_N] = {
-    "format", "version", "step",  "world_size",    "common_xxh3", "model_only",
-    "files",  "tensors", "blobs", "metadata_xxh3", "cipher",      "key_id"
-};
+static const char *const k_root_keys[R_N] = { "format",        "version",     "step",
+                                              "world_size",    "common_xxh3", "model_only",
+                                              "files",         "tensors",     "blobs",
+                                              "metadata_xxh3", "cipher",      "key_id" };
 
 static int scan_model_only(mparse *s)
 {

@@ -165,11 +165,10 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
 {
     int rc;
     char *text = NULL, *mpath = NULL, *target = NULL, *tracker = NULL;
-    json_t *root = json_pack("{s:s, s:i, s:I, s:i, s:[], s:{}, s:[]}", "format",
-                             "shardsafe.checkpoint", "version",
-                             req->key ? SHS__META_VERSION_ENC : SHS__META_VERSION, "step",
-                             (json_int_t)req->step, "world_size", world, "files", "tensors",
-                             "blobs");
+    json_t *root = json_pack(
+        "{s:s, s:i, s:I, s:i, s:[], s:{}, s:[]}", "format", "shardsafe.checkpoint", "version",
+        req->key ? SHS__META_VERSION_ENC : SHS__META_VERSION, "step", (json_int_t)req->step,
+        "world_size", world, "files", "tensors", "blobs");
     *committed = 0;
     if (!root)
         return shs__err(SHS_ENOMEM, "out of memory writing metadata.json");

@@ -163,8 +163,7 @@ static int write_one_file(const shs_state *st, const shs__save_req *req, const c
         if (req->key)
             rc = write_sealed(st, req, w, (size_t)i, &to[i], buf);
         else
-            rc = shs_writer_write(w, name, tensor_src(st, req, (size_t)i),
-                                  (size_t)st->t[i].nbytes);
+            rc = shs_writer_write(w, name, tensor_src(st, req, (size_t)i), (size_t)st->t[i].nbytes);
         if (rc < 0 || (rc = shs__writer_tensor_range(w, name, &to[i].b0, &to[i].b1)) < 0)
             goto done;
     }
