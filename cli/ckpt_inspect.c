@@ -180,6 +180,7 @@ static int print_json(const char *dir, const view *v, json_t *common, int status
                put(doc, "kind", json_string("checkpoint")) ||
                put(doc, "step", json_integer(shs_checkpoint_step(ck))) ||
                put(doc, "world_size", json_integer(shs_checkpoint_world_size(ck))) ||
+               put(doc, "encrypted", json_boolean(shs_checkpoint_encrypted(ck))) ||
                put(doc, "files", json_incref(files)) || put(doc, "tensors", json_incref(ts)) ||
                put(doc, "blobs", json_incref(bl)) ||
                put(doc, "common", common ? json_incref(common) : json_null()) ||
@@ -267,6 +268,9 @@ static int print_text(const char *dir, const view *v, json_t *common)
     put_esc(dir);
     printf("\n%-12s%lld\n", "step:", (long long)shs_checkpoint_step(ck));
     printf("%-12s%d\n", "world_size:", shs_checkpoint_world_size(ck));
+    if (shs_checkpoint_encrypted(ck)) /* names and shapes stay readable */
+        printf("%-12sAES-256-GCM, key id %s (tensor data needs the key)\n",
+               "encrypted:", shs_checkpoint_key_id(ck));
     printf("%-12s%zu\n", "files:", nf);
     for (size_t i = 0; i < nf; i++) {
         printf("  ");
