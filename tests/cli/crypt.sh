@@ -130,4 +130,36 @@ expect 1 "verify --key-file of a truncated file" "$SHS_BIN" verify --key-file "$
     "$WORK/bad/iteration_00000150"
 has "$WORK/out" "$MODEL" "the truncated file is named"
 
+# ---- MPI: 2 ranks save encrypted, 3 ranks resume with load_balanced ----
+MPI_TRAINER="$SHS_BUILD_DIR/trainer_mpi"
+if [ -x "$MPI_TRAINER" ] && command -v mpirun >/dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OMPI_MCA_rmaps_base_oversubscribe=1
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-}:detect_leaks=0
+    mpi() { mpirun -np "$1" --oversubscribe -x SHS_CRYPT_TEST_KEY "$MPI_TRAINER" "${@:2}"; }
+    for mode in plain enc; do
+        extra=(--log-every 0)
+        [ "$mode" = enc ] && extra+=(--set "encrypt_key_env=SHS_CRYPT_TEST_KEY")
+        expect 0 "mpi $mode: 2 ranks save (remove_redundancy)" mpi 2 --steps 100 \
+            --save-interval 50 --save-path "$WORK/mpi-$mode" \
+            --set remove_redundancy=true "${extra[@]}"
+        expect 0 "mpi $mode: 3 ranks resume (load_balanced) and train on" mpi 3 --tp 1 \
+            --steps 150 --save-interval 50 --load-path "$WORK/mpi-$mode" \
+            --save-path "$WORK/mpi2-$mode" --set load_balanced=true "${extra[@]}"
+        sed -n 's/^final_digest=//p' "$WORK/out" >"$WORK/digest-$mode"
+    done
+    py "mpi: the encrypted run ends bitwise equal to the unencrypted one" <<EOF
+a, b = open("$WORK/digest-plain").read().strip(), open("$WORK/digest-enc").read().strip()
+assert a and a == b, (a, b)
+EOF
+    expect 0 "mpi: the 3-rank encrypted save verifies with the key" \
+        "$SHS_BIN" verify --key-file "$KEY" "$WORK/mpi2-enc"
+    has "$WORK/out" "note: encrypted" "the 3-rank save is encrypted"
+    expect 1 "mpi: 3 ranks cannot resume the encrypted save without the key" mpi 3 --tp 1 \
+        --steps 150 --log-every 0 --load-path "$WORK/mpi-enc" --save-path "$WORK/mpi3"
+    has "$WORK/err" "key required" "the ranks say the key is required"
+else
+    echo "skip: no trainer_mpi or mpirun (the MPI part)"
+fi
+
 finish
