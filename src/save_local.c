@@ -96,9 +96,14 @@ static int same_as_prev(const shs__tensor *t, const shs__mtensor *pt, const shs_
     return 0;
 }
 
+/* Encryption goes through a buffer of this size: small enough that the
+   ciphertext is still in the cache when it is hashed and written (1 MiB
+   measured ~30% faster than 4 MiB for encrypt + hash). */
+#define SEAL_PIECE ((size_t)1 << 20)
+
 /* Encrypt tensor i as one AES-256-GCM message (crypt.h), streamed
-   through `buf` (SHS__HASH_BLOCK bytes): its checksum is of the
-   ciphertext, computed on the way. */
+   through `buf` (SEAL_PIECE bytes): its checksum is of the ciphertext,
+   computed on the way. */
 static int write_sealed(const shs_state *st, const shs__save_req *req, shs_writer *w, size_t i,
                         tensor_out *o, unsigned char *buf)
 {
@@ -113,8 +118,8 @@ static int write_sealed(const shs_state *st, const shs__save_req *req, shs_write
     int rc = shs__seal_begin(&s, req->key, aad, alen, o->nonce);
     if (rc == SHS_OK && t->nbytes == 0)
         rc = shs_writer_write(w, t->name, buf, 0);
-    for (uint64_t at = 0; rc == SHS_OK && at < t->nbytes; at += SHS__HASH_BLOCK) {
-        size_t len = (size_t)(t->nbytes - at < SHS__HASH_BLOCK ? t->nbytes - at : SHS__HASH_BLOCK);
+    for (uint64_t at = 0; rc == SHS_OK && at < t->nbytes; at += SEAL_PIECE) {
+        size_t len = (size_t)(t->nbytes - at < SEAL_PIECE ? t->nbytes - at : SEAL_PIECE);
         if ((rc = shs__seal_update(s, src + at, buf, len)) == SHS_OK) {
             XXH3_64bits_update(&hs, buf, len);
             rc = shs_writer_write_part(w, t->name, at, buf, len);
@@ -137,7 +142,7 @@ static int write_one_file(const shs_state *st, const shs__save_req *req, const c
     wo.fsync = req->fsync;
     int rc;
     char *path = shs__path_join(tmp, f->name);
-    unsigned char *buf = req->key ? shs__malloc((size_t)SHS__HASH_BLOCK) : NULL;
+    unsigned char *buf = req->key ? shs__malloc(SEAL_PIECE) : NULL;
     if (!path || (req->key && !buf)) {
         shs__free(path);
         shs__free(buf);
