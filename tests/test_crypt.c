@@ -855,6 +855,48 @@ static void test_hostile_metadata(void **state)
     cstate_free(&s);
 }
 
+/* ---- every allocation of an encrypted save and load failed in turn ---- */
+
+static void test_alloc_failures(void **state)
+{
+    (void)state;
+    for (int op = 0; op < 2; op++) {
+        long failures = 0, n;
+        for (n = 1;; n++) {
+            char *sp = tu_subdir("oom");
+            tu_small s;
+            tu_small_make(&s, 9.0f, 1);
+            if (op == 1)
+                TU_OK(save_keyed(sp, s.st, 2, g_key_file, NULL, 0));
+            tu_failalloc_install();
+            tu_failalloc_arm(n);
+            int rc = op == 0 ? save_keyed(sp, s.st, 2, g_key_file, NULL, 0)
+                             : load_keyed(sp, s.st, g_key_file);
+            long count = tu_failalloc_count();
+            tu_failalloc_arm(0);
+            long live = tu_failalloc_live();
+            tu_failalloc_uninstall();
+            shs_state_free(s.st);
+            if (live != 0)
+                fail_msg("op %d: N=%ld: %ld allocations leaked", op, n, live);
+            tu_rmtree(sp);
+            free(sp);
+            if (count < n) {
+                TU_OK(rc);
+                break;
+            }
+            if (rc != SHS_OK) {
+                failures++;
+                if (rc != SHS_ENOMEM && !strstr(shs_last_error(), "out of memory"))
+                    fail_msg("op %d: N=%ld: %d %s", op, n, rc, shs_last_error());
+            }
+        }
+        print_message("encrypted %s: %ld allocations, %ld failed cleanly\n", op ? "load" : "save",
+                      n - 1, failures);
+        assert_true(failures > 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -862,7 +904,7 @@ int main(void)
         cmocka_unit_test(test_read_api),         cmocka_unit_test(test_async_env),
         cmocka_unit_test(test_two_ranks),        cmocka_unit_test(test_tampered_byte),
         cmocka_unit_test(test_swapped_chunks),   cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_hostile_metadata),
+        cmocka_unit_test(test_hostile_metadata), cmocka_unit_test(test_alloc_failures),
     };
     return TU_RUN_GROUP(tests, setup, teardown);
 }
