@@ -210,8 +210,9 @@ static int check_root(mparse *s, const char *dir, const char *path)
             SHS__META_VERSION_ENC);
     m->version = (int)ver;
     /* version 3 is version 2 encrypted (crypt.h), and only that */
-    if ((ver == SHS__META_VERSION_ENC) != (s->cipher_k != V_NONE))
-        BAD("%s: \"cipher\" belongs to version %d, and version %d needs it", path,
+    if ((ver == SHS__META_VERSION_ENC) != (s->cipher_k != V_NONE) ||
+        (ver != SHS__META_VERSION_ENC && s->key_id_k != H_NONE))
+        BAD("%s: \"cipher\" and \"key_id\" belong to version %d, and version %d needs them", path,
             SHS__META_VERSION_ENC, SHS__META_VERSION_ENC);
     if (ver == SHS__META_VERSION_ENC) {
         if (s->cipher_k != V_STR || strcmp(s->cipher, SHS__CIPHER_NAME) != 0 || s->key_id_k != H_OK)
