@@ -112,11 +112,12 @@ static int merge_fragments(json_t *out, const char *texts, const size_t *lens, i
         /* one key for the whole checkpoint: the root's */
         const char *kid = json_string_value(json_object_get(f, "key_id"));
         if ((kid || key_id) && (!kid || !key_id || strcmp(kid, key_id) != 0)) {
-            json_decref(f);
-            return shs__err(SHS_EKEY,
-                            "%s: rank %d saves with encryption key id %s, rank 0 with %s: every "
-                            "rank must use the same key",
-                            save_path, r, kid ? kid : "(none)", key_id ? key_id : "(none)");
+            rc = shs__err(SHS_EKEY,
+                          "%s: rank %d saves with encryption key id %s, rank 0 with %s: every "
+                          "rank must use the same key",
+                          save_path, r, kid ? kid : "(none)", key_id ? key_id : "(none)");
+            json_decref(f); /* after the message: kid is f's */
+            return rc;
         }
         json_int_t base = (json_int_t)json_array_size(files);
         size_t i;
