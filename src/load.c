@@ -23,6 +23,19 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* A data file of an encrypted save read without its metadata.json (which
+   holds the nonces and tags): refused, never read as data. */
+static int plain_encrypted(const shs__loader *L, uint32_t fi)
+{
+    const char *cipher = shs_file_metadata_get(L->fh[fi], "shardsafe_cipher");
+    if (!L->m->plain || !cipher)
+        return SHS_OK;
+    return shs__err(SHS_EKEY,
+                    "%s/%s: encrypted (%s) and without the metadata.json of its checkpoint: it "
+                    "cannot be decrypted",
+                    L->dir, L->m->f[fi].name, cipher);
+}
+
 int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out)
 {
     int rc = SHS_OK;
@@ -41,15 +54,8 @@ int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out)
                           L->m->f[fi].name, L->m->plain ? "the index" : "metadata.json");
         /* the header names and places every chunk: it is checked before
            any of them is used */
-        /* a data file of an encrypted save, read without its
-           metadata.json (which holds the nonces and tags): never as data */
-        if (rc == SHS_OK && L->m->plain && shs_file_metadata_get(L->fh[fi], "shardsafe_cipher"))
-            rc = shs__err(SHS_EKEY,
-                          "%s/%s: encrypted (%s) and without the metadata.json of its "
-                          "checkpoint: it cannot be decrypted",
-                          L->dir, L->m->f[fi].name,
-                          shs_file_metadata_get(L->fh[fi], "shardsafe_cipher"));
-        if (rc == SHS_OK && (rc = shs__meta_check_file(L->m, L->dir, fi, L->fh[fi])) < 0) {
+        if (rc == SHS_OK && ((rc = plain_encrypted(L, fi)) < 0 ||
+                             (rc = shs__meta_check_file(L->m, L->dir, fi, L->fh[fi])) < 0)) {
             shs_file_close(L->fh[fi]);
             L->fh[fi] = NULL;
         }

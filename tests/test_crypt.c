@@ -351,8 +351,11 @@ static void test_read_api(void **state)
     char *one = tu_path_dup(tu_step_dir(sp, 2), "checkpoint-model-0000000-0000001.safetensors");
     TU_OK(shs_checkpoint_open(&ck, one));
     TU_OK(shs_checkpoint_find(&ti, ck, "a"));
-    assert_int_equal(shs_checkpoint_read(ck, ti, NULL, NULL, SHS_F32, s.a, sizeof s.a), SHS_EKEY);
-    TU_ASSERT_MSG_HAS("without the metadata.json");
+    for (int again = 0; again < 2; again++) { /* the refusal is not cached away */
+        assert_int_equal(shs_checkpoint_read(ck, ti, NULL, NULL, SHS_F32, s.a, sizeof s.a),
+                         SHS_EKEY);
+        TU_ASSERT_MSG_HAS("without the metadata.json");
+    }
     shs_checkpoint_close(ck);
     free(one);
     cstate_free(&s);
