@@ -571,6 +571,13 @@ static void test_two_ranks(void **state)
         assert_int_equal(r[1].rc, SHS_EKEY);
         if (!strstr(r[0].msg, "same key"))
             fail_msg("rank 0: %s", r[0].msg);
+        /* rank 1 cannot read its key: the create fails on both ranks */
+        char *missing = tu_path_dup(sp, "no-such-key");
+        run_ranks(r, g_key_file, missing, async);
+        free(missing);
+        assert_int_equal(r[1].rc, SHS_EKEY);
+        if (r[0].rc >= 0 || !strstr(r[0].msg, "rank 1") || !strstr(r[0].msg, "no-such-key"))
+            fail_msg("rank 0: %d %s", r[0].rc, r[0].msg);
         tu_rmtree(sp);
         free(sp);
     }
