@@ -32,6 +32,9 @@ typedef struct shs__save_req {
     int remove_redundancy;                  /* replicas written once (several ranks) */
     struct shs__layout_cache *layout_cache; /* NULL: plan every save */
     const struct shs__key *key;             /* encrypt every chunk (crypt.h); NULL: no */
+    const char *save_id;                    /* with key: this save's random id (16
+                                               hex digits, bound into every chunk's
+                                               AAD); set by shs__ckpt_save */
 } shs__save_req;
 
 /* The plan of who writes which replica, kept between saves while no rank's

@@ -129,15 +129,18 @@ static unsigned char *put64(unsigned char *p, uint64_t v)
     return p;
 }
 
-size_t shs__crypt_aad(unsigned char *out, const char *name, shs_dtype dtype, size_t ndim,
-                      const uint64_t *gshape, const uint64_t *off, const uint64_t *shape,
-                      int64_t step)
+size_t shs__crypt_aad(unsigned char *out, const char *save_id, const char *name, shs_dtype dtype,
+                      size_t ndim, const uint64_t *gshape, const uint64_t *off,
+                      const uint64_t *shape, int64_t step)
 {
     unsigned char *p = out;
     unsigned int mdlen = 0;
-    memset(p, 0, 32);
+    memset(p, 0, 48);
     memcpy(p, k_aad_label, sizeof k_aad_label);
     p += 32;
+    if (save_id)
+        memcpy(p, save_id, strnlen(save_id, 16));
+    p += 16;
     p = put64(p, (uint64_t)step);
     p = put64(p, ((uint64_t)dtype << 32) | ndim);
     /* a digest keeps the AAD bounded whatever the name's length; a
@@ -152,6 +155,16 @@ size_t shs__crypt_aad(unsigned char *out, const char *name, shs_dtype dtype, siz
     for (size_t d = 0; d < ndim; d++)
         p = put64(p, shape[d]);
     return (size_t)(p - out);
+}
+
+int shs__crypt_save_id(char out[17])
+{
+    unsigned char r[8];
+    if (RAND_bytes(r, sizeof r) != 1)
+        return shs__err(SHS_EIO, "libcrypto: no random bytes for a save id");
+    for (int i = 0; i < 8; i++)
+        snprintf(out + 2 * i, 3, "%02x", r[i]);
+    return SHS_OK;
 }
 
 /* ---- sealing (save) ---- */
@@ -247,8 +260,8 @@ int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *d
         return SHS_OK;
     if ((rc = shs__crypt_check_key(m, key, dir)) < 0)
         return rc;
-    size_t alen = shs__crypt_aad(aad, t->name, t->dtype, t->ndim, t->gshape, c->off, c->shape,
-                                 m->step);
+    size_t alen = shs__crypt_aad(aad, m->save_id, t->name, t->dtype, t->ndim, t->gshape, c->off,
+                                 c->shape, m->step);
     memcpy(tag, c->tag, sizeof tag);
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
     if (!ctx)

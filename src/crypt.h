@@ -11,8 +11,9 @@
  * Each chunk is one GCM message: a fresh random 96-bit nonce, a 128-bit
  * tag, and additional authenticated data (AAD) that binds the ciphertext
  * to its place -- tensor name, dtype, global shape, the chunk's offset
- * and shape, and the step -- so a chunk moved to another tensor, offset
- * or step fails to authenticate.  The xxh3 checksums of an encrypted
+ * and shape, the step, and a random id of the save -- so a chunk moved to
+ * another tensor, offset, step or save (another run's, or an earlier save
+ * of the same step) fails to authenticate.  The xxh3 checksums of an encrypted
  * chunk are of its ciphertext: they leak nothing about the weights, and a
  * checkpoint can be checked for damage without the key.
  */
@@ -45,12 +46,16 @@ void shs__key_wipe(shs__key *k);
 int shs__key_load(shs__key *out, const char *file, const char *env);
 
 /* The AAD of a chunk (at most SHS__AAD_MAX bytes; the length is
-   returned): a label, the step, dtype, ndim, SHA-256 of the tensor name,
-   global shape, offset and shape of the chunk. */
-#define SHS__AAD_MAX (32 + 16 + 32 + 3 * 8 * SHS_MAX_DIMS)
-size_t shs__crypt_aad(unsigned char *out, const char *name, shs_dtype dtype, size_t ndim,
-                      const uint64_t *gshape, const uint64_t *off, const uint64_t *shape,
-                      int64_t step);
+   returned): a label, the save's id (16 hex digits, random per save), the
+   step, dtype, ndim, SHA-256 of the tensor name, global shape, offset and
+   shape of the chunk. */
+#define SHS__AAD_MAX (32 + 16 + 16 + 32 + 3 * 8 * SHS_MAX_DIMS)
+size_t shs__crypt_aad(unsigned char *out, const char *save_id, const char *name, shs_dtype dtype,
+                      size_t ndim, const uint64_t *gshape, const uint64_t *off,
+                      const uint64_t *shape, int64_t step);
+
+/* A random save id: 16 lowercase hex digits from RAND_bytes. */
+int shs__crypt_save_id(char out[17]);
 
 /* Streaming encryption of one chunk. */
 typedef struct shs__sealer shs__sealer;

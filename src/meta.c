@@ -211,16 +211,19 @@ static int check_root(mparse *s, const char *dir, const char *path)
     m->version = (int)ver;
     /* version 3 is version 2 encrypted (crypt.h), and only that */
     if ((ver == SHS__META_VERSION_ENC) != (s->cipher_k != V_NONE) ||
-        (ver != SHS__META_VERSION_ENC && s->key_id_k != H_NONE))
-        BAD("%s: \"cipher\" and \"key_id\" belong to version %d, and version %d needs them", path,
-            SHS__META_VERSION_ENC, SHS__META_VERSION_ENC);
+        (ver != SHS__META_VERSION_ENC && (s->key_id_k != H_NONE || s->save_id_k != H_NONE)))
+        BAD("%s: \"cipher\", \"key_id\" and \"save_id\" belong to version %d, and version %d "
+            "needs them",
+            path, SHS__META_VERSION_ENC, SHS__META_VERSION_ENC);
     if (ver == SHS__META_VERSION_ENC) {
-        if (s->cipher_k != V_STR || strcmp(s->cipher, SHS__CIPHER_NAME) != 0 || s->key_id_k != H_OK)
-            BAD("%s: \"cipher\" must be \"" SHS__CIPHER_NAME "\" with a \"key_id\" (16 "
-                "hex digits)",
+        if (s->cipher_k != V_STR || strcmp(s->cipher, SHS__CIPHER_NAME) != 0 ||
+            s->key_id_k != H_OK || s->save_id_k != H_OK)
+            BAD("%s: \"cipher\" must be \"" SHS__CIPHER_NAME "\" with a \"key_id\" and a "
+                "\"save_id\" (16 hex digits each)",
                 path);
         m->encrypted = 1;
         shs__hex64(m->key_id, s->key_id);
+        shs__hex64(m->save_id, s->save_id);
     }
     if (ver >= 2) {
         if (s->common_k != H_OK)

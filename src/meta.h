@@ -83,6 +83,7 @@ typedef struct shs__meta {
     int encrypted;  /* version 3: "cipher" AES-256-GCM, every chunk
                                  encrypted under the key "key_id" names */
     char key_id[17];
+    char save_id[17]; /* version 3: "save_id", bound into every chunk's AAD */
     shs__mfile *f;
     size_t nf;
     shs__mtensor *t;

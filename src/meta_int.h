@@ -81,8 +81,8 @@ typedef struct mparse {
     jnum version, step, world_size;
     uint8_t format_k, seal_k, common_k, model_only_k, files_k, tensors_k, blobs_k;
     const char *cipher; /* in the arena ("cipher", version 3) */
-    uint8_t cipher_k, key_id_k;
-    uint64_t key_id;
+    uint8_t cipher_k, key_id_k, save_id_k;
+    uint64_t key_id, save_id;
     rfile *rf;
     rtensor *rt;
     rblob *rb;

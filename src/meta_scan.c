@@ -498,12 +498,13 @@ enum {
     R_SEAL,
     R_CIPHER,
     R_KEY_ID,
+    R_SAVE_ID,
     R_N
 };
-static const char *const k_root_keys[R_N] = { "format",        "version",     "step",
-                                              "world_size",    "common_xxh3", "model_only",
-                                              "files",         "tensors",     "blobs",
-                                              "metadata_xxh3", "cipher",      "key_id" };
+static const char *const k_root_keys[R_N] = {
+    "format",  "version", "step",          "world_size", "common_xxh3", "model_only", "files",
+    "tensors", "blobs",   "metadata_xxh3", "cipher",     "key_id",      "save_id"
+};
 
 static int scan_model_only(mparse *s)
 {
@@ -559,6 +560,7 @@ int shs__meta_scan(mparse *s)
         case R_SEAL: rc = scan_str(s, 1, &s->seal, &s->seal_k); break;
         case R_CIPHER: rc = scan_str(s, 1, &s->cipher, &s->cipher_k); break;
         case R_KEY_ID: rc = scan_hex(s, 1, &s->key_id, &s->key_id_k); break;
+        case R_SAVE_ID: rc = scan_hex(s, 1, &s->save_id, &s->save_id_k); break;
         default: rc = shs__json_skip_value(js, 1);
         }
         if (rc < 0 || (rc = shs__json_next_member(js, '}')) < 0)

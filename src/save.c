@@ -181,7 +181,8 @@ static int root_commit(const shs__save_req *req, const char *tmp, const char *te
     /* encrypted (crypt.h): the cipher and the key's id, then each chunk's
        nonce and tag (from the fragments) */
     if (req->key && (json_object_set_new(root, "cipher", json_string(SHS__CIPHER_NAME)) < 0 ||
-                     json_object_set_new(root, "key_id", json_string(req->key->id)) < 0)) {
+                     json_object_set_new(root, "key_id", json_string(req->key->id)) < 0 ||
+                     json_object_set_new(root, "save_id", json_string(req->save_id)) < 0)) {
         rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
         goto done;
     }
@@ -265,11 +266,16 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
                         "999999999999999999 (the step directory name holds 18 digits)",
                         (long long)req->step);
     /* the root creates the temporary directory and names it for all */
-    if (me == root)
+    /* encrypted: the suffix is also the save's id in every chunk's AAD
+       (crypt.h), so it comes from the cryptographic generator */
+    if (me == root && (!req->key || shs__crypt_save_id(suffix) < 0))
         shs__random_suffix(suffix);
     if ((rc = shs__comm_bcast(comm, suffix, sizeof suffix, root)) < 0)
         return rc;
     suffix[16] = '\0';
+    shs__save_req rq = *req;
+    rq.save_id = suffix;
+    req = &rq;
     shs__step_dir_name(dname, sizeof dname, req->step);
     snprintf(name, sizeof name, SHS__TMP_PREFIX "%s-%s", dname, suffix);
     if (!(tmp = shs__path_join(req->save_path, name)))

@@ -110,8 +110,8 @@ static int write_sealed(const shs_state *st, const shs__save_req *req, shs_write
     const shs__tensor *t = &st->t[i];
     const char *src = tensor_src(st, req, i);
     unsigned char aad[SHS__AAD_MAX];
-    size_t alen = shs__crypt_aad(aad, t->name, t->dtype, t->ndim, t->gshape, t->goff, t->shape,
-                                 req->step);
+    size_t alen = shs__crypt_aad(aad, req->save_id, t->name, t->dtype, t->ndim, t->gshape, t->goff,
+                                 t->shape, req->step);
     shs__sealer *s = NULL;
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);

@@ -782,6 +782,67 @@ static void test_swapped_chunks(void **state)
     free(sp);
 }
 
+typedef struct splice_ctx {
+    char xxh3[17], aes_gcm[57];
+} splice_ctx;
+
+static void splice_a(json_t *root, void *arg)
+{
+    splice_ctx *x = arg;
+    json_t *c = chunk_of(root, "a");
+    json_object_set_new(c, "xxh3", json_string(x->xxh3));
+    json_object_set_new(c, "aes_gcm", json_string(x->aes_gcm));
+}
+
+/* A chunk of an earlier save of the same step (same key, same place),
+   spliced into a re-save with its checksum, nonce and tag: the save id in
+   the AAD refuses it (a rollback of one tensor, or a chunk of another run
+   that saved the same step under the same key). */
+static void test_spliced_from_other_save(void **state)
+{
+    (void)state;
+    char *sp = tu_subdir("splice");
+    cstate s;
+    cstate_make(&s, 1.0f);
+    TU_OK(save_keyed(sp, s.st, 1, g_key_file, NULL, 0));
+    char *dir = strdup(tu_step_dir(sp, 1));
+    size_t a0, a1, b0, b1, len, len2;
+    chunk_range(dir, "a", &a0, &a1);
+    char *old = tu_read_file(tu_path(dir, MODEL_FILE), &len);
+    assert_non_null(old);
+    json_error_t je;
+    json_t *root = json_load_file(tu_path(dir, "metadata.json"), 0, &je);
+    assert_non_null(root);
+    splice_ctx x;
+    snprintf(x.xxh3, sizeof x.xxh3, "%s",
+             json_string_value(json_object_get(chunk_of(root, "a"), "xxh3")));
+    snprintf(x.aes_gcm, sizeof x.aes_gcm, "%s",
+             json_string_value(json_object_get(chunk_of(root, "a"), "aes_gcm")));
+    json_decref(root);
+    cstate s2;
+    cstate_make(&s2, 2.0f);
+    TU_OK(save_keyed(sp, s2.st, 1, g_key_file, NULL, 0)); /* the same step again */
+    chunk_range(dir, "a", &b0, &b1);
+    assert_int_equal(a0, b0);
+    assert_int_equal(a1, b1);
+    char *cur = tu_read_file(tu_path(dir, MODEL_FILE), &len2);
+    assert_non_null(cur);
+    memcpy(cur + a0, old + a0, a1 - a0);
+    assert_int_equal(tu_write_file(tu_path(dir, MODEL_FILE), cur, len2), 0);
+    edit_meta(dir, splice_a, &x);
+    int rc = load_keyed(sp, s.st, g_key_file);
+    if (rc != SHS_ECHECKSUM || !strstr(shs_last_error(), "does not authenticate") ||
+        !strstr(shs_last_error(), "tensor 'a'"))
+        fail_msg("%d %s", rc, shs_last_error());
+    free(old);
+    free(cur);
+    free(dir);
+    cstate_free(&s);
+    cstate_free(&s2);
+    tu_rmtree(sp);
+    free(sp);
+}
+
 static void test_truncated(void **state)
 {
     (void)state;
@@ -844,12 +905,12 @@ static void test_hostile_metadata(void **state)
         const char *needle;
         int plain; /* an unencrypted save edited */
     } cases[] = {
-        { other_key_id, SHS_ECORRUPT, "\"key_id\" belong to version 3", 1 },
+        { other_key_id, SHS_ECORRUPT, "\"save_id\" belong to version 3", 1 },
         { bad_nonce, SHS_ECORRUPT, "\"aes_gcm\" (56 hex digits: nonce and tag) is only valid", 1 },
-        { drop_cipher, SHS_ECORRUPT, "\"key_id\" belong to version 3", 0 },
+        { drop_cipher, SHS_ECORRUPT, "\"save_id\" belong to version 3", 0 },
         { drop_nonce, SHS_ECORRUPT, "\"aes_gcm\" (56 hex digits: nonce and tag) is required", 0 },
         { bad_nonce, SHS_ECORRUPT, "tensor 'b': chunk 0: \"aes_gcm\"", 0 },
-        { as_version2, SHS_ECORRUPT, "\"key_id\" belong to version 3", 0 },
+        { as_version2, SHS_ECORRUPT, "\"save_id\" belong to version 3", 0 },
         { other_key_id, SHS_EKEY, "wrong key", 0 },
     };
     cstate s;
@@ -913,11 +974,12 @@ static void test_alloc_failures(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_key_sources),      cmocka_unit_test(test_roundtrip),
-        cmocka_unit_test(test_read_api),         cmocka_unit_test(test_async_env),
-        cmocka_unit_test(test_two_ranks),        cmocka_unit_test(test_tampered_byte),
-        cmocka_unit_test(test_swapped_chunks),   cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_hostile_metadata), cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_key_sources),    cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_read_api),       cmocka_unit_test(test_async_env),
+        cmocka_unit_test(test_two_ranks),      cmocka_unit_test(test_tampered_byte),
+        cmocka_unit_test(test_swapped_chunks), cmocka_unit_test(test_spliced_from_other_save),
+        cmocka_unit_test(test_truncated),      cmocka_unit_test(test_hostile_metadata),
+        cmocka_unit_test(test_alloc_failures),
     };
     return TU_RUN_GROUP(tests, setup, teardown);
 }
