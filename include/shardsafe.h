@@ -1064,9 +1064,10 @@ SHS_API int shs_savepath_lock_holder(shs_lock_holder *out, const char *save_path
  * Optional AES-256-GCM (OpenSSL libcrypto) of every tensor chunk a save
  * writes (docs/encryption.md).  Each chunk is one GCM message with a
  * fresh random 96-bit nonce; its additional authenticated data binds it
- * to its tensor name, dtype, global shape, offset, shape and step, so a
- * changed byte, a chunk moved to another place or step, or a wrong key
- * fails with a clear error instead of loading garbage.  What stays
+ * to its tensor name, dtype, global shape, offset, shape, step and save
+ * (a random id per save), so a changed byte, a chunk moved to another
+ * place, step or save, or a wrong key fails with a clear error instead of
+ * loading garbage.  What stays
  * readable without the key: file names, the safetensors headers (tensor
  * names, dtypes, shapes), metadata.json (which records the cipher, the
  * key id and each chunk's nonce and tag), common.json, and the

@@ -280,6 +280,17 @@ static void test_roundtrip(void **state)
     assert_int_equal(shs_checkpoint_verify_key(dir, other, 32), SHS_EKEY);
     TU_ASSERT_MSG_HAS("wrong key");
     assert_int_equal(shs_checkpoint_verify_key(dir, k_key, 16), SHS_EKEY);
+
+    /* an unencrypted checkpoint loads with a key configured (pretrained
+       weights, saves from before encryption was turned on) */
+    char *plain = tu_subdir("rt-plain");
+    TU_OK(save_keyed(plain, s.st, 5, NULL, NULL, 0));
+    cstate_zero(&s);
+    TU_OK(load_keyed(plain, s.st, g_key_file));
+    cstate_assert(&s, 3.0f);
+    TU_OK(shs_checkpoint_verify_key(tu_step_dir(plain, 5), k_key, 32));
+    tu_rmtree(plain);
+    free(plain);
     cstate_free(&s);
     tu_rmtree(sp);
     free(sp);
