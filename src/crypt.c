@@ -12,6 +12,7 @@
 #include <openssl/rand.h>
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,6 +213,104 @@ int shs__seal_update(shs__sealer *s, const void *in, void *out, size_t n)
         n -= (size_t)piece;
     }
     return SHS_OK;
+}
+
+/* The two sides of shs__seal_stream: the helper encrypts piece k into
+   ring slot k % SHS__SEAL_RING once the caller has consumed piece
+   k - SHS__SEAL_RING; the caller consumes pieces as they are made. */
+typedef struct seal_pipe {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    shs__sealer *s;
+    const unsigned char *src;
+    uint64_t n, pieces;
+    unsigned char *ring;
+    uint64_t made, used; /* pieces encrypted / consumed */
+    int stop;            /* the caller failed: the helper stops */
+    int rc;              /* the helper's status */
+    char msg[512];       /* its message (messages are per thread) */
+} seal_pipe;
+
+static size_t piece_len(const seal_pipe *p, uint64_t k)
+{
+    uint64_t at = k * SHS__SEAL_PIECE;
+    return (size_t)(p->n - at < SHS__SEAL_PIECE ? p->n - at : SHS__SEAL_PIECE);
+}
+
+static void *seal_helper(void *arg)
+{
+    seal_pipe *p = arg;
+    for (uint64_t k = 0; k < p->pieces; k++) {
+        pthread_mutex_lock(&p->mu);
+        while (!p->stop && k - p->used >= SHS__SEAL_RING)
+            pthread_cond_wait(&p->cv, &p->mu);
+        int stop = p->stop;
+        pthread_mutex_unlock(&p->mu);
+        if (stop)
+            break;
+        int rc = shs__seal_update(p->s, p->src + k * SHS__SEAL_PIECE,
+                                  p->ring + (k % SHS__SEAL_RING) * SHS__SEAL_PIECE,
+                                  piece_len(p, k));
+        pthread_mutex_lock(&p->mu);
+        if (rc < 0) {
+            p->rc = rc;
+            snprintf(p->msg, sizeof p->msg, "%s", shs_last_error());
+        } else {
+            p->made = k + 1;
+        }
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        if (rc < 0)
+            break;
+    }
+    return NULL;
+}
+
+int shs__seal_stream(shs__sealer *s, const void *src, uint64_t n, unsigned char *ring,
+                     shs__seal_sink sink, void *ctx)
+{
+    seal_pipe p = { .s = s, .src = src, .n = n, .ring = ring, .rc = SHS_OK };
+    p.pieces = (n + SHS__SEAL_PIECE - 1) / SHS__SEAL_PIECE;
+    pthread_t th;
+    int rc = SHS_OK, threaded = 0;
+    if (p.pieces > 1) {
+        pthread_mutex_init(&p.mu, NULL);
+        pthread_cond_init(&p.cv, NULL);
+        threaded = pthread_create(&th, NULL, seal_helper, &p) == 0;
+        if (!threaded) {
+            pthread_mutex_destroy(&p.mu);
+            pthread_cond_destroy(&p.cv);
+        }
+    }
+    for (uint64_t k = 0; k < p.pieces && rc == SHS_OK; k++) {
+        unsigned char *slot = ring + (threaded ? (k % SHS__SEAL_RING) * SHS__SEAL_PIECE : 0);
+        size_t len = piece_len(&p, k);
+        if (!threaded) {
+            if ((rc = shs__seal_update(s, p.src + k * SHS__SEAL_PIECE, slot, len)) < 0)
+                break;
+            rc = sink(ctx, k * SHS__SEAL_PIECE, slot, len);
+            continue;
+        }
+        pthread_mutex_lock(&p.mu);
+        while (p.made <= k && p.rc == SHS_OK)
+            pthread_cond_wait(&p.cv, &p.mu);
+        int made = p.made > k;
+        pthread_mutex_unlock(&p.mu);
+        rc = made ? sink(ctx, k * SHS__SEAL_PIECE, slot, len) : shs__err(p.rc, "%s", p.msg);
+        pthread_mutex_lock(&p.mu);
+        if (rc < 0)
+            p.stop = 1;
+        else
+            p.used = k + 1;
+        pthread_cond_broadcast(&p.cv);
+        pthread_mutex_unlock(&p.mu);
+    }
+    if (threaded) {
+        pthread_join(th, NULL);
+        pthread_mutex_destroy(&p.mu);
+        pthread_cond_destroy(&p.cv);
+    }
+    return rc;
 }
 
 int shs__seal_end(shs__sealer *s, unsigned char tag[SHS__TAG_BYTES])

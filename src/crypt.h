@@ -64,6 +64,18 @@ int shs__seal_begin(shs__sealer **out, const shs__key *key, const unsigned char 
                     unsigned char nonce[SHS__NONCE_BYTES]);
 /* Encrypt n bytes of in into out (may be the same buffer). */
 int shs__seal_update(shs__sealer *s, const void *in, void *out, size_t n);
+/* Encrypt the n bytes at src through s in pieces of SHS__SEAL_PIECE
+   bytes, handing each piece of ciphertext in order to sink(ctx, offset,
+   bytes, len) on the calling thread, while a helper thread encrypts the
+   pieces ahead into `ring` (SHS__SEAL_RING pieces, the caller's): GCM
+   runs next to the checksum and the write.  Stops at the first error of
+   either side (a sink's status is returned as is).  Without a thread
+   (one piece, or pthread_create failing) it works alone. */
+#define SHS__SEAL_PIECE ((size_t)1 << 20)
+#define SHS__SEAL_RING 4
+typedef int (*shs__seal_sink)(void *ctx, uint64_t at, const void *data, size_t len);
+int shs__seal_stream(shs__sealer *s, const void *src, uint64_t n, unsigned char *ring,
+                     shs__seal_sink sink, void *ctx);
 /* Finish the chunk: its tag. */
 int shs__seal_end(shs__sealer *s, unsigned char tag[SHS__TAG_BYTES]);
 void shs__seal_free(shs__sealer *s);

@@ -11,8 +11,10 @@
 
 #include "crypt.h"
 #include "hash.h"
+#include "io.h"
 #include "meta.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -284,6 +286,8 @@ static void test_roundtrip(void **state)
     /* an unencrypted checkpoint loads with a key configured (pretrained
        weights, saves from before encryption was turned on) */
     char *plain = tu_subdir("rt-plain");
+    cstate_free(&s);
+    cstate_make(&s, 3.0f);
     TU_OK(save_keyed(plain, s.st, 5, NULL, NULL, 0));
     cstate_zero(&s);
     TU_OK(load_keyed(plain, s.st, g_key_file));
@@ -940,6 +944,56 @@ static void test_hostile_metadata(void **state)
     cstate_free(&s);
 }
 
+/* ---- a write failing at every point of an encrypted save ---- */
+
+static long g_pwrite_left; /* writes until the failure; < 0: never */
+
+static ssize_t failing_pwrite(int fd, const void *b, size_t n, off_t o)
+{
+    if (g_pwrite_left >= 0 && g_pwrite_left-- == 0) {
+        errno = ENOSPC;
+        return -1;
+    }
+    return shs__io_posix.pwrite(fd, b, n, o);
+}
+
+static void test_write_failures(void **state)
+{
+    (void)state;
+    cstate s;
+    cstate_make(&s, 6.0f);
+    long n, failed = 0;
+    /* the big tensor's pieces are encrypted by a helper thread while this
+       one writes: a failed write must stop it, and nothing is committed */
+    for (n = 0;; n++) {
+        char *sp = tu_subdir("wfail");
+        shs__io_ops ops = shs__io_posix;
+        ops.pwrite = failing_pwrite;
+        g_pwrite_left = n;
+        shs__io_set(&ops);
+        int rc = save_keyed(sp, s.st, 2, g_key_file, NULL, 0);
+        int hit = g_pwrite_left < 0;
+        g_pwrite_left = -1;
+        shs__io_set(NULL);
+        if (!hit) {
+            TU_OK(rc);
+            tu_rmtree(sp);
+            free(sp);
+            break;
+        }
+        if (rc != SHS_ENOSPC)
+            fail_msg("N=%ld: %d %s", n, rc, shs_last_error());
+        failed++;
+        assert_int_equal(tu_tracker_step(sp), -1);
+        assert_int_equal(tu_count_leftovers(sp), 0);
+        tu_rmtree(sp);
+        free(sp);
+    }
+    print_message("encrypted save: %ld write failures, each ENOSPC, nothing committed\n", failed);
+    assert_true(failed > 5);
+    cstate_free(&s);
+}
+
 /* ---- every allocation of an encrypted save and load failed in turn ---- */
 
 static void test_alloc_failures(void **state)
@@ -990,7 +1044,7 @@ int main(void)
         cmocka_unit_test(test_two_ranks),      cmocka_unit_test(test_tampered_byte),
         cmocka_unit_test(test_swapped_chunks), cmocka_unit_test(test_spliced_from_other_save),
         cmocka_unit_test(test_truncated),      cmocka_unit_test(test_hostile_metadata),
-        cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_alloc_failures), cmocka_unit_test(test_write_failures),
     };
     return TU_RUN_GROUP(tests, setup, teardown);
 }
