@@ -411,6 +411,9 @@ def render(raw, command):
         meta(g, w, res)
     if any(k[0] == "powerloss" for k in res):
         powerloss(g, w, res)
+    # ---- 10. encryption at rest ----
+    if any(k[0] == "ckpt_encrypt" for k in res):
+        encryption(g, w)
     w("<details><summary>Raw output of this run</summary>")
     w("")
     w("```")
@@ -769,6 +772,33 @@ def powerloss(g, w, res):
     for _, v in lines:
         w(v)
     w("```")
+    w("")
+
+
+def encryption(g, w):
+    """Section 10: bench_ckpt encrypt (docs/encryption.md)."""
+    E = lambda k: g("ckpt_encrypt", k)
+    w("## 10. Encryption at rest")
+    w("")
+    w(f"`bench_ckpt encrypt DIR`: the {fr((E('state_bytes') or 0) / 2**30)} GiB state of "
+      "section 3 saved by `shs_manager_save` (sync) without and with `encrypt_key_file` "
+      "(AES-256-GCM per chunk, libcrypto), interleaved, best of 3 each; then loaded back "
+      "(warm cache) by `shs_manager_load`, checked equal. \"CPU ratio\" divides the best "
+      "process CPU times (user + system) instead: the steadier number on a shared machine.")
+    w("")
+    w("| | what | encrypted | unencrypted (same run) | ratio | CPU ratio | target | status |")
+    w("|---|---|---|---|---|---|---|---|")
+    r = E("enc_save_ratio")
+    w(f"| a | save, fsync=1 (the default) | {gbs(E('enc_save'))} | {gbs(E('plain_save'))} | "
+      f"{fr(r)} (medians: {fr(E('enc_save_median_ratio'))}) | {fr(E('enc_save_cpu_ratio'))} "
+      f"| ≥ 0.80 | {status(r, 0.8)} |")
+    w(f"| b | save, fsync=0 (page cache: the CPU cost shows most) | "
+      f"{gbs(E('enc_save_nofsync'))} | {gbs(E('plain_save_nofsync'))} | "
+      f"{fr(E('enc_save_nofsync_ratio'))} | {fr(E('enc_save_nofsync_cpu_ratio'))} | — | |")
+    w(f"| c | load, warm cache | {gbs(E('enc_load'))} | {gbs(E('plain_load'))} | "
+      f"{fr(E('enc_load_ratio'))} | | — | |")
+    w(f"| | peak RSS of the process (two managers, state + 1 MiB per file written) | "
+      f"{fr(E('peak_rss'))} MiB | | | | | |")
     w("")
 
 

@@ -100,6 +100,8 @@ log "bench_ckpt incremental (90% frozen, 5 saves)"
 step "$BUILD/bench_ckpt" incremental "$WORK"
 log "bench_ckpt resume (shs_manager_load vs memcpy)"
 step "$BUILD/bench_ckpt" resume "$WORK"
+log "bench_ckpt encrypt (encrypted vs unencrypted save and load)"
+step "$BUILD/bench_ckpt" encrypt "$WORK"
 
 # Section 7: the public read API against the manager's load; then
 # `shardsafe diff` of the two checkpoints bench_read leaves (4-rank and

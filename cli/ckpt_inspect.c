@@ -183,6 +183,7 @@ static int print_json(const char *dir, const view *v, json_t *common, int status
                put(doc, "format", json_string(shs_ckpt_format_name(shs_checkpoint_format(ck)))) ||
                put(doc, "checksums",
                    json_boolean(shs_checkpoint_format(ck) == SHS_CKPT_FORMAT_SHARDSAFE)) ||
+               put(doc, "encrypted", json_boolean(shs_checkpoint_encrypted(ck))) ||
                put(doc, "files", json_incref(files)) || put(doc, "tensors", json_incref(ts)) ||
                put(doc, "blobs", json_incref(bl)) ||
                put(doc, "common", common ? json_incref(common) : json_null()) ||
@@ -272,6 +273,9 @@ static int print_text(const char *dir, const view *v, json_t *common)
     printf("%-12s%d\n", "world_size:", shs_checkpoint_world_size(ck));
     if (shs_checkpoint_format(ck) == SHS_CKPT_FORMAT_MINDSPORE)
         printf("%-12s%s\n", "format:", "mindspore (Checkpoint 2.0; no checksums)");
+    if (shs_checkpoint_encrypted(ck)) /* names and shapes stay readable */
+        printf("%-12sAES-256-GCM, key id %s (tensor data needs the key)\n",
+               "encrypted:", shs_checkpoint_key_id(ck));
     printf("%-12s%zu\n", "files:", nf);
     for (size_t i = 0; i < nf; i++) {
         printf("  ");

@@ -1,5 +1,5 @@
 /*
- * cmd_verify.c -- `shardsafe verify PATH... [--check-finite]`.
+ * cmd_verify.c -- `shardsafe verify PATH... [--check-finite] [--key-file F | --key-env V]`.
  *
  * Opening a file validates its header with every rule of the reader; then
  * every byte of every tensor is read back with shs_file_read_bytes in
@@ -13,7 +13,7 @@
 #include <string.h>
 
 static const char k_help[] =
-    "Usage: shardsafe verify PATH... [--check-finite]\n"
+    "Usage: shardsafe verify PATH... [--check-finite] [--key-file FILE | --key-env VAR]\n"
     "\n"
     "Validate safetensors files completely: the header with every rule of the\n"
     "reader, then every tensor's bytes read back from disk.\n"
@@ -40,9 +40,19 @@ static const char k_help[] =
     "carry no checksums: headers, layout, readability and the equality of\n"
     "replicated copies are checked; data stored once is not).\n"
     "\n"
+    "An encrypted checkpoint (docs/encryption.md) is checked against its\n"
+    "checksums with or without the key; with the key every chunk is also\n"
+    "decrypted and authenticated (a note line says so).  Without it, it FAILs\n"
+    "with \"key required\" after its checksums matched; with another key,\n"
+    "\"wrong key\".\n"
+    "\n"
     "Options:\n"
     "  --check-finite  also decode floating-point tensors and fail a file that\n"
     "                  holds NaN or infinite values (counts are reported)\n"
+    "  --key-file FILE the key of encrypted checkpoints: 32 raw bytes, or 64 hex\n"
+    "                  digits (e.g. made by `openssl rand -hex 32 > FILE`)\n"
+    "  --key-env VAR   the key from environment variable VAR (64 hex digits);\n"
+    "                  the key itself is never a command-line argument\n"
     "  -h, --help, --version, -q, --quiet, -v, --verbose, --json\n"
     "                  as for every command (see 'shardsafe --help'); with -q\n"
     "                  only the FAIL reasons are printed, on stderr\n"
@@ -56,6 +66,8 @@ typedef struct vctx {
     int oom;
     unsigned char *buf; /* CLI_CHUNK_BYTES */
     float *fbuf;        /* CLI_CHUNK_BYTES / 4 floats */
+    int has_key;        /* --key-file / --key-env */
+    unsigned char key[SHS_KEY_BYTES];
 } vctx;
 
 /* --json: a result object {"path", "kind", "ok", "reason"} appended to the
@@ -241,7 +253,7 @@ static void on_index_done(void *ctx, const cli_index *ix, const cli_strs *proble
 
 static void verify_step(vctx *c, const char *dir)
 {
-    if (shs_checkpoint_verify(dir) < 0) {
+    if (shs_checkpoint_verify_key(dir, c->has_key ? c->key : NULL, SHS_KEY_BYTES) < 0) {
         /* copied: the next library call overwrites the message */
         char *msg = cli_fmt("%s", shs_last_error());
         const char *reason = msg ? cli_strip_path(msg, dir) : "checkpoint verification failed";
@@ -255,11 +267,14 @@ static void verify_step(vctx *c, const char *dir)
     }
     shs_checkpoint *ck;
     long long step = -1;
-    int version = 0, format = SHS_CKPT_FORMAT_SHARDSAFE;
+    int version = 0, format = SHS_CKPT_FORMAT_SHARDSAFE, encrypted = 0;
+    char key_id[17] = "";
     if (shs_checkpoint_open(&ck, dir) == SHS_OK) {
         step = (long long)shs_checkpoint_step(ck);
         version = shs_checkpoint_format_version(ck);
         format = shs_checkpoint_format(ck);
+        encrypted = shs_checkpoint_encrypted(ck);
+        snprintf(key_id, sizeof key_id, "%s", shs_checkpoint_key_id(ck));
         shs_checkpoint_close(ck);
     }
     uint64_t bytes, files, shared;
@@ -271,6 +286,7 @@ static void verify_step(vctx *c, const char *dir)
     jset(c, o, "format_version", json_integer(version));
     jset(c, o, "format", json_string(shs_ckpt_format_name(format)));
     jset(c, o, "checksums", json_boolean(format == SHS_CKPT_FORMAT_SHARDSAFE));
+    jset(c, o, "encrypted", json_boolean(encrypted));
     if (put_ok(dir)) {
         printf(" (checkpoint step %lld, %llu files, %llu bytes)\n", step, (unsigned long long)files,
                (unsigned long long)bytes);
@@ -283,6 +299,10 @@ static void verify_step(vctx *c, const char *dir)
         if (version == 1)
             printf("note: metadata.json version 1: common.json, headers and metadata.json "
                    "itself are not covered by checksums\n");
+        if (encrypted)
+            printf("note: encrypted (AES-256-GCM, key id %s): every chunk authenticated with "
+                   "the key\n",
+                   key_id);
     }
 }
 
@@ -329,7 +349,10 @@ static void verify_save_path(vctx *c, const char *path)
 
 int cli_cmd_verify(int argc, char **argv)
 {
-    static const cli_optdef defs[] = { { "--check-finite", 0, 0 }, { NULL, 0, 0 } };
+    static const cli_optdef defs[] = {
+        { "--check-finite", 0, 0 }, { "--key-file", 0, 1 }, { "--key-env", 0, 1 }, { NULL, 0, 0 }
+    };
+    const char *key_file = NULL, *key_env = NULL;
     cli_parser p;
     vctx c;
     const char *val;
@@ -348,10 +371,24 @@ int cli_cmd_verify(int argc, char **argv)
             }
             break;
         case 0: c.check_finite = 1; break;
+        case 1: key_file = val; break;
+        case 2: key_env = val; break;
         }
     }
     if (paths.n == 0)
         return cli_usage_err("verify", "missing PATH");
+    if (key_file && key_env) {
+        cli_strs_release(&paths);
+        return cli_usage_err("verify", "--key-file and --key-env: give one");
+    }
+    if (key_file || key_env) {
+        if (shs_key_load(c.key, key_file, key_env) < 0) {
+            cli_err("%s", shs_last_error());
+            cli_strs_release(&paths);
+            return cli_g.json ? cli_json_print(cli_json_new(), CLI_FAIL, CLI_FAIL) : CLI_FAIL;
+        }
+        c.has_key = 1;
+    }
     c.buf = malloc(CLI_CHUNK_BYTES);
     c.fbuf = malloc(CLI_CHUNK_BYTES / 8 * sizeof(float));
     if (cli_g.json && !(c.results = json_array()))
@@ -389,6 +426,7 @@ int cli_cmd_verify(int argc, char **argv)
         c.status = cli_json_print(doc, c.status, CLI_FAIL);
     }
     json_decref(c.results);
+    memset(c.key, 0, sizeof c.key);
     free(c.buf);
     free(c.fbuf);
     cli_strs_release(&paths);

@@ -602,8 +602,17 @@ typedef struct shs_config {
                                      names (longest prefix wins); "" none */
     const char *hf_name_map_file; /* a JSON object {"file name": "registered
                                      name"}, applied before the rules */
+    /* version 3: encryption at rest (see its section below).  The key
+       comes from a file (32 raw bytes, or 64 hex digits and an optional
+       newline) or from the environment variable NAMED here (64 hex
+       digits); never from the config itself.  At most one of the two;
+       "" for none.  With a key every save is encrypted and encrypted
+       checkpoints can be loaded; without one, loading an encrypted
+       checkpoint fails with SHS_EKEY "key required". */
+    const char *encrypt_key_file;
+    const char *encrypt_key_env;
 } shs_config;
-#define SHS_CONFIG_VERSION 2
+#define SHS_CONFIG_VERSION 3
 
 SHS_API void shs_config_init(shs_config *config);
 SHS_API void shs_config_release(shs_config *config);
@@ -850,11 +859,19 @@ typedef struct shs_ckpt_open_opts {
                            step, else the newest.  A step directory must
                            be of this step when it is >= 0. */
     unsigned flags;   /* SHS_CKPT_OPEN_* */
+    /* version 2: the key of an encrypted checkpoint ("encryption at
+       rest" below): key_len must be SHS_KEY_BYTES; NULL: none (an
+       encrypted checkpoint then opens, names and shapes readable, and
+       each read is SHS_EKEY "key required").  A key that is not the
+       checkpoint's fails the open (SHS_EKEY "wrong key").  Copied: the
+       caller may wipe it after the open. */
+    const unsigned char *key;
+    size_t key_len;
 } shs_ckpt_open_opts;
-#define SHS_CKPT_OPEN_OPTS_VERSION 1
+#define SHS_CKPT_OPEN_OPTS_VERSION 2
 #define SHS_CKPT_OPEN_OPTS_INIT                                                                    \
     {                                                                                              \
-        SHS_CKPT_OPEN_OPTS_VERSION, -1, 0                                                          \
+        SHS_CKPT_OPEN_OPTS_VERSION, -1, 0, NULL, 0                                                 \
     }
 
 /* Open a checkpoint (see above).  `opts` may be NULL (the defaults).  On
@@ -1319,6 +1336,58 @@ SHS_API void shs_reshard_layout_free(char *layout);
  * shs_load_result: source SHS_LOAD_INITIAL, path the index or
  * model.safetensors, step -1, bytes_read this rank's tensor bytes read.
  */
+/* ---- encryption at rest ----
+ *
+ * Optional AES-256-GCM (OpenSSL libcrypto) of every tensor chunk a save
+ * writes (docs/encryption.md).  Each chunk is one GCM message with a
+ * fresh random 96-bit nonce; its additional authenticated data binds it
+ * to its tensor name, dtype, global shape, offset, shape, step and save
+ * (a random id per save), so a changed byte, a chunk moved to another
+ * place, step or save, or a wrong key fails with a clear error instead of
+ * loading garbage.  What stays
+ * readable without the key: file names, the safetensors headers (tensor
+ * names, dtypes, shapes), metadata.json (which records the cipher, the
+ * key id and each chunk's nonce and tag), common.json, and the
+ * rank-local blobs (rng, dataloader state).  The files stay valid
+ * safetensors files whose payload is ciphertext.
+ *
+ * Keys are 32 bytes.  The manager takes one from the config fields
+ * encrypt_key_file / encrypt_key_env, the read API from
+ * shs_ckpt_open_opts.key, verify from shs_checkpoint_verify_key; the CLI
+ * from --key-file PATH or --key-env NAME (never the key itself as an
+ * argument).
+ */
+
+/* Status of a key that is missing, wrong or malformed (with its message:
+   "key required", "wrong key", the key file or variable at fault).  A
+   value of the shs_status list, declared with its feature. */
+enum {
+    SHS_EKEY = -60
+};
+
+#define SHS_KEY_BYTES 32
+
+/* Read a key: from `key_file` (exactly 32 raw bytes, or 64 hex digits
+   and an optional newline) or from the environment variable named
+   `key_env` (64 hex digits); exactly one of the two non-NULL and
+   non-empty.  SHS_EKEY naming the file or variable: missing, unset,
+   unreadable, too short, too long, not hex.  Wipe `key` after use. */
+SHS_API int shs_key_load(unsigned char key[SHS_KEY_BYTES], const char *key_file,
+                         const char *key_env);
+
+/* shs_checkpoint_verify with the key of an encrypted checkpoint (key
+   NULL: as shs_checkpoint_verify).  Every chunk is checked against its
+   checksum, then decrypted and authenticated.  Without a key an
+   encrypted checkpoint is checked against its checksums (damage is
+   found without the key) and then fails with SHS_EKEY "key required":
+   its chunks cannot be authenticated. */
+SHS_API int shs_checkpoint_verify_key(const char *step_dir, const unsigned char *key,
+                                      size_t key_len);
+
+/* 1 when the opened checkpoint is encrypted, else 0.  Its key id (16 hex
+   digits, names the key without revealing it) or "" . */
+SHS_API int shs_checkpoint_encrypted(const shs_checkpoint *ckpt);
+SHS_API const char *shs_checkpoint_key_id(const shs_checkpoint *ckpt);
 
 #ifdef __cplusplus
 }

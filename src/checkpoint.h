@@ -31,6 +31,10 @@ typedef struct shs__save_req {
     size_t n_blobs;
     int remove_redundancy;                  /* replicas written once (several ranks) */
     struct shs__layout_cache *layout_cache; /* NULL: plan every save */
+    const struct shs__key *key;             /* encrypt every chunk (crypt.h); NULL: no */
+    const char *save_id;                    /* with key: this save's random id (16
+                                               hex digits, bound into every chunk's
+                                               AAD); set by shs__ckpt_save */
 } shs__save_req;
 
 /* The plan of who writes which replica, kept between saves while no rank's
@@ -68,6 +72,7 @@ typedef struct shs__load_req {
     int unused_ok;                /* tensors of the checkpoint that are not
                                      registered are skipped and listed,
                                      even when strict */
+    const struct shs__key *key;   /* of an encrypted checkpoint, or NULL */
 } shs__load_req;
 
 /* Load a step directory (ours, or a plain directory of safetensors files:

@@ -61,6 +61,9 @@ static const field g_fields[] = {
     STR(hf_assets_path, ""),
     { "hf_name_map", F_RULES, offsetof(shs_config, hf_name_map), 0, "" },
     STR(hf_name_map_file, ""),
+    /* version 3 */
+    STR(encrypt_key_file, ""),
+    STR(encrypt_key_env, ""),
 };
 #define N_FIELDS (sizeof g_fields / sizeof g_fields[0])
 
@@ -146,12 +149,16 @@ void shs_config_init(shs_config *config)
         .hf_assets_path = "",
         .hf_name_map = "",
         .hf_name_map_file = "",
+        .encrypt_key_file = "",
+        .encrypt_key_env = "",
     };
 }
 
 size_t shs__config_size(const shs_config *cfg)
 {
-    return cfg->version >= 2 ? sizeof *cfg : offsetof(shs_config, initial_load_in_hf);
+    return cfg->version >= 3   ? sizeof *cfg
+           : cfg->version == 2 ? offsetof(shs_config, encrypt_key_file)
+                               : offsetof(shs_config, initial_load_in_hf);
 }
 
 /* The field exists in the caller's version of the struct. */

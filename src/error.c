@@ -54,6 +54,7 @@ const char *shs_strerror(int status)
     case SHS_EMISMATCH: return "checkpoint does not match the registered state";
     case SHS_ENOCHECKPOINT: return "no checkpoint found";
     case SHS_ELOCKED: return "save path is locked by another writer";
+    case SHS_EKEY: return "encryption key missing, wrong or malformed";
     default: return "unknown status";
     }
 }

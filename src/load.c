@@ -7,6 +7,7 @@
 #include "loader.h"
 
 #include "common_json.h"
+#include "crypt.h"
 #include "exchange.h"
 #include "hash.h"
 #include "io.h"
@@ -21,6 +22,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+/* A data file of an encrypted save read without its metadata.json (which
+   holds the nonces and tags): refused, never read as data. */
+static int plain_encrypted(const shs__loader *L, uint32_t fi)
+{
+    const char *cipher = shs_file_metadata_get(L->fh[fi], "shardsafe_cipher");
+    if (!L->m->plain || !cipher)
+        return SHS_OK;
+    return shs__err(SHS_EKEY,
+                    "%s/%s: encrypted (%s) and without the metadata.json of its checkpoint: it "
+                    "cannot be decrypted",
+                    L->dir, L->m->f[fi].name, cipher);
+}
 
 int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out)
 {
@@ -40,7 +54,8 @@ int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out)
                           L->m->f[fi].name, L->m->plain ? "the index" : "metadata.json");
         /* the header names and places every chunk: it is checked before
            any of them is used */
-        if (rc == SHS_OK && (rc = shs__meta_check_file(L->m, L->dir, fi, L->fh[fi])) < 0) {
+        if (rc == SHS_OK && ((rc = plain_encrypted(L, fi)) < 0 ||
+                             (rc = shs__meta_check_file(L->m, L->dir, fi, L->fh[fi])) < 0)) {
             shs_file_close(L->fh[fi]);
             L->fh[fi] = NULL;
         }
@@ -138,7 +153,15 @@ int shs__read_hashed(const shs__loader *L, const shs__mchunk *c, const char *tna
                      size_t idx, void *dst, uint64_t n)
 {
     int rc = shs_file_read_bytes(f, idx, 0, dst, (size_t)n);
-    return rc < 0 ? rc : shs__check_hash(L, c, tname, dst, n);
+    if (rc == SHS_OK)
+        rc = shs__check_hash(L, c, tname, dst, n);
+    /* the checksum first: damage is told apart from a wrong key */
+    if (rc == SHS_OK && c->enc) {
+        const shs__mtensor *mt = shs__meta_find(L->m, tname);
+        rc = mt ? shs__crypt_open_chunk(L->key, L->m, L->dir, mt, c, dst, n)
+                : shs__err(SHS_ECORRUPT, "%s: no tensor '%s'", L->dir, tname);
+    }
+    return rc;
 }
 
 /*
@@ -234,6 +257,30 @@ static int fill_run(void *ctx, uint64_t src_off, uint64_t dst_off, uint64_t len)
     return SHS_OK;
 }
 
+/* An encrypted chunk that is not one run of the box: read whole into a
+   buffer, decrypted and authenticated there (a GCM tag covers the whole
+   chunk, so a part cannot be checked alone), then copied out. */
+static int fill_from_sealed(shs__loader *L, const shs__mtensor *mt, const shs__mchunk *c,
+                            shs_file *f, size_t idx, fill_ctx *x, const uint64_t *src_start,
+                            const uint64_t *bshape, const uint64_t *dst_start,
+                            const uint64_t *ishape)
+{
+    uint64_t n = c->b1 - c->b0;
+    char *buf = shs__malloc((size_t)n + 1);
+    if (!buf)
+        return shs__err(SHS_ENOMEM, "out of memory decrypting '%s' (%llu bytes)", mt->name,
+                        (unsigned long long)n);
+    int rc = shs__read_hashed(L, c, mt->name, f, idx, buf, n);
+    if (rc == SHS_OK) {
+        *x->read_bytes += n;
+        x->map = buf;
+        rc = shs__box_runs2(shs_dtype_bits(mt->dtype), mt->ndim, c->shape, src_start, bshape,
+                            dst_start, ishape, fill_run, x);
+    }
+    shs__free(buf);
+    return rc;
+}
+
 /* The part [ioff, +ishape) of chunk c (located in f/idx) into the box
    [boff, +bshape) held in dst. */
 static int fill_from_chunk(shs__loader *L, const shs__mtensor *mt, const shs__mchunk *c,
@@ -290,6 +337,8 @@ static int fill_from_chunk(shs__loader *L, const shs__mtensor *mt, const shs__mc
     x.dbytes = shs_dtype_bits(dtype) / 8;
     x.wq = UINT64_MAX;
     x.read_bytes = read_bytes;
+    if (c->enc)
+        return fill_from_sealed(L, mt, c, f, idx, &x, src_start, bshape, dst_start, ishape);
     if (x.map) {
         if (c->nblocks && !whole) {
             /* only the blocks this box touches are read and checked */
@@ -635,8 +684,11 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
     }
     /* common.json is checked even when its progress is not wanted: a
        changed file means the directory is not what was saved */
-    shs__loader L = { dir, &m, NULL, 0, NULL };
+    shs__loader L = { dir, &m, NULL, 0, NULL, req->key };
     if ((rc = shs__meta_check_common(&m, dir)) < 0)
+        goto done;
+    /* an encrypted checkpoint: the key is needed, and must be its own */
+    if ((rc = shs__crypt_check_key(&m, req->key, dir)) < 0)
         goto done;
     if (!(L.fh = shs__calloc(m.nf + 1, sizeof(shs_file *)))) {
         rc = shs__err(SHS_ENOMEM, "out of memory");

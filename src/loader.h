@@ -16,9 +16,11 @@
 typedef struct shs__loader {
     const char *dir;
     const shs__meta *m;
-    shs_file **fh;       /* opened lazily, one per file */
-    unsigned open_flags; /* SHS_OPEN_* for the data files */
-    pthread_mutex_t *mu; /* non-NULL: fh is shared by threads */
+    shs_file **fh;              /* opened lazily, one per file */
+    unsigned open_flags;        /* SHS_OPEN_* for the data files */
+    pthread_mutex_t *mu;        /* non-NULL: fh is shared by threads */
+    const struct shs__key *key; /* decrypts an encrypted checkpoint's
+                                   chunks (crypt.h); NULL: none */
 } shs__loader;
 
 /* File fi of the model, opened on first use (a missing file is
@@ -36,7 +38,9 @@ int shs__chunk_locate(shs__loader *L, uint32_t fi, const char *key, uint64_t b0,
 int shs__check_hash(const shs__loader *L, const shs__mchunk *c, const char *tname, const void *data,
                     uint64_t n);
 
-/* Read a whole chunk into dst and check its checksum. */
+/* Read a whole chunk into dst and check its checksum; an encrypted
+   chunk is then decrypted in place and authenticated (crypt.h): dst
+   holds plaintext, or the call fails (SHS_EKEY without the key). */
 int shs__read_hashed(const shs__loader *L, const shs__mchunk *c, const char *tname, shs_file *f,
                      size_t idx, void *dst, uint64_t n);
 
@@ -71,7 +75,8 @@ struct shs_checkpoint {
     char *path; /* what was opened, resolved (shs_checkpoint_path) */
     char *dir;  /* the folder the model's file names are in */
     shs__loader L;
-    pthread_mutex_t mu; /* guards L.fh */
+    pthread_mutex_t mu;   /* guards L.fh */
+    struct shs__key *key; /* shs_ckpt_open_opts.key, copied; NULL: none */
 };
 
 #endif

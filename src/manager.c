@@ -17,6 +17,7 @@
 #include "comm.h"
 #include "config_impl.h"
 #include "hf_load.h"
+#include "crypt.h"
 #include "io.h"
 #include "lock.h"
 #include "meta.h"
@@ -24,6 +25,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -180,6 +182,7 @@ static int do_save(shs_manager *m, const job *j, void *const *data)
         .n_blobs = j->n_blobs,
         .remove_redundancy = m->cfg.remove_redundancy,
         .layout_cache = m->cfg.save_global_layout_cache ? &m->layout_cache : NULL,
+        .key = m->key,
     };
     shs_save_stats s = SHS_SAVE_STATS_INIT;
     char dir[4096];
@@ -589,6 +592,16 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
                         comm->size);
     if (!config->prefix || !*config->prefix || strchr(config->prefix, '/'))
         return shs__err(SHS_ECONFIG, "prefix must be a non-empty file name part");
+    /* versions 1 and 2 of the struct end before the key fields */
+    const char *key_file = config->version >= 3 ? config->encrypt_key_file : NULL;
+    const char *key_env = config->version >= 3 ? config->encrypt_key_env : NULL;
+    int has_key = (key_file && *key_file) || (key_env && *key_env);
+    if (key_file && *key_file && key_env && *key_env)
+        return shs__err(SHS_ECONFIG, "encrypt_key_file and encrypt_key_env: set one, not both");
+    if (has_key && config->incremental)
+        return shs__err(SHS_ECONFIG, "incremental cannot be combined with encryption "
+                                     "(encrypt_key_file / encrypt_key_env): every encrypted "
+                                     "save writes every chunk under a fresh nonce");
     shs_manager *m = shs__calloc(1, sizeof *m);
     if (!m)
         return create_failed(comm, shs__err(SHS_ENOMEM, "out of memory creating the manager"));
@@ -601,6 +614,8 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
         /* a config error is every rank's; out of memory is this one's */
         return rc == SHS_ENOMEM ? create_failed(comm, rc) : rc;
     }
+    m->cfg.encrypt_key_file = ""; /* the key itself is kept (m->key) */
+    m->cfg.encrypt_key_env = "";
     m->save_path = dup_or_empty(config->save_path);
     m->prefix = dup_or_empty(config->prefix);
     m->load_path = dup_or_empty(config->load_path);
@@ -639,8 +654,16 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
        none of their own; they learn its outcome from the agreement below).
        The lock comes first: the leftovers cleaned next may otherwise be
        the save in progress of another job. */
+    /* the key is read on every rank (a file missing on one host fails
+       the job on all, in the agreement below) */
     rc = SHS_OK;
-    if (saving && *m->save_path && comm->rank == 0) {
+    if (has_key) {
+        if (!(m->key = shs__calloc(1, sizeof *m->key)))
+            rc = shs__err(SHS_ENOMEM, "out of memory creating the manager");
+        else
+            rc = shs__key_load(m->key, key_file, key_env);
+    }
+    if (rc == SHS_OK && saving && *m->save_path && comm->rank == 0) {
         rc = shs__savepath_lock_take(&m->lock, m->save_path, 1);
         /* leftovers of a save that crashed (the root cleans, all hear) */
         if (rc == SHS_OK)
@@ -687,5 +710,7 @@ void shs_manager_free(shs_manager *m)
     shs__free(m->hf_name_map_file);
     shs_comm_free(m->own_comm);
     shs__layout_cache_release(&m->layout_cache);
+    shs__key_wipe(m->key);
+    shs__free(m->key);
     shs__free(m);
 }

@@ -30,6 +30,8 @@ struct shs_manager {
     shs_savepath_lock_handle *lock; /* rank 0 of a saving manager: one writer per
                                 save path */
     shs__layout_cache layout_cache;
+    struct shs__key *key; /* encrypt_key_file / _env, loaded at create;
+                             NULL: no encryption */
 
     int64_t *run_steps; /* this run's committed saves, oldest first */
     size_t n_run, cap_run;

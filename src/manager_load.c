@@ -9,6 +9,7 @@
 
 #include "comm.h"
 #include "hf_load.h"
+#include "crypt.h"
 #include "io.h"
 #include "meta.h"
 #include "opts.h"
@@ -105,6 +106,7 @@ static int load_dir(shs_manager *m, const char *dir, const shs__meta *hf, int so
         .meta = hf,
         .convert = hf != NULL,
         .unused_ok = hf != NULL,
+        .key = m->key,
     };
     if (weights_only)
         req.exclude |= SHS_EXCLUDE_TRAIN_STATE | SHS_EXCLUDE_DATALOADER | SHS_EXCLUDE_LR_SCHEDULER |
@@ -182,7 +184,7 @@ static int newest_verified(shs_manager *m, const int64_t *steps, size_t n, int64
             char *dir = NULL;
             if (steps[i] >= below || (rc = shs__step_dir_find(&dir, m->save_path, steps[i])) < 0)
                 continue;
-            if (shs_checkpoint_verify(dir) == SHS_OK)
+            if (shs_checkpoint_verify_key(dir, m->key ? m->key->k : NULL, SHS_KEY_BYTES) == SHS_OK)
                 v = steps[i];
             shs__free(dir);
         }

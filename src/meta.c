@@ -8,6 +8,7 @@
  */
 #include "meta_int.h"
 
+#include "crypt.h"
 #include "io.h"
 #include "meta_ms.h"
 #include "stepdir.h"
@@ -206,10 +207,26 @@ static int check_root(mparse *s, const char *dir, const char *path)
     if (s->format_k != V_STR || strcmp(s->format, "shardsafe.checkpoint") != 0)
         BAD("%s: \"format\" must be \"shardsafe.checkpoint\"", path);
     uint64_t ver = s->version.v, step = s->step.v, ws = s->world_size.v;
-    if (s->version.k != V_UINT || ver < 1 || ver > SHS__META_VERSION)
+    if (s->version.k != V_UINT || ver < 1 || ver > SHS__META_VERSION_ENC)
         BAD("%s: unsupported \"version\" (this build reads versions 1 to %d)", path,
-            SHS__META_VERSION);
+            SHS__META_VERSION_ENC);
     m->version = (int)ver;
+    /* version 3 is version 2 encrypted (crypt.h), and only that */
+    if ((ver == SHS__META_VERSION_ENC) != (s->cipher_k != V_NONE) ||
+        (ver != SHS__META_VERSION_ENC && (s->key_id_k != H_NONE || s->save_id_k != H_NONE)))
+        BAD("%s: \"cipher\", \"key_id\" and \"save_id\" belong to version %d, and version %d "
+            "needs them",
+            path, SHS__META_VERSION_ENC, SHS__META_VERSION_ENC);
+    if (ver == SHS__META_VERSION_ENC) {
+        if (s->cipher_k != V_STR || strcmp(s->cipher, SHS__CIPHER_NAME) != 0 ||
+            s->key_id_k != H_OK || s->save_id_k != H_OK)
+            BAD("%s: \"cipher\" must be \"" SHS__CIPHER_NAME "\" with a \"key_id\" and a "
+                "\"save_id\" (16 hex digits each)",
+                path);
+        m->encrypted = 1;
+        shs__hex64(m->key_id, s->key_id);
+        shs__hex64(m->save_id, s->save_id);
+    }
     if (ver >= 2) {
         if (s->common_k != H_OK)
             BAD("%s: \"common_xxh3\" (16 hex digits) is required in version 2", path);
@@ -318,6 +335,11 @@ static int check_chunk(const shs__meta *m, shs__mtensor *t, const rchunk *q, siz
     if (q->hash_k != H_OK)
         BAD("%s: tensor '%s': chunk %zu: \"xxh3\" (16 hex digits) is required", path, tname, k);
     c->has_hash = 1;
+    /* an encrypted checkpoint encrypts every chunk, another none */
+    if (m->encrypted ? q->enc_k != H_OK : q->enc_k != H_NONE)
+        BAD("%s: tensor '%s': chunk %zu: \"aes_gcm\" (56 hex digits: nonce and tag) is %s", path,
+            tname, k, m->encrypted ? "required in version 3" : "only valid in version 3");
+    c->enc = m->encrypted;
     if (q->block.k != V_NONE || q->blocks_k != V_NONE) {
         uint64_t b = q->block.k == V_UINT ? q->block.v : 0;
         uint64_t n = c->b1 - c->b0;

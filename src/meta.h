@@ -12,6 +12,9 @@
 
 /* The version written; version 1 (the previous release) is still read. */
 #define SHS__META_VERSION 2
+/* The version of an encrypted checkpoint (crypt.h): an older reader
+   refuses it instead of loading ciphertext that its checksums accept. */
+#define SHS__META_VERSION_ENC 3
 /* Steps are below 10^18: the step directory names hold at most 18 digits. */
 #define SHS__STEP_LIMIT 1000000000000000000LL
 
@@ -30,6 +33,10 @@ typedef struct shs__mchunk {
     uint64_t block;   /* > 0: per-block checksums of `block` bytes */
     uint64_t *blocks; /* XXH3 of each block (the last may be short) */
     size_t nblocks;
+    /* version 3 (crypt.h): the chunk is AES-256-GCM ciphertext ("aes_gcm");
+       its checksums are of the ciphertext */
+    int enc;
+    unsigned char nonce[12], tag[16];
 } shs__mchunk;
 
 /* A tensor of the checkpoint: its global shape and its saved chunks
@@ -75,6 +82,10 @@ typedef struct shs__meta {
     uint64_t common_hash;
     int model_only; /* "model_only": true -- weights only, no
                                  optimizer state (optional key) */
+    int encrypted;  /* version 3: "cipher" AES-256-GCM, every chunk
+                                 encrypted under the key "key_id" names */
+    char key_id[17];
+    char save_id[17]; /* version 3: "save_id", bound into every chunk's AAD */
     shs__mfile *f;
     size_t nf;
     shs__mtensor *t;

@@ -56,6 +56,7 @@ typedef struct rchunk {
     jnum file, b0, b1, block;
     size_t off_n, shape_n, br_n, nblocks, bad_block;
     uint8_t obj, key_k, off_k, off_ok, shape_k, shape_ok, br_k, hash_k, blocks_k;
+    uint8_t enc_k; /* "aes_gcm": H_NONE, H_OK or H_BAD */
 } rchunk;
 
 typedef struct rtensor {
@@ -79,7 +80,10 @@ typedef struct mparse {
     const char *format, *seal; /* in the arena */
     jnum version, step, world_size;
     uint8_t format_k, seal_k, common_k, model_only_k, files_k, tensors_k, blobs_k;
-    uint8_t ms_k; /* "state_dict_metadata" or "storage_data" seen: MindSpore's */
+    uint8_t ms_k;       /* "state_dict_metadata" or "storage_data" seen: MindSpore's */
+    const char *cipher; /* in the arena ("cipher", version 3) */
+    uint8_t cipher_k, key_id_k, save_id_k;
+    uint64_t key_id, save_id;
     rfile *rf;
     rtensor *rt;
     rblob *rb;

@@ -5,6 +5,7 @@
  */
 #include "meta_int.h"
 
+#include "crypt.h"
 #include "hash.h"
 
 #include <stdio.h>
@@ -282,8 +283,22 @@ static int scan_blocks(mparse *s, shs__mchunk *c, rchunk *r)
     }
 }
 
-static const char *const k_chunk_keys[] = { "offset",     "shape", "file",       "key",
-                                            "byte_range", "xxh3",  "xxh3_block", "xxh3_blocks" };
+static const char *const k_chunk_keys[] = { "offset",     "shape",       "file",
+                                            "key",        "byte_range",  "xxh3",
+                                            "xxh3_block", "xxh3_blocks", "aes_gcm" };
+
+/* "aes_gcm" (crypt.h): nonce and tag, 56 hex digits. */
+static int scan_aes_gcm(mparse *s, shs__mchunk *c, rchunk *r)
+{
+    size_t mark = s->js.arena_len;
+    const char *v;
+    uint8_t sk;
+    int rc = scan_str(s, 5, &v, &sk);
+    r->enc_k = rc == SHS_OK && sk == V_STR && shs__crypt_parse_nt(v, c->nonce, c->tag) == 0 ? H_OK
+                                                                                            : H_BAD;
+    s->js.arena_len = mark;
+    return rc;
+}
 
 static int scan_chunk(mparse *s, shs__mchunk *c, rchunk *r)
 {
@@ -295,7 +310,7 @@ static int scan_chunk(mparse *s, shs__mchunk *c, rchunk *r)
     if (closes_at_once(js, '}'))
         return SHS_OK;
     for (;;) {
-        if ((rc = member(s, obj, k_chunk_keys, 8, &seen, &which)) < 0)
+        if ((rc = member(s, obj, k_chunk_keys, 9, &seen, &which)) < 0)
             return rc;
         switch (which) {
         case 0: rc = scan_dims(s, 5, &r->off_k, &r->off_n, &r->off_ok, &c->off); break;
@@ -313,6 +328,7 @@ static int scan_chunk(mparse *s, shs__mchunk *c, rchunk *r)
         case 5: rc = scan_hex(s, 5, &c->hash, &r->hash_k); break;
         case 6: rc = scan_num(s, 5, &r->block); break;
         case 7: rc = scan_blocks(s, c, r); break;
+        case 8: rc = scan_aes_gcm(s, c, r); break;
         default: rc = shs__json_skip_value(js, 5);
         }
         if (rc < 0 || (rc = shs__json_next_member(js, '}')) <= 0)
@@ -482,11 +498,15 @@ enum {
     R_SEAL,
     R_MS_SDM, /* MindSpore's metadata.json (meta_ms.c): only noted here */
     R_MS_SD,
+    R_CIPHER,
+    R_KEY_ID,
+    R_SAVE_ID,
     R_N
 };
 static const char *const k_root_keys[R_N] = {
-    "format", "version", "step",  "world_size",    "common_xxh3",         "model_only",
-    "files",  "tensors", "blobs", "metadata_xxh3", "state_dict_metadata", "storage_data"
+    "format", "version", "step",   "world_size",    "common_xxh3",         "model_only",
+    "files",  "tensors", "blobs",  "metadata_xxh3", "state_dict_metadata", "storage_data",
+    "cipher", "key_id",  "save_id"
 };
 
 static int scan_model_only(mparse *s)
@@ -546,6 +566,9 @@ int shs__meta_scan(mparse *s)
             s->ms_k = 1;
             rc = shs__json_skip_value(js, 1);
             break;
+        case R_CIPHER: rc = scan_str(s, 1, &s->cipher, &s->cipher_k); break;
+        case R_KEY_ID: rc = scan_hex(s, 1, &s->key_id, &s->key_id_k); break;
+        case R_SAVE_ID: rc = scan_hex(s, 1, &s->save_id, &s->save_id_k); break;
         default: rc = shs__json_skip_value(js, 1);
         }
         if (rc < 0 || (rc = shs__json_next_member(js, '}')) < 0)

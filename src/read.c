@@ -8,6 +8,7 @@
 #include "loader.h"
 
 #include "common_json.h"
+#include "crypt.h"
 #include "opts.h"
 #include "hash.h"
 #include "io.h"
@@ -85,11 +86,19 @@ int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path, const shs_ckp
         if ((rc = shs__check_opts_version(opts->version, SHS_CKPT_OPEN_OPTS_VERSION,
                                           "shs_ckpt_open_opts")) < 0)
             return rc;
-        o = *opts; /* version 1 is the only one: every field is known */
+        o.step = opts->step;
+        o.flags = opts->flags;
+        if (opts->version >= 2) { /* the key */
+            o.key = opts->key;
+            o.key_len = opts->key_len;
+        }
     }
     if (o.step < -1 || (o.flags & ~(unsigned)SHS_CKPT_OPEN_NO_MMAP))
         return shs__err(SHS_EINVAL, "shs_checkpoint_open_ex: bad step %lld or flags %#x",
                         (long long)o.step, o.flags);
+    if (o.key && o.key_len != SHS_KEY_BYTES)
+        return shs__err(SHS_EKEY, "shs_checkpoint_open_ex: a key is %d bytes, not %zu",
+                        SHS_KEY_BYTES, o.key_len);
     if (shs__io->stat(path, &st) != 0)
         return shs__err_errno(errno, "cannot open checkpoint", path);
     shs_checkpoint *c = shs__calloc(1, sizeof *c);
@@ -134,6 +143,17 @@ int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path, const shs_ckp
     c->L.m = &c->m;
     c->L.open_flags = (o.flags & SHS_CKPT_OPEN_NO_MMAP) ? SHS_OPEN_NO_MMAP : 0;
     c->L.mu = &c->mu;
+    if (o.key) {
+        /* a wrong key fails here; no key: reads fail with "key required" */
+        if (!(c->key = shs__calloc(1, sizeof *c->key))) {
+            rc = shs__err(SHS_ENOMEM, "out of memory");
+            goto fail;
+        }
+        if ((rc = shs__key_from_bytes(c->key, o.key, o.key_len)) < 0 ||
+            (rc = shs__crypt_check_key(&c->m, c->key, c->path)) < 0)
+            goto fail;
+        c->L.key = c->key;
+    }
     for (size_t i = 0; i < c->m.nt; i++) {
         const shs__mtensor *t = &c->m.t[i];
         c->info[i] = (shs_ckpt_tensor_info){
@@ -164,6 +184,8 @@ void shs_checkpoint_close(shs_checkpoint *c)
     shs__free(c->info);
     shs__free(c->path);
     shs__free(c->dir);
+    shs__key_wipe(c->key);
+    shs__free(c->key);
     pthread_mutex_destroy(&c->mu);
     shs__free(c);
 }
@@ -258,4 +280,14 @@ int shs_checkpoint_format_version(const shs_checkpoint *c)
     /* version is 0 in the model of a plain source; said explicitly so a
        parser default can never make a plain folder look versioned */
     return !c || c->m.plain ? 0 : c->m.version;
+}
+
+int shs_checkpoint_encrypted(const shs_checkpoint *c)
+{
+    return c && c->m.encrypted;
+}
+
+const char *shs_checkpoint_key_id(const shs_checkpoint *c)
+{
+    return c && c->m.encrypted ? c->m.key_id : "";
 }

@@ -19,6 +19,7 @@
 #include "save_local.h"
 
 #include "common_json.h"
+#include "crypt.h"
 #include "exchange.h"
 #include "hash.h"
 #include "io.h"
@@ -93,7 +94,7 @@ static int commit_dir(const char *tmp, const char *target, const char *save_path
    of metadata.json, remapping file indices; the boxes each rank holds
    ("held") go to `held` for the recorded layout. */
 static int merge_fragments(json_t *out, json_t *held, const char *texts, const size_t *lens,
-                           int world, const char *save_path)
+                           int world, const char *save_path, const char *key_id)
 {
     json_t *files = json_object_get(out, "files"), *tensors = json_object_get(out, "tensors");
     json_t *blobs = json_object_get(out, "blobs");
@@ -110,6 +111,16 @@ static int merge_fragments(json_t *out, json_t *held, const char *texts, const s
         if (!f)
             return shs__err(SHS_ECORRUPT, "%s: metadata of rank %d is invalid: %s", save_path, r,
                             jerr.text);
+        /* one key for the whole checkpoint: the root's */
+        const char *kid = json_string_value(json_object_get(f, "key_id"));
+        if ((kid || key_id) && (!kid || !key_id || strcmp(kid, key_id) != 0)) {
+            rc = shs__err(SHS_EKEY,
+                          "%s: rank %d saves with encryption key id %s, rank 0 with %s: every "
+                          "rank must use the same key",
+                          save_path, r, kid ? kid : "(none)", key_id ? key_id : "(none)");
+            json_decref(f); /* after the message: kid is f's */
+            return rc;
+        }
         json_int_t base = (json_int_t)json_array_size(files);
         size_t i;
         json_t *v;
@@ -159,10 +170,10 @@ int shs__save_meta(const shs__save_req *req, const char *tmp, const char *texts,
     int rc;
     char *text = NULL, *mpath = NULL;
     json_t *held = json_object();
-    json_t *root = json_pack("{s:s, s:i, s:I, s:i, s:[], s:{}, s:[]}", "format",
-                             "shardsafe.checkpoint", "version", SHS__META_VERSION, "step",
-                             (json_int_t)req->step, "world_size", world, "files", "tensors",
-                             "blobs");
+    json_t *root = json_pack(
+        "{s:s, s:i, s:I, s:i, s:[], s:{}, s:[]}", "format", "shardsafe.checkpoint", "version",
+        req->key ? SHS__META_VERSION_ENC : SHS__META_VERSION, "step", (json_int_t)req->step,
+        "world_size", world, "files", "tensors", "blobs");
     if (!root || !held) {
         rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
         goto done;
@@ -172,7 +183,16 @@ int shs__save_meta(const shs__save_req *req, const char *tmp, const char *texts,
         rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
         goto done;
     }
-    if ((rc = merge_fragments(root, held, texts, lens, world, req->save_path)) < 0 ||
+    /* encrypted (crypt.h): the cipher and the key's id, then each chunk's
+       nonce and tag (from the fragments) */
+    if (req->key && (json_object_set_new(root, "cipher", json_string(SHS__CIPHER_NAME)) < 0 ||
+                     json_object_set_new(root, "key_id", json_string(req->key->id)) < 0 ||
+                     json_object_set_new(root, "save_id", json_string(req->save_id)) < 0)) {
+        rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+        goto done;
+    }
+    if ((rc = merge_fragments(root, held, texts, lens, world, req->save_path,
+                              req->key ? req->key->id : NULL)) < 0 ||
         (rc = shs__layout_record(root, held, world)) < 0)
         goto done;
     /* version 2: common.json's checksum (of the bytes just written), and
@@ -269,11 +289,16 @@ int shs__ckpt_save(const shs_state *st, const shs__save_req *req, shs_comm *comm
                         "999999999999999999 (the step directory name holds 18 digits)",
                         (long long)req->step);
     /* the root creates the temporary directory and names it for all */
-    if (me == root)
+    /* encrypted: the suffix is also the save's id in every chunk's AAD
+       (crypt.h), so it comes from the cryptographic generator */
+    if (me == root && (!req->key || shs__crypt_save_id(suffix) < 0))
         shs__random_suffix(suffix);
     if ((rc = shs__comm_bcast(comm, suffix, sizeof suffix, root)) < 0)
         return rc;
     suffix[16] = '\0';
+    shs__save_req rq = *req;
+    rq.save_id = suffix;
+    req = &rq;
     shs__step_dir_name(dname, sizeof dname, req->step);
     snprintf(name, sizeof name, SHS__TMP_PREFIX "%s-%s", dname, suffix);
     if (!(tmp = shs__path_join(req->save_path, name)))

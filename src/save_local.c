@@ -7,6 +7,7 @@
  */
 #include "save_local.h"
 
+#include "crypt.h"
 #include "exchange.h"
 #include "hash.h"
 #include "io.h"
@@ -17,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
 
 /* Where a tensor of the state goes in this save. */
 enum {
@@ -35,6 +39,8 @@ typedef struct tensor_out {
     uint64_t b0, b1;
     uint64_t hash;
     uint64_t *blocks; /* per-block checksums (chunks > SHS__HASH_BLOCK) */
+    int enc;          /* encrypted (crypt.h): hash is of the ciphertext */
+    unsigned char nonce[SHS__NONCE_BYTES], tag[SHS__TAG_BYTES];
 } tensor_out;
 
 static const void *tensor_src(const shs_state *st, const shs__save_req *req, size_t i)
@@ -90,6 +96,50 @@ static int same_as_prev(const shs__tensor *t, const shs__mtensor *pt, const shs_
     return 0;
 }
 
+/* Where shs__seal_stream hands the pieces of ciphertext: hashed and
+   written. */
+typedef struct sealed_out {
+    shs_writer *w;
+    const char *name;
+    XXH3_state_t *hs;
+} sealed_out;
+
+static int sealed_sink(void *ctx, uint64_t at, const void *data, size_t len)
+{
+    sealed_out *o = ctx;
+    XXH3_64bits_update(o->hs, data, len);
+    return shs_writer_write_part(o->w, o->name, at, data, len);
+}
+
+/* Encrypt tensor i as one AES-256-GCM message (crypt.h), streamed
+   through `buf` (the ring of shs__seal_stream, 1 MiB pieces: small
+   enough that the ciphertext is still in the cache when it is hashed and
+   written): its checksum is of the ciphertext, computed on the way. */
+static int write_sealed(const shs_state *st, const shs__save_req *req, shs_writer *w, size_t i,
+                        tensor_out *o, unsigned char *buf)
+{
+    const shs__tensor *t = &st->t[i];
+    const char *src = tensor_src(st, req, i);
+    unsigned char aad[SHS__AAD_MAX];
+    size_t alen = shs__crypt_aad(aad, req->save_id, t->name, t->dtype, t->ndim, t->gshape, t->goff,
+                                 t->shape, req->step);
+    shs__sealer *s = NULL;
+    XXH3_state_t hs;
+    XXH3_64bits_reset(&hs);
+    int rc = shs__seal_begin(&s, req->key, aad, alen, o->nonce);
+    if (rc == SHS_OK && t->nbytes == 0)
+        rc = shs_writer_write(w, t->name, buf, 0);
+    sealed_out so = { w, t->name, &hs };
+    if (rc == SHS_OK)
+        rc = shs__seal_stream(s, src, t->nbytes, buf, sealed_sink, &so);
+    if (rc == SHS_OK)
+        rc = shs__seal_end(s, o->tag);
+    shs__seal_free(s);
+    o->hash = XXH3_64bits_digest(&hs);
+    o->enc = 1;
+    return rc;
+}
+
 /* Write the tensors assigned to file `fi` as one safetensors file. */
 static int write_one_file(const shs_state *st, const shs__save_req *req, const char *tmp,
                           out_file *f, int fi, tensor_out *to, const int *incl)
@@ -99,11 +149,18 @@ static int write_one_file(const shs_state *st, const shs__save_req *req, const c
     wo.fsync = req->fsync;
     int rc;
     char *path = shs__path_join(tmp, f->name);
-    if (!path)
+    unsigned char *buf = req->key ? shs__malloc(SHS__SEAL_RING * SHS__SEAL_PIECE) : NULL;
+    if (!path || (req->key && !buf)) {
+        shs__free(path);
+        shs__free(buf);
         return shs__err(SHS_ENOMEM, "out of memory");
+    }
     if ((rc = shs_writer_create(&w, path, &wo)) < 0)
         goto done;
     if ((rc = shs_writer_add_metadata(w, "format", "pt")) < 0)
+        goto done;
+    /* for any reader of the file alone: the payload is ciphertext */
+    if (req->key && (rc = shs_writer_add_metadata(w, "shardsafe_cipher", SHS__CIPHER_NAME)) < 0)
         goto done;
     for (size_t i = 0; i < st->n; i++)
         if (incl[i] && to[i].file == fi &&
@@ -115,15 +172,18 @@ static int write_one_file(const shs_state *st, const shs__save_req *req, const c
     for (size_t k = 0; k < shs_writer_tensor_count(w); k++) {
         const char *name = shs_writer_tensor_name(w, k);
         long i = shs__state_find(st, name, strlen(name));
-        if ((rc = shs_writer_write(w, name, tensor_src(st, req, (size_t)i),
-                                   (size_t)st->t[i].nbytes)) < 0 ||
-            (rc = shs__writer_tensor_range(w, name, &to[i].b0, &to[i].b1)) < 0)
+        if (req->key)
+            rc = write_sealed(st, req, w, (size_t)i, &to[i], buf);
+        else
+            rc = shs_writer_write(w, name, tensor_src(st, req, (size_t)i), (size_t)st->t[i].nbytes);
+        if (rc < 0 || (rc = shs__writer_tensor_range(w, name, &to[i].b0, &to[i].b1)) < 0)
             goto done;
     }
     rc = shs_writer_commit(w);
 done:
     shs_writer_free(w);
     shs__free(path);
+    shs__free(buf);
     return rc;
 }
 
@@ -203,6 +263,11 @@ static int hash_included(local_save *L, const uint8_t *skip)
         if (!L->incl[i])
             continue;
         uint64_t n = st->t[i].nbytes;
+        L->s.state_bytes += n;
+        /* encrypted: the checksum is of the ciphertext (write_sealed),
+           and the chunk is always read whole (no block checksums) */
+        if (req->key)
+            continue;
         if (n > SHS__HASH_BLOCK) {
             if (!(L->to[i].blocks = shs__calloc(
                       (size_t)((n + SHS__HASH_BLOCK - 1) / SHS__HASH_BLOCK), 8)))
@@ -212,7 +277,6 @@ static int hash_included(local_save *L, const uint8_t *skip)
         } else {
             L->to[i].hash = shs__xxh3(tensor_src(st, req, i), (size_t)n);
         }
-        L->s.state_bytes += n;
     }
     return SHS_OK;
 }
@@ -227,7 +291,10 @@ static int link_unchanged(local_save *L)
     shs__meta *prev = &L->prev;
     int rc = SHS_OK;
     int *linkable = NULL;
-    if (req->incremental && req->prev_dir && shs__meta_parse(prev, req->prev_dir) == SHS_OK)
+    /* encrypted saves write every chunk (a fresh nonce each, under the
+       current key): the manager refuses incremental with a key */
+    if (req->incremental && !req->key && req->prev_dir &&
+        shs__meta_parse(prev, req->prev_dir) == SHS_OK)
         L->have_prev = 1;
     shs__err_clear();
     if (!L->have_prev)
@@ -397,6 +464,14 @@ static json_t *tensor_entry(const local_save *L, size_t i)
                               json_range(o->b0, o->b1), "xxh3", hx);
     /* large chunks also get per-block checksums, so a load that needs
        only part of the chunk checks only the blocks it reads */
+    if (chunk && o->enc) {
+        char nt[57];
+        shs__crypt_hex_nt(nt, o->nonce, o->tag);
+        if (json_object_set_new(chunk, "aes_gcm", json_string(nt)) < 0) {
+            json_decref(chunk);
+            chunk = NULL;
+        }
+    }
     if (chunk && o->blocks) {
         json_t *bl = json_array();
         for (uint64_t q = 0; bl && q * SHS__HASH_BLOCK < t->nbytes; q++) {
@@ -437,6 +512,9 @@ static int describe(local_save *L, json_t **out)
         json_decref(jt);
         json_decref(jb);
     }
+    /* the root checks that every rank saved under its key */
+    if (!bad && req->key)
+        bad = json_object_set_new(root, "key_id", json_string(req->key->id)) != 0;
     for (size_t fi = 0; !bad && fi < L->nfiles; fi++) {
         json_t *e;
         if ((rc = file_entry(&e, L->tmp, L->files[fi].name, req->rank)) < 0)

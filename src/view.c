@@ -6,6 +6,7 @@
  * docs/checkpoint.md.
  */
 #include "common_json.h"
+#include "crypt.h"
 #include "hash.h"
 #include "io.h"
 #include "loader.h"
@@ -168,7 +169,44 @@ static int same_as_earlier_copy(shs__loader *L, const shs__mtensor *t, size_t k,
     return rc;
 }
 
+/* An encrypted chunk whose checksums matched (its bytes at p): decrypted
+   in a copy (*buf, reallocated) and authenticated.  Without a key it is
+   left for the end of the verify, which says a key is needed. */
+static int verify_sealed(const shs__loader *L, const shs__mtensor *t, const shs__mchunk *c,
+                         const void *p, void **buf)
+{
+    uint64_t n = c->b1 - c->b0;
+    if (!c->enc || !L->key)
+        return SHS_OK;
+    if (p != *buf) {
+        shs__free(*buf);
+        if (!(*buf = shs__malloc((size_t)n + 1)))
+            return shs__err(SHS_ENOMEM, "out of memory");
+        memcpy(*buf, p, (size_t)n);
+    }
+    return shs__crypt_open_chunk(L->key, L->m, L->dir, t, c, *buf, n);
+}
+
+static int verify(const char *dir, const shs__key *key);
+
 int shs_checkpoint_verify(const char *dir)
+{
+    return verify(dir, NULL);
+}
+
+int shs_checkpoint_verify_key(const char *dir, const unsigned char *key, size_t key_len)
+{
+    shs__key k;
+    if (!key)
+        return verify(dir, NULL);
+    int rc = shs__key_from_bytes(&k, key, key_len);
+    if (rc == SHS_OK)
+        rc = verify(dir, &k);
+    shs__key_wipe(&k);
+    return rc;
+}
+
+static int verify(const char *dir, const shs__key *key)
 {
     shs__meta m;
     int rc;
@@ -182,13 +220,16 @@ int shs_checkpoint_verify(const char *dir)
     (void)is_step;
     if ((rc = shs__meta_parse(&m, dir)) < 0)
         return rc;
-    shs__loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)), 0, NULL };
+    shs__loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)), 0, NULL, key };
     uint8_t **used = shs__calloc(m.nf + 1, sizeof *used);
     void *buf = NULL;
     if (!L.fh || !used) {
         rc = shs__err(SHS_ENOMEM, "out of memory");
         goto done;
     }
+    /* a wrong key is said at once; a missing one at the end */
+    if (key && (rc = shs__crypt_check_key(&m, key, dir)) < 0)
+        goto done;
     /* every listed file exists and is valid (its header matching its
        checksum in version 2), even one no chunk uses */
     for (size_t i = 0; i < m.nf && rc == SHS_OK; i++) {
@@ -238,6 +279,8 @@ int shs_checkpoint_verify(const char *dir)
                                   "xxh3 checksum",
                                   dir, m.t[j].name, q);
             }
+            if (rc == SHS_OK)
+                rc = verify_sealed(&L, &m.t[j], c, p, &buf);
         }
     }
     for (size_t k = 0; k < m.nb && rc == SHS_OK; k++) {
@@ -276,6 +319,13 @@ int shs_checkpoint_verify(const char *dir)
         shs_progress p;
         rc = shs__common_read(&p, dir);
     }
+    /* everything the checksums cover is intact; the chunks' contents
+       cannot be authenticated without the key */
+    if (rc == SHS_OK && m.encrypted && !key)
+        rc = shs__err(SHS_EKEY,
+                      "%s: checksums match, but it is encrypted (" SHS__CIPHER_NAME
+                      ", key id %s): key required to authenticate its chunks",
+                      dir, m.key_id);
 done:
     shs__free(buf);
     for (size_t i = 0; used && i < m.nf; i++)

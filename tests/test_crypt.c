@@ -1,0 +1,1050 @@
+/*
+ * test_crypt.c -- encryption at rest (src/crypt.c, docs/encryption.md):
+ * keys from files and environment variables, round trips through the
+ * manager (sync, async, two ranks as threads), the read API and verify,
+ * and every way an encrypted checkpoint must refuse to load: no key, a
+ * wrong key, a changed byte (with and without its checksum mended), a
+ * chunk moved to another tensor or step, a truncated file, and
+ * metadata.json that lies about the encryption.
+ */
+#include "testutil.h"
+
+#include "crypt.h"
+#include "hash.h"
+#include "io.h"
+#include "meta.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const unsigned char k_key[32] = { 1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
+                                         12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+                                         23, 24, 25, 26, 27, 28, 29, 30, 31, 32 };
+static const char *k_key_hex = "0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f20";
+
+static char *g_key_file;   /* k_key, raw */
+static char *g_other_file; /* another key */
+
+static int setup(void **state)
+{
+    int rc = tu_setup_root(state);
+    if (rc)
+        return rc;
+    unsigned char other[32];
+    for (int i = 0; i < 32; i++)
+        other[i] = (unsigned char)(200 + i);
+    g_key_file = tu_path_dup(tu_root, "key.bin");
+    g_other_file = tu_path_dup(tu_root, "other.bin");
+    if (tu_write_file(g_key_file, k_key, 32) || tu_write_file(g_other_file, other, 32))
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    free(g_key_file);
+    free(g_other_file);
+    return tu_teardown_root(state);
+}
+
+/* ---- keys ---- */
+
+static void expect_key_error(const char *file, const char *env, const char *needle)
+{
+    unsigned char k[32];
+    assert_int_equal(shs_key_load(k, file, env), SHS_EKEY);
+    TU_ASSERT_MSG_HAS(needle);
+}
+
+static void test_key_sources(void **state)
+{
+    (void)state;
+    unsigned char k[32];
+    char *p = tu_subpath("keys");
+    assert_int_equal(mkdir(p, 0755), 0);
+    /* raw 32 bytes, 64 hex digits, 64 hex digits + newline: one key */
+    TU_OK(shs_key_load(k, g_key_file, NULL));
+    assert_memory_equal(k, k_key, 32);
+    const char *hex = tu_path(p, "hex");
+    assert_int_equal(tu_write_file(hex, k_key_hex, 64), 0);
+    memset(k, 0, sizeof k);
+    TU_OK(shs_key_load(k, hex, NULL));
+    assert_memory_equal(k, k_key, 32);
+    char line[66];
+    snprintf(line, sizeof line, "%s\n", k_key_hex);
+    assert_int_equal(tu_write_file(hex, line, 65), 0);
+    memset(k, 0, sizeof k);
+    TU_OK(shs_key_load(k, hex, NULL));
+    assert_memory_equal(k, k_key, 32);
+    setenv("SHS_TEST_KEY", k_key_hex, 1);
+    memset(k, 0, sizeof k);
+    TU_OK(shs_key_load(k, NULL, "SHS_TEST_KEY"));
+    assert_memory_equal(k, k_key, 32);
+
+    /* missing, short, too long, not hex */
+    expect_key_error(tu_path(p, "missing"), NULL, "missing");
+    const char *bad = tu_path(p, "bad");
+    assert_int_equal(tu_write_file(bad, k_key, 31), 0);
+    expect_key_error(bad, NULL, "not 31 bytes");
+    unsigned char long_key[33] = { 0 };
+    assert_int_equal(tu_write_file(bad, long_key, 33), 0);
+    expect_key_error(bad, NULL, "not 33 bytes");
+    assert_int_equal(tu_write_file(bad, k_key_hex, 63), 0);
+    expect_key_error(bad, NULL, "not 63 bytes");
+    char nothex[65];
+    memcpy(nothex, k_key_hex, 65);
+    nothex[10] = 'g';
+    assert_int_equal(tu_write_file(bad, nothex, 64), 0);
+    expect_key_error(bad, NULL, "hex digits");
+    assert_int_equal(tu_write_file(bad, "", 0), 0);
+    expect_key_error(bad, NULL, "not 0 bytes");
+    /* the environment: unset, empty, short, not hex */
+    unsetenv("SHS_TEST_UNSET");
+    expect_key_error(NULL, "SHS_TEST_UNSET", "SHS_TEST_UNSET (the encryption key) is not set");
+    setenv("SHS_TEST_BAD", "", 1);
+    expect_key_error(NULL, "SHS_TEST_BAD", "is not set");
+    setenv("SHS_TEST_BAD", "0102", 1);
+    expect_key_error(NULL, "SHS_TEST_BAD", "environment variable SHS_TEST_BAD");
+    setenv("SHS_TEST_BAD", nothex, 1);
+    expect_key_error(NULL, "SHS_TEST_BAD", "hex digits");
+    /* exactly one source */
+    expect_key_error(NULL, NULL, "exactly one");
+    expect_key_error(g_key_file, "SHS_TEST_KEY", "exactly one");
+    assert_int_equal(shs_key_load(NULL, g_key_file, NULL), SHS_EINVAL);
+    assert_string_equal(shs_strerror(SHS_EKEY), "encryption key missing, wrong or malformed");
+    tu_rmtree(p);
+    free(p);
+}
+
+/* ---- a state of two same-shaped tensors, one large enough for several
+   writer pieces ---- */
+
+#define BIG (3u << 20) /* floats: 12 MiB, three 4 MiB pieces */
+
+typedef struct cstate {
+    shs_state *st;
+    float a[12], b[12], *big, opt[12];
+} cstate;
+
+static void cstate_make(cstate *s, float base)
+{
+    memset(s, 0, sizeof *s);
+    static const uint64_t shp[2] = { 4, 3 }, bigshape[2] = { 1024, BIG / 1024 };
+    s->big = malloc(BIG * sizeof(float));
+    assert_non_null(s->big);
+    for (int i = 0; i < 12; i++) {
+        s->a[i] = base + (float)i;
+        s->b[i] = -base - (float)i;
+        s->opt[i] = base * 2 + (float)i;
+    }
+    for (size_t i = 0; i < BIG; i++)
+        s->big[i] = base + (float)(i % 1000);
+    TU_OK(shs_state_create(&s->st));
+    tu_add_tensor(s->st, "a", SHS_KIND_MODEL, SHS_F32, 2, shp, s->a, NULL);
+    tu_add_tensor(s->st, "b", SHS_KIND_MODEL, SHS_F32, 2, shp, s->b, NULL);
+    tu_add_tensor(s->st, "big", SHS_KIND_MODEL, SHS_F32, 2, bigshape, s->big, NULL);
+    tu_add_tensor(s->st, "opt.a", SHS_KIND_OPTIMIZER, SHS_F32, 2, shp, s->opt, NULL);
+    TU_OK(shs_state_set_blob(s->st, "rng", "seed-42", 7));
+}
+
+static void cstate_free(cstate *s)
+{
+    shs_state_free(s->st);
+    free(s->big);
+}
+
+static void cstate_zero(cstate *s)
+{
+    memset(s->a, 0, sizeof s->a);
+    memset(s->b, 0, sizeof s->b);
+    memset(s->opt, 0, sizeof s->opt);
+    memset(s->big, 0, BIG * sizeof(float));
+}
+
+static void cstate_assert(const cstate *s, float base)
+{
+    cstate want;
+    cstate_make(&want, base);
+    assert_memory_equal(s->a, want.a, sizeof s->a);
+    assert_memory_equal(s->b, want.b, sizeof s->b);
+    assert_memory_equal(s->opt, want.opt, sizeof s->opt);
+    assert_memory_equal(s->big, want.big, BIG * sizeof(float));
+    cstate_free(&want);
+}
+
+/* Save st at `step` into sp with the key from `file` or `env`. */
+static int save_keyed(const char *sp, shs_state *st, int64_t step, const char *file,
+                      const char *env, int async)
+{
+    shs_config c;
+    tu_cfg_saving(&c, sp);
+    c.encrypt_key_file = file ? file : "";
+    c.encrypt_key_env = env ? env : "";
+    c.async_save = async;
+    shs_manager *m = NULL;
+    int rc = shs_manager_create(&m, &c, st);
+    if (rc < 0)
+        return rc;
+    shs_progress p = tu_prog(step);
+    rc = shs_manager_save(m, &p, 0);
+    if (rc == SHS_OK)
+        rc = shs_manager_wait(m);
+    shs_manager_free(m);
+    return rc;
+}
+
+/* Load sp (its newest step) into st with the key from `file`. */
+static int load_keyed(const char *sp, shs_state *st, const char *file)
+{
+    shs_config c;
+    shs_config_init(&c);
+    c.enable_save = 0;
+    c.load_path = sp;
+    c.encrypt_key_file = file ? file : "";
+    shs_manager *m = NULL;
+    int rc = shs_manager_create(&m, &c, st);
+    if (rc < 0)
+        return rc;
+    shs_progress p = tu_prog(0);
+    shs_load_result r = SHS_LOAD_RESULT_INIT;
+    rc = shs_manager_load(m, &p, &r);
+    shs_manager_free(m);
+    return rc;
+}
+
+static int memmem_found(const void *hay, size_t n, const void *needle, size_t k)
+{
+    for (size_t i = 0; i + k <= n; i++)
+        if (memcmp((const char *)hay + i, needle, k) == 0)
+            return 1;
+    return 0;
+}
+
+static void test_roundtrip(void **state)
+{
+    (void)state;
+    char *sp = tu_subdir("rt");
+    cstate s;
+    cstate_make(&s, 3.0f);
+    TU_OK(save_keyed(sp, s.st, 5, g_key_file, NULL, 0));
+    const char *dir = tu_step_dir(sp, 5);
+
+    /* metadata.json says so: version 3, cipher, key id, nonce and tag per
+       chunk; the files hold no plaintext run of the weights */
+    json_error_t je;
+    json_t *root = json_load_file(tu_path(dir, "metadata.json"), 0, &je);
+    assert_non_null(root);
+    assert_int_equal(json_integer_value(json_object_get(root, "version")), 3);
+    assert_string_equal(json_string_value(json_object_get(root, "cipher")), "AES-256-GCM");
+    assert_int_equal(strlen(json_string_value(json_object_get(root, "key_id"))), 16);
+    json_t *ta = json_object_get(json_object_get(root, "tensors"), "big");
+    json_t *c0 = json_array_get(json_object_get(ta, "chunks"), 0);
+    assert_int_equal(strlen(json_string_value(json_object_get(c0, "aes_gcm"))), 56);
+    assert_null(json_object_get(c0, "xxh3_blocks"));
+    json_decref(root);
+    size_t len;
+    char *f = tu_read_file(tu_path(dir, "checkpoint-model-0000000-0000001.safetensors"), &len);
+    assert_non_null(f);
+    assert_false(memmem_found(f, len, s.big + 100, 64));
+    assert_false(memmem_found(f, len, s.a, 16));
+    /* names and shapes stay readable, and the file says it is encrypted */
+    assert_true(memmem_found(f, len, "\"big\"", 5));
+    assert_true(memmem_found(f, len, "\"shardsafe_cipher\":\"AES-256-GCM\"", 32));
+    free(f);
+
+    /* a load with the key gives every tensor back */
+    cstate_zero(&s);
+    TU_OK(load_keyed(sp, s.st, g_key_file));
+    cstate_assert(&s, 3.0f);
+    /* without a key, or with another: a clear error, nothing read */
+    cstate_zero(&s);
+    assert_int_equal(load_keyed(sp, s.st, NULL), SHS_EKEY);
+    TU_ASSERT_MSG_HAS("encrypted (AES-256-GCM, key id ");
+    TU_ASSERT_MSG_HAS("key required");
+    assert_int_equal(load_keyed(sp, s.st, g_other_file), SHS_EKEY);
+    TU_ASSERT_MSG_HAS("wrong key");
+    float zero[12] = { 0 };
+    assert_memory_equal(s.a, zero, sizeof zero);
+
+    /* verify: with the key; without it the checksums pass and the key is
+       asked for; a wrong one is named */
+    TU_OK(shs_checkpoint_verify_key(dir, k_key, 32));
+    assert_int_equal(shs_checkpoint_verify(dir), SHS_EKEY);
+    TU_ASSERT_MSG_HAS("checksums match");
+    TU_ASSERT_MSG_HAS("key required");
+    unsigned char other[32];
+    TU_OK(shs_key_load(other, g_other_file, NULL));
+    assert_int_equal(shs_checkpoint_verify_key(dir, other, 32), SHS_EKEY);
+    TU_ASSERT_MSG_HAS("wrong key");
+    assert_int_equal(shs_checkpoint_verify_key(dir, k_key, 16), SHS_EKEY);
+
+    /* an unencrypted checkpoint loads with a key configured (pretrained
+       weights, saves from before encryption was turned on) */
+    char *plain = tu_subdir("rt-plain");
+    cstate_free(&s);
+    cstate_make(&s, 3.0f);
+    TU_OK(save_keyed(plain, s.st, 5, NULL, NULL, 0));
+    cstate_zero(&s);
+    TU_OK(load_keyed(plain, s.st, g_key_file));
+    cstate_assert(&s, 3.0f);
+    TU_OK(shs_checkpoint_verify_key(tu_step_dir(plain, 5), k_key, 32));
+    tu_rmtree(plain);
+    free(plain);
+    cstate_free(&s);
+    tu_rmtree(sp);
+    free(sp);
+}
+
+static void test_read_api(void **state)
+{
+    (void)state;
+    char *sp = tu_subdir("api");
+    cstate s;
+    cstate_make(&s, 7.0f);
+    TU_OK(save_keyed(sp, s.st, 2, g_key_file, NULL, 0));
+    size_t ti;
+    float box[6];
+    /* unkeyed: opens (names and shapes), every read asks for the key */
+    shs_checkpoint *ck = NULL;
+    TU_OK(shs_checkpoint_open(&ck, sp));
+    assert_int_equal(shs_checkpoint_encrypted(ck), 1);
+    assert_int_equal(strlen(shs_checkpoint_key_id(ck)), 16);
+    TU_OK(shs_checkpoint_find(&ti, ck, "a"));
+    assert_int_equal(shs_checkpoint_tensor(ck, ti)->shape[1], 3);
+    assert_int_equal(shs_checkpoint_read(ck, ti, NULL, NULL, SHS_F32, s.a, sizeof s.a), SHS_EKEY);
+    TU_ASSERT_MSG_HAS("key required");
+    shs_checkpoint_close(ck);
+    /* a wrong key fails the open */
+    unsigned char other[32];
+    TU_OK(shs_key_load(other, g_other_file, NULL));
+    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+    o.key = other;
+    o.key_len = 32;
+    assert_int_equal(shs_checkpoint_open_ex(&ck, sp, &o), SHS_EKEY);
+    TU_ASSERT_MSG_HAS("wrong key");
+    assert_null(ck);
+    o.key_len = 31;
+    assert_int_equal(shs_checkpoint_open_ex(&ck, sp, &o), SHS_EKEY);
+    /* the key: whole tensors, a box inside one (the chunk is decrypted
+       whole, then cut), a dtype conversion, mapped and with pread */
+    for (int nommap = 0; nommap < 2; nommap++) {
+        unsigned char key[32];
+        memcpy(key, k_key, 32);
+        o.key = key;
+        o.key_len = 32;
+        o.flags = nommap ? SHS_CKPT_OPEN_NO_MMAP : 0;
+        TU_OK(shs_checkpoint_open_ex(&ck, sp, &o));
+        memset(key, 0, sizeof key); /* the handle keeps its own copy */
+        TU_OK(shs_checkpoint_find(&ti, ck, "b"));
+        float whole[12];
+        TU_OK(shs_checkpoint_read(ck, ti, NULL, NULL, SHS_F32, whole, sizeof whole));
+        assert_memory_equal(whole, s.b, sizeof whole);
+        uint64_t st[2] = { 1, 1 }, n[2] = { 3, 2 };
+        TU_OK(shs_checkpoint_read(ck, ti, st, n, SHS_F32, box, sizeof box));
+        for (int r = 0; r < 3; r++)
+            for (int c = 0; c < 2; c++)
+                assert_true(box[r * 2 + c] == s.b[(1 + r) * 3 + 1 + c]);
+        uint16_t half[6];
+        TU_OK(shs_checkpoint_read(ck, ti, st, n, SHS_BF16, half, sizeof half));
+        assert_int_equal(half[0], shs_f32_to_bf16(s.b[4]));
+        TU_OK(shs_checkpoint_find(&ti, ck, "big"));
+        uint64_t bs[2] = { 500, 7 }, bn[2] = { 2, 3 };
+        TU_OK(shs_checkpoint_read(ck, ti, bs, bn, SHS_F32, box, sizeof box));
+        assert_true(box[4] == s.big[501 * (BIG / 1024) + 8]);
+        /* blobs are not encrypted: read as before */
+        char rng[7];
+        TU_OK(shs_checkpoint_read_blob(ck, 0, rng, sizeof rng));
+        assert_memory_equal(rng, "seed-42", 7);
+        shs_checkpoint_close(ck);
+    }
+    /* a data file alone (no metadata.json: no nonces, no tags) */
+    char *one = tu_path_dup(tu_step_dir(sp, 2), "checkpoint-model-0000000-0000001.safetensors");
+    TU_OK(shs_checkpoint_open(&ck, one));
+    TU_OK(shs_checkpoint_find(&ti, ck, "a"));
+    for (int again = 0; again < 2; again++) { /* the refusal is not cached away */
+        assert_int_equal(shs_checkpoint_read(ck, ti, NULL, NULL, SHS_F32, s.a, sizeof s.a),
+                         SHS_EKEY);
+        TU_ASSERT_MSG_HAS("without the metadata.json");
+    }
+    shs_checkpoint_close(ck);
+    free(one);
+    cstate_free(&s);
+    tu_rmtree(sp);
+    free(sp);
+}
+
+static void test_async_env(void **state)
+{
+    (void)state;
+    char *sp = tu_subdir("async");
+    cstate s;
+    cstate_make(&s, 11.0f);
+    setenv("SHS_TEST_KEY", k_key_hex, 1);
+    TU_OK(save_keyed(sp, s.st, 9, NULL, "SHS_TEST_KEY", 1));
+    cstate_zero(&s);
+    TU_OK(load_keyed(sp, s.st, g_key_file)); /* the same key from a file */
+    cstate_assert(&s, 11.0f);
+    /* the variable unset: the manager refuses at create */
+    unsetenv("SHS_TEST_KEY");
+    assert_int_equal(save_keyed(sp, s.st, 10, NULL, "SHS_TEST_KEY", 1), SHS_EKEY);
+    TU_ASSERT_MSG_HAS("SHS_TEST_KEY (the encryption key) is not set");
+    /* a missing key file too, and the config rules */
+    assert_int_equal(save_keyed(sp, s.st, 10, tu_path(sp, "nokey"), NULL, 0), SHS_EKEY);
+    TU_ASSERT_MSG_HAS("nokey");
+    assert_int_equal(save_keyed(sp, s.st, 10, g_key_file, "SHS_TEST_KEY", 0), SHS_ECONFIG);
+    TU_ASSERT_MSG_HAS("set one, not both");
+    shs_config c;
+    tu_cfg_saving(&c, sp);
+    TU_OK(shs_config_set(&c, "encrypt_key_file", g_key_file));
+    TU_OK(shs_config_set(&c, "incremental", "true"));
+    shs_manager *m = NULL;
+    assert_int_equal(shs_manager_create(&m, &c, s.st), SHS_ECONFIG);
+    TU_ASSERT_MSG_HAS("incremental cannot be combined with encryption");
+    shs_config_release(&c);
+    assert_int_equal(tu_tracker_step(sp), 9);
+    cstate_free(&s);
+    tu_rmtree(sp);
+    free(sp);
+}
+
+/* ---- two ranks as threads, a tensor split by rows ---- */
+
+typedef struct tc_shared {
+    pthread_barrier_t bar;
+    const void *slot[2];
+} tc_shared;
+typedef struct tc_rank {
+    tc_shared *sh;
+    int rank;
+    int rc;
+    char msg[512];
+    const char *key_file;
+    int async;
+} tc_rank;
+
+static int tc_barrier(void *ctx)
+{
+    pthread_barrier_wait(&((tc_rank *)ctx)->sh->bar);
+    return SHS_OK;
+}
+static int tc_bcast(void *ctx, void *buf, size_t len, int root)
+{
+    tc_rank *r = ctx;
+    if (r->rank == root)
+        r->sh->slot[root] = buf;
+    pthread_barrier_wait(&r->sh->bar);
+    if (r->rank != root && len)
+        memcpy(buf, r->sh->slot[root], len);
+    pthread_barrier_wait(&r->sh->bar);
+    return SHS_OK;
+}
+static int tc_allgather(void *ctx, const void *send, size_t len, void *recv)
+{
+    tc_rank *r = ctx;
+    r->sh->slot[r->rank] = send;
+    pthread_barrier_wait(&r->sh->bar);
+    for (int i = 0; i < 2; i++)
+        if (len)
+            memcpy((char *)recv + (size_t)i * len, r->sh->slot[i], len);
+    pthread_barrier_wait(&r->sh->bar);
+    return SHS_OK;
+}
+static int tc_gatherv(void *ctx, const void *send, const size_t *lens, void *recv, int root)
+{
+    tc_rank *r = ctx;
+    r->sh->slot[r->rank] = send;
+    pthread_barrier_wait(&r->sh->bar);
+    if (r->rank == root) {
+        size_t at = 0;
+        for (int i = 0; i < 2; i++) {
+            if (lens[i])
+                memcpy((char *)recv + at, r->sh->slot[i], lens[i]);
+            at += lens[i];
+        }
+    }
+    pthread_barrier_wait(&r->sh->bar);
+    return SHS_OK;
+}
+static int tc_send(void *c, const void *b, size_t n, int d, int t)
+{
+    (void)c, (void)b, (void)n, (void)d, (void)t;
+    return SHS_EUNSUPPORTED;
+}
+static int tc_recv(void *c, void *b, size_t n, int s, int t)
+{
+    (void)c, (void)b, (void)n, (void)s, (void)t;
+    return SHS_EUNSUPPORTED;
+}
+static const shs_comm_ops k_tc_ops = { SHS_COMM_OPS_VERSION, tc_barrier, tc_bcast, tc_allgather,
+                                       tc_gatherv,           tc_send,    tc_recv,  NULL };
+
+static const char *g_rank_sp;
+static const uint64_t k_gshape[2] = { 4, 3 };
+
+static void *rank_main(void *arg)
+{
+    tc_rank *r = arg;
+    shs_comm *comm = NULL;
+    shs_state *st = NULL;
+    float rows[6], got[6];
+    uint64_t shape[2] = { 2, 3 }, off[2] = { (uint64_t)(2 * r->rank), 0 };
+    for (int i = 0; i < 6; i++)
+        rows[i] = (float)(100 * r->rank + i);
+    if (shs_comm_create(&comm, r->rank, 2, &k_tc_ops, r) != SHS_OK || shs_state_create(&st) < 0)
+        abort();
+    shs_tensor_spec w = SHS_TENSOR_SPEC_INIT;
+    w.name = "w";
+    w.ndim = 2;
+    w.shape = shape;
+    w.global_shape = k_gshape;
+    w.global_offset = off;
+    w.data = rows;
+    shs_config c;
+    tu_cfg_saving(&c, g_rank_sp);
+    c.async_save = r->async;
+    c.encrypt_key_file = r->key_file;
+    shs_manager *m = NULL;
+    shs_progress p = tu_prog(4);
+    int rc = shs_state_add_tensor(st, &w);
+    if (rc == SHS_OK)
+        rc = shs_manager_create_comm(&m, &c, st, comm);
+    if (rc == SHS_OK)
+        rc = shs_manager_save(m, &p, 0);
+    if (rc == SHS_OK)
+        rc = shs_manager_wait(m);
+    if (rc == SHS_OK) {
+        /* load back into another buffer: each rank its own rows */
+        memcpy(got, rows, sizeof got);
+        memset(rows, 0, sizeof rows);
+        shs_progress q = tu_prog(0);
+        shs_load_result res = SHS_LOAD_RESULT_INIT;
+        rc = shs_manager_load(m, &q, &res);
+        if (rc == SHS_OK && memcmp(got, rows, sizeof got) != 0)
+            rc = SHS_ECORRUPT;
+    }
+    r->rc = rc;
+    snprintf(r->msg, sizeof r->msg, "%s", rc ? shs_last_error() : "");
+    shs_manager_free(m);
+    shs_comm_free(comm);
+    shs_state_free(st);
+    return NULL;
+}
+
+static void run_ranks(tc_rank *r, const char *key0, const char *key1, int async)
+{
+    tc_shared sh;
+    memset(&sh, 0, sizeof sh);
+    pthread_barrier_init(&sh.bar, NULL, 2);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&r[i], 0, sizeof r[i]);
+        r[i].sh = &sh;
+        r[i].rank = i;
+        r[i].key_file = i ? key1 : key0;
+        r[i].async = async;
+        assert_int_equal(pthread_create(&th[i], NULL, rank_main, &r[i]), 0);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&sh.bar);
+}
+
+static void test_two_ranks(void **state)
+{
+    (void)state;
+    alarm(120); /* a deadlock fails the test instead of hanging it */
+    for (int async = 0; async < 2; async++) {
+        char *sp = tu_subdir("ranks");
+        g_rank_sp = sp;
+        tc_rank r[2];
+        run_ranks(r, g_key_file, g_key_file, async);
+        for (int i = 0; i < 2; i++)
+            if (r[i].rc)
+                fail_msg("rank %d: %s", i, r[i].msg);
+        /* one process reads the whole tensor back through the read API */
+        shs_checkpoint *ck;
+        shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+        o.key = k_key;
+        o.key_len = 32;
+        TU_OK(shs_checkpoint_open_ex(&ck, sp, &o));
+        assert_int_equal(shs_checkpoint_world_size(ck), 2);
+        float all[12];
+        TU_OK(shs_checkpoint_read(ck, 0, NULL, NULL, SHS_F32, all, sizeof all));
+        for (int i = 0; i < 12; i++)
+            assert_true(all[i] == (float)(100 * (i / 6) + i % 6));
+        shs_checkpoint_close(ck);
+        TU_OK(shs_checkpoint_verify_key(tu_step_dir(sp, 4), k_key, 32));
+        /* ranks with different keys: the save fails on both, nothing
+           committed */
+        run_ranks(r, g_key_file, g_other_file, async);
+        assert_int_equal(r[0].rc, SHS_EKEY);
+        assert_int_equal(r[1].rc, SHS_EKEY);
+        if (!strstr(r[0].msg, "same key"))
+            fail_msg("rank 0: %s", r[0].msg);
+        /* rank 1 cannot read its key: the create fails on both ranks */
+        char *missing = tu_path_dup(sp, "no-such-key");
+        run_ranks(r, g_key_file, missing, async);
+        free(missing);
+        assert_int_equal(r[1].rc, SHS_EKEY);
+        if (r[0].rc >= 0 || !strstr(r[0].msg, "rank 1") || !strstr(r[0].msg, "no-such-key"))
+            fail_msg("rank 0: %d %s", r[0].rc, r[0].msg);
+        tu_rmtree(sp);
+        free(sp);
+    }
+    alarm(0);
+}
+
+/* ---- tampering ---- */
+
+/* Edit metadata.json of dir with `fn` and seal it again, as the writer
+   does (so only the edit is different). */
+static void edit_meta(const char *dir, void (*fn)(json_t *root, void *ctx), void *ctx)
+{
+    const char *mp = tu_path(dir, "metadata.json");
+    json_error_t je;
+    json_t *root = json_load_file(mp, 0, &je);
+    assert_non_null(root);
+    fn(root, ctx);
+    json_object_del(root, "metadata_xxh3");
+    char *plain = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    assert_non_null(plain);
+    size_t slen = 0;
+    char *sealed = shs__meta_seal(plain, strlen(plain), &slen);
+    free(plain);
+    assert_non_null(sealed);
+    assert_int_equal(tu_write_file(mp, sealed, slen), 0);
+    shs__free(sealed);
+}
+
+static json_t *chunk_of(json_t *root, const char *tensor)
+{
+    return json_array_get(
+        json_object_get(json_object_get(json_object_get(root, "tensors"), tensor), "chunks"), 0);
+}
+
+typedef struct mend_ctx {
+    const char *dir;
+    const char *tensor;
+} mend_ctx;
+
+/* The chunk's "xxh3" recomputed from the bytes now in its file. */
+static void mend_hash(json_t *root, void *arg)
+{
+    mend_ctx *x = arg;
+    json_t *c = chunk_of(root, x->tensor);
+    json_t *files = json_object_get(root, "files");
+    const char *fname = json_string_value(json_object_get(
+        json_array_get(files, (size_t)json_integer_value(json_object_get(c, "file"))), "name"));
+    json_t *br = json_object_get(c, "byte_range");
+    size_t b0 = (size_t)json_integer_value(json_array_get(br, 0));
+    size_t b1 = (size_t)json_integer_value(json_array_get(br, 1));
+    size_t len;
+    char *data = tu_read_file(tu_path(x->dir, fname), &len);
+    assert_non_null(data);
+    char hx[17];
+    shs__hex64(hx, shs__xxh3(data + b0, b1 - b0));
+    free(data);
+    json_object_set_new(c, "xxh3", json_string(hx));
+}
+
+/* Byte range of `tensor`'s chunk in the model file of dir. */
+static void chunk_range(const char *dir, const char *tensor, size_t *b0, size_t *b1)
+{
+    json_error_t je;
+    json_t *root = json_load_file(tu_path(dir, "metadata.json"), 0, &je);
+    assert_non_null(root);
+    json_t *br = json_object_get(chunk_of(root, tensor), "byte_range");
+    *b0 = (size_t)json_integer_value(json_array_get(br, 0));
+    *b1 = (size_t)json_integer_value(json_array_get(br, 1));
+    json_decref(root);
+}
+
+#define MODEL_FILE "checkpoint-model-0000000-0000001.safetensors"
+
+static void flip_byte(const char *dir, size_t at)
+{
+    size_t len;
+    char *data = tu_read_file(tu_path(dir, MODEL_FILE), &len);
+    assert_non_null(data);
+    assert_true(at < len);
+    data[at] ^= 0x01;
+    assert_int_equal(tu_write_file(tu_path(dir, MODEL_FILE), data, len), 0);
+    free(data);
+}
+
+static void test_tampered_byte(void **state)
+{
+    (void)state;
+    char *sp = tu_subdir("tamper");
+    cstate s;
+    cstate_make(&s, 5.0f);
+    TU_OK(save_keyed(sp, s.st, 3, g_key_file, NULL, 0));
+    char *dir = strdup(tu_step_dir(sp, 3));
+    size_t b0, b1;
+    chunk_range(dir, "a", &b0, &b1);
+    /* a changed byte: its checksum catches it, key or no key */
+    flip_byte(dir, b0 + 5);
+    assert_int_equal(load_keyed(sp, s.st, g_key_file), SHS_ECHECKSUM);
+    TU_ASSERT_MSG_HAS("tensor 'a'");
+    assert_int_equal(shs_checkpoint_verify(dir), SHS_ECHECKSUM);
+    /* the checksum mended too (an attacker who can write metadata.json):
+       the GCM tag still refuses it, in load, verify and the read API */
+    mend_ctx x = { dir, "a" };
+    edit_meta(dir, mend_hash, &x);
+    assert_int_equal(load_keyed(sp, s.st, g_key_file), SHS_ECHECKSUM);
+    TU_ASSERT_MSG_HAS("does not authenticate");
+    TU_ASSERT_MSG_HAS("tensor 'a'");
+    assert_int_equal(shs_checkpoint_verify_key(dir, k_key, 32), SHS_ECHECKSUM);
+    TU_ASSERT_MSG_HAS("does not authenticate");
+    /* without the key, verify finds the checksums whole: only the key can
+       tell */
+    assert_int_equal(shs_checkpoint_verify(dir), SHS_EKEY);
+    shs_checkpoint *ck;
+    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+    o.key = k_key;
+    o.key_len = 32;
+    TU_OK(shs_checkpoint_open_ex(&ck, sp, &o));
+    size_t ti;
+    TU_OK(shs_checkpoint_find(&ti, ck, "a"));
+    float out[12];
+    memset(out, 0x55, sizeof out);
+    uint64_t st[2] = { 1, 0 }, n[2] = { 2, 2 };
+    assert_int_equal(shs_checkpoint_read(ck, ti, st, n, SHS_F32, out, 16), SHS_ECHECKSUM);
+    assert_int_equal(shs_checkpoint_read(ck, ti, NULL, NULL, SHS_F32, out, sizeof out),
+                     SHS_ECHECKSUM);
+    /* no unauthenticated plaintext reaches the caller */
+    for (int i = 0; i < 12; i++)
+        assert_true(out[i] != 5.0f + (float)i);
+    shs_checkpoint_close(ck);
+    free(dir);
+    cstate_free(&s);
+    tu_rmtree(sp);
+    free(sp);
+}
+
+/* Swap the "xxh3" and "aes_gcm" of chunks a and b. */
+static void swap_ab(json_t *root, void *arg)
+{
+    (void)arg;
+    json_t *a = chunk_of(root, "a"), *b = chunk_of(root, "b");
+    const char *keys[2] = { "xxh3", "aes_gcm" };
+    for (int i = 0; i < 2; i++) {
+        json_t *va = json_incref(json_object_get(a, keys[i]));
+        json_object_set(a, keys[i], json_object_get(b, keys[i]));
+        json_object_set_new(b, keys[i], va);
+    }
+}
+
+static void set_step(json_t *root, void *arg)
+{
+    json_object_set_new(root, "step", json_integer(*(int *)arg));
+}
+
+static void test_swapped_chunks(void **state)
+{
+    (void)state;
+    char *sp = tu_subdir("swap");
+    cstate s;
+    cstate_make(&s, 1.0f);
+    TU_OK(save_keyed(sp, s.st, 1, g_key_file, NULL, 0));
+    char *dir = strdup(tu_step_dir(sp, 1));
+    /* the ciphertexts of a and b swapped in the file, with their checksums,
+       nonces and tags in metadata.json: every checksum matches, the AAD
+       (the tensor's name) does not */
+    size_t a0, a1, b0, b1, len;
+    chunk_range(dir, "a", &a0, &a1);
+    chunk_range(dir, "b", &b0, &b1);
+    assert_int_equal(a1 - a0, b1 - b0);
+    char *data = tu_read_file(tu_path(dir, MODEL_FILE), &len);
+    char tmp[48];
+    memcpy(tmp, data + a0, 48);
+    memcpy(data + a0, data + b0, 48);
+    memcpy(data + b0, tmp, 48);
+    assert_int_equal(tu_write_file(tu_path(dir, MODEL_FILE), data, len), 0);
+    free(data);
+    edit_meta(dir, swap_ab, NULL);
+    int rc = load_keyed(sp, s.st, g_key_file);
+    if (rc != SHS_ECHECKSUM)
+        fail_msg("%d %s", rc, shs_last_error());
+    TU_ASSERT_MSG_HAS("does not authenticate");
+    assert_int_equal(shs_checkpoint_verify_key(dir, k_key, 32), SHS_ECHECKSUM);
+
+    /* a whole step moved to another step's place (directory renamed,
+       "step" edited and resealed): the AAD's step does not match */
+    char *sp2 = tu_subdir("swap2");
+    TU_OK(save_keyed(sp2, s.st, 1, g_key_file, NULL, 0));
+    char *from = strdup(tu_step_dir(sp2, 1)), *to = strdup(tu_step_dir(sp2, 2));
+    assert_int_equal(rename(from, to), 0);
+    int two = 2;
+    edit_meta(to, set_step, &two);
+    rc = load_keyed(to, s.st, g_key_file);
+    if (rc != SHS_ECHECKSUM)
+        fail_msg("%d %s", rc, shs_last_error());
+    TU_ASSERT_MSG_HAS("does not authenticate");
+    free(from);
+    free(to);
+    tu_rmtree(sp2);
+    free(sp2);
+    free(dir);
+    cstate_free(&s);
+    tu_rmtree(sp);
+    free(sp);
+}
+
+typedef struct splice_ctx {
+    char xxh3[17], aes_gcm[57];
+} splice_ctx;
+
+static void splice_a(json_t *root, void *arg)
+{
+    splice_ctx *x = arg;
+    json_t *c = chunk_of(root, "a");
+    json_object_set_new(c, "xxh3", json_string(x->xxh3));
+    json_object_set_new(c, "aes_gcm", json_string(x->aes_gcm));
+}
+
+/* A chunk of an earlier save of the same step (same key, same place),
+   spliced into a re-save with its checksum, nonce and tag: the save id in
+   the AAD refuses it (a rollback of one tensor, or a chunk of another run
+   that saved the same step under the same key). */
+static void test_spliced_from_other_save(void **state)
+{
+    (void)state;
+    char *sp = tu_subdir("splice");
+    cstate s;
+    cstate_make(&s, 1.0f);
+    TU_OK(save_keyed(sp, s.st, 1, g_key_file, NULL, 0));
+    char *dir = strdup(tu_step_dir(sp, 1));
+    size_t a0, a1, b0, b1, len, len2;
+    chunk_range(dir, "a", &a0, &a1);
+    char *old = tu_read_file(tu_path(dir, MODEL_FILE), &len);
+    assert_non_null(old);
+    json_error_t je;
+    json_t *root = json_load_file(tu_path(dir, "metadata.json"), 0, &je);
+    assert_non_null(root);
+    splice_ctx x;
+    snprintf(x.xxh3, sizeof x.xxh3, "%s",
+             json_string_value(json_object_get(chunk_of(root, "a"), "xxh3")));
+    snprintf(x.aes_gcm, sizeof x.aes_gcm, "%s",
+             json_string_value(json_object_get(chunk_of(root, "a"), "aes_gcm")));
+    json_decref(root);
+    cstate s2;
+    cstate_make(&s2, 2.0f);
+    TU_OK(save_keyed(sp, s2.st, 1, g_key_file, NULL, 0)); /* the same step again */
+    chunk_range(dir, "a", &b0, &b1);
+    assert_int_equal(a0, b0);
+    assert_int_equal(a1, b1);
+    char *cur = tu_read_file(tu_path(dir, MODEL_FILE), &len2);
+    assert_non_null(cur);
+    memcpy(cur + a0, old + a0, a1 - a0);
+    assert_int_equal(tu_write_file(tu_path(dir, MODEL_FILE), cur, len2), 0);
+    edit_meta(dir, splice_a, &x);
+    int rc = load_keyed(sp, s.st, g_key_file);
+    if (rc != SHS_ECHECKSUM || !strstr(shs_last_error(), "does not authenticate") ||
+        !strstr(shs_last_error(), "tensor 'a'"))
+        fail_msg("%d %s", rc, shs_last_error());
+    free(old);
+    free(cur);
+    free(dir);
+    cstate_free(&s);
+    cstate_free(&s2);
+    tu_rmtree(sp);
+    free(sp);
+}
+
+static void test_truncated(void **state)
+{
+    (void)state;
+    char *sp = tu_subdir("trunc");
+    cstate s;
+    cstate_make(&s, 2.0f);
+    TU_OK(save_keyed(sp, s.st, 6, g_key_file, NULL, 0));
+    char *dir = strdup(tu_step_dir(sp, 6));
+    const char *file = tu_path(dir, MODEL_FILE);
+    struct stat stt;
+    assert_int_equal(stat(file, &stt), 0);
+    size_t cuts[2] = { 1, (size_t)stt.st_size / 2 };
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(truncate(tu_path(dir, MODEL_FILE), stt.st_size - (off_t)cuts[i]), 0);
+        int rc = load_keyed(sp, s.st, g_key_file);
+        assert_true(rc < 0);
+        TU_ASSERT_MSG_HAS(MODEL_FILE);
+        assert_true(shs_checkpoint_verify_key(dir, k_key, 32) < 0);
+        TU_ASSERT_MSG_HAS(MODEL_FILE);
+    }
+    free(dir);
+    cstate_free(&s);
+    tu_rmtree(sp);
+    free(sp);
+}
+
+/* ---- metadata.json that lies about the encryption ---- */
+
+static void drop_cipher(json_t *root, void *arg)
+{
+    (void)arg;
+    json_object_del(root, "cipher");
+}
+static void drop_nonce(json_t *root, void *arg)
+{
+    (void)arg;
+    json_object_del(chunk_of(root, "b"), "aes_gcm");
+}
+static void bad_nonce(json_t *root, void *arg)
+{
+    (void)arg;
+    json_object_set_new(chunk_of(root, "b"), "aes_gcm", json_string("00zz"));
+}
+static void as_version2(json_t *root, void *arg)
+{
+    (void)arg;
+    json_object_set_new(root, "version", json_integer(2));
+}
+static void other_key_id(json_t *root, void *arg)
+{
+    (void)arg;
+    json_object_set_new(root, "key_id", json_string("0123456789abcdef"));
+}
+static void test_hostile_metadata(void **state)
+{
+    (void)state;
+    static const struct {
+        void (*fn)(json_t *, void *);
+        int rc;
+        const char *needle;
+        int plain; /* an unencrypted save edited */
+    } cases[] = {
+        { other_key_id, SHS_ECORRUPT, "\"save_id\" belong to version 3", 1 },
+        { bad_nonce, SHS_ECORRUPT, "\"aes_gcm\" (56 hex digits: nonce and tag) is only valid", 1 },
+        { drop_cipher, SHS_ECORRUPT, "\"save_id\" belong to version 3", 0 },
+        { drop_nonce, SHS_ECORRUPT, "\"aes_gcm\" (56 hex digits: nonce and tag) is required", 0 },
+        { bad_nonce, SHS_ECORRUPT, "tensor 'b': chunk 0: \"aes_gcm\"", 0 },
+        { as_version2, SHS_ECORRUPT, "\"save_id\" belong to version 3", 0 },
+        { other_key_id, SHS_EKEY, "wrong key", 0 },
+    };
+    cstate s;
+    cstate_make(&s, 4.0f);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *sp = tu_subdir("hostile");
+        TU_OK(save_keyed(sp, s.st, 8, cases[i].plain ? NULL : g_key_file, NULL, 0));
+        const char *dir = tu_step_dir(sp, 8);
+        edit_meta(dir, cases[i].fn, NULL);
+        int rc = load_keyed(sp, s.st, g_key_file);
+        if (rc != cases[i].rc || !strstr(shs_last_error(), cases[i].needle))
+            fail_msg("case %zu: %d %s", i, rc, shs_last_error());
+        tu_rmtree(sp);
+        free(sp);
+    }
+    cstate_free(&s);
+}
+
+/* ---- a write failing at every point of an encrypted save ---- */
+
+static long g_pwrite_left; /* writes until the failure; < 0: never */
+
+static ssize_t failing_pwrite(int fd, const void *b, size_t n, off_t o)
+{
+    if (g_pwrite_left >= 0 && g_pwrite_left-- == 0) {
+        errno = ENOSPC;
+        return -1;
+    }
+    return shs__io_posix.pwrite(fd, b, n, o);
+}
+
+static void test_write_failures(void **state)
+{
+    (void)state;
+    cstate s;
+    cstate_make(&s, 6.0f);
+    long n, failed = 0;
+    /* the big tensor's pieces are encrypted by a helper thread while this
+       one writes: a failed write must stop it, and nothing is committed */
+    for (n = 0;; n++) {
+        char *sp = tu_subdir("wfail");
+        shs__io_ops ops = shs__io_posix;
+        ops.pwrite = failing_pwrite;
+        g_pwrite_left = n;
+        shs__io_set(&ops);
+        int rc = save_keyed(sp, s.st, 2, g_key_file, NULL, 0);
+        int hit = g_pwrite_left < 0;
+        g_pwrite_left = -1;
+        shs__io_set(NULL);
+        if (!hit) {
+            TU_OK(rc);
+            tu_rmtree(sp);
+            free(sp);
+            break;
+        }
+        if (rc != SHS_ENOSPC)
+            fail_msg("N=%ld: %d %s", n, rc, shs_last_error());
+        failed++;
+        assert_int_equal(tu_tracker_step(sp), -1);
+        assert_int_equal(tu_count_leftovers(sp), 0);
+        tu_rmtree(sp);
+        free(sp);
+    }
+    print_message("encrypted save: %ld write failures, each ENOSPC, nothing committed\n", failed);
+    assert_true(failed > 5);
+    cstate_free(&s);
+}
+
+/* ---- every allocation of an encrypted save and load failed in turn ---- */
+
+static void test_alloc_failures(void **state)
+{
+    (void)state;
+    for (int op = 0; op < 2; op++) {
+        long failures = 0, n;
+        for (n = 1;; n++) {
+            char *sp = tu_subdir("oom");
+            tu_small s;
+            tu_small_make(&s, 9.0f, 1);
+            if (op == 1)
+                TU_OK(save_keyed(sp, s.st, 2, g_key_file, NULL, 0));
+            tu_failalloc_install();
+            tu_failalloc_arm(n);
+            int rc = op == 0 ? save_keyed(sp, s.st, 2, g_key_file, NULL, 0)
+                             : load_keyed(sp, s.st, g_key_file);
+            long count = tu_failalloc_count();
+            tu_failalloc_arm(0);
+            long live = tu_failalloc_live();
+            tu_failalloc_uninstall();
+            shs_state_free(s.st);
+            if (live != 0)
+                fail_msg("op %d: N=%ld: %ld allocations leaked", op, n, live);
+            tu_rmtree(sp);
+            free(sp);
+            if (count < n) {
+                TU_OK(rc);
+                break;
+            }
+            if (rc != SHS_OK) {
+                failures++;
+                if (rc != SHS_ENOMEM && !strstr(shs_last_error(), "out of memory"))
+                    fail_msg("op %d: N=%ld: %d %s", op, n, rc, shs_last_error());
+            }
+        }
+        print_message("encrypted %s: %ld allocations, %ld failed cleanly\n", op ? "load" : "save",
+                      n - 1, failures);
+        assert_true(failures > 0);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_key_sources),    cmocka_unit_test(test_roundtrip),
+        cmocka_unit_test(test_read_api),       cmocka_unit_test(test_async_env),
+        cmocka_unit_test(test_two_ranks),      cmocka_unit_test(test_tampered_byte),
+        cmocka_unit_test(test_swapped_chunks), cmocka_unit_test(test_spliced_from_other_save),
+        cmocka_unit_test(test_truncated),      cmocka_unit_test(test_hostile_metadata),
+        cmocka_unit_test(test_alloc_failures), cmocka_unit_test(test_write_failures),
+    };
+    return TU_RUN_GROUP(tests, setup, teardown);
+}
