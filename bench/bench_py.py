@@ -1,0 +1,277 @@
+#!/usr/bin/python3
+"""The Python binding against what PyTorch users do today.
+
+    /usr/bin/python3 bench/bench_py.py [--size-mib N] [--reps N] [--append] [DIR]
+
+Needs the binding on PYTHONPATH (PYTHONPATH=build/python after
+scripts/build.sh build, or an installed package) and Debian's torch.
+Each operation runs in its own child process, so that its peak RSS
+(ru_maxrss) is its own; the times are the best of --reps runs, each
+write from no file and a clean page cache (sync), each read from a warm
+page cache.  Rows:
+
+  save   shardsafe.torch.save_file(fsync=True) vs torch.save + fsync
+         (target >= 1.5x); baseline: write(2) of the same bytes + fsync
+  load   shardsafe.torch.load_file vs torch.load (>= 1.0x); baseline:
+         fresh memory + memcpy of the same bytes
+  view   safe_open(..., "pt") + get_tensor of every tensor, zero-copy, vs
+         torch.load (>= 5x); diagnostic: the same + touching every byte
+  many   open a 100,000-tensor file and read one tensor (< 100 ms,
+         median); baseline: json.loads of the same header
+
+--append adds the markdown table to bench/results.md.
+"""
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+N_TENSORS = 64
+MANY = 100_000
+
+
+def emit(**kw):
+    kw["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print("@@ " + json.dumps(kw), flush=True)
+
+
+def make_state(size_mib):
+    """N_TENSORS F32 tensors, ~size_mib MiB in all, deterministic."""
+    import torch
+    g = torch.Generator().manual_seed(1)
+    rows = size_mib * 1024 * 1024 // 4 // 1024 // N_TENSORS
+    return {f"model.layers.{i // 4}.w{i % 4}": torch.randn(rows, 1024, generator=g)
+            for i in range(N_TENSORS)}
+
+
+def fresh(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    os.sync()
+
+
+def fsync_file(fh):
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def best(reps, setup, fn):
+    times = []
+    for _ in range(reps):
+        setup()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def warm(path):
+    with open(path, "rb") as fh:
+        while fh.read(1 << 24):
+            pass
+
+
+def op_save(args, d):
+    import torch
+    import shardsafe.torch as st
+    state = make_state(args.size)
+    nbytes = sum(t.numel() * 4 for t in state.values())
+    p_shs, p_pt, p_raw = (os.path.join(d, n) for n in ("s.safetensors", "s.pt", "s.raw"))
+
+    def raw():
+        with open(p_raw, "wb") as fh:
+            for t in state.values():
+                fh.write(memoryview(t.numpy()).cast("B"))
+            fsync_file(fh)
+
+    def pt():
+        with open(p_pt, "wb") as fh:
+            torch.save(state, fh)
+            fsync_file(fh)
+
+    t_raw = best(args.reps, lambda: fresh(p_raw), raw)
+    t_shs = best(args.reps, lambda: fresh(p_shs), lambda: st.save_file(state, p_shs, fsync=True))
+    t_pt = best(args.reps, lambda: fresh(p_pt), pt)
+    os.unlink(p_raw)
+    emit(op="save", nbytes=nbytes, t_shs=t_shs, t_torch=t_pt, t_base=t_raw)
+
+
+def op_load(args, d):
+    import numpy as np
+    import torch
+    import shardsafe.torch as st
+    p_shs, p_pt = os.path.join(d, "s.safetensors"), os.path.join(d, "s.pt")
+    warm(p_shs)
+    warm(p_pt)
+    src = st.load_file(p_shs)  # baseline: fresh memory + memcpy of the same bytes
+    nbytes = sum(t.numel() * 4 for t in src.values())
+
+    def memcpy():
+        for t in src.values():
+            out = np.empty(t.numel(), np.float32)
+            np.copyto(out, t.numpy().reshape(-1))
+
+    t_base = best(args.reps, lambda: None, memcpy)
+    del src
+    t_shs = best(args.reps, lambda: None, lambda: st.load_file(p_shs))
+    t_pt = best(args.reps, lambda: None, lambda: torch.load(p_pt))
+    emit(op="load", nbytes=nbytes, t_shs=t_shs, t_torch=t_pt, t_base=t_base)
+
+
+def op_view(args, d):
+    import torch
+    import shardsafe
+    p_shs, p_pt = os.path.join(d, "s.safetensors"), os.path.join(d, "s.pt")
+    warm(p_shs)
+    warm(p_pt)
+
+    def view(touch):
+        with shardsafe.safe_open(p_shs, "pt") as f:
+            ts = {k: f.get_tensor(k) for k in f.keys()}
+        if touch:
+            for t in ts.values():
+                t.sum()
+        return ts
+
+    def load(touch):
+        ts = torch.load(p_pt)
+        if touch:
+            for t in ts.values():
+                t.sum()
+
+    t_shs = best(args.reps, lambda: None, lambda: view(False))
+    t_pt = best(args.reps, lambda: None, lambda: load(False))
+    t_shs_touch = best(args.reps, lambda: None, lambda: view(True))
+    t_pt_touch = best(args.reps, lambda: None, lambda: load(True))
+    emit(op="view", t_shs=t_shs, t_torch=t_pt, t_shs_touch=t_shs_touch, t_torch_touch=t_pt_touch)
+
+
+def op_many(args, d):
+    import numpy as np
+    import shardsafe
+    import shardsafe.numpy as snp
+    p = os.path.join(d, "many.safetensors")
+    snp.save_file({f"model.layers.{i // 100}.block.{i % 100}.weight":
+                   np.full((2, 2), i, np.float32) for i in range(MANY)}, p)
+    name = f"model.layers.{(MANY - 1) // 100}.block.{(MANY - 1) % 100}.weight"
+    warm(p)
+
+    def one():
+        with shardsafe.safe_open(p, "np") as f:
+            x = f.get_tensor(name)
+        assert x[0, 0] == MANY - 1
+
+    with open(p, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        header = fh.read(n)
+    runs, base = [], []
+    for _ in range(max(args.reps, 11)):
+        t0 = time.perf_counter()
+        one()
+        runs.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        json.loads(header)
+        base.append(time.perf_counter() - t0)
+    emit(op="many", n=MANY, header_bytes=n, median=statistics.median(runs), best=min(runs),
+         base_median=statistics.median(base))
+
+
+def child(op, args, d):
+    env = dict(os.environ)
+    cmd = [sys.executable, os.path.abspath(__file__), "--op", op, "--size-mib", str(args.size),
+           "--reps", str(args.reps), d]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"bench_py: {op} failed:\n{out.stderr}")
+    for line in out.stdout.splitlines():
+        if line.startswith("@@ "):
+            return json.loads(line[3:])
+    sys.exit(f"bench_py: {op}: no result")
+
+
+def gbs(nbytes, t):
+    return f"{nbytes / t / 1e9:.2f} GB/s"
+
+
+def table(r, args):
+    s, lo, v, m = r["save"], r["load"], r["view"], r["many"]
+    rows = [
+        "| | shardsafe | torch | ratio (torch time / shardsafe time) | target | status | baseline (same run) | shardsafe / baseline | peak RSS (MiB) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def row(what, t_shs, t_pt, target, base, t_base, rss, fmt):
+        ratio = t_pt / t_shs
+        status = "PASS" if ratio >= target else "**MISS**"
+        rows.append(f"| {what} | {fmt(t_shs)} | {fmt(t_pt)} | {ratio:.2f} | >= {target} | {status} | "
+                    f"{base}: {fmt(t_base) if t_base else '-'} | "
+                    f"{(t_base / t_shs if t_base else 0):.2f} | {rss:.0f} |")
+
+    n = s["nbytes"]
+    row("save_file(fsync=True) vs torch.save + fsync", s["t_shs"], s["t_torch"], 1.5,
+        "write(2) + fsync", s["t_base"], s["peak_rss_mib"], lambda t: gbs(n, t))
+    row("load_file vs torch.load", lo["t_shs"], lo["t_torch"], 1.0, "fresh memory + memcpy",
+        lo["t_base"], lo["peak_rss_mib"], lambda t: gbs(n, t))
+    ms = lambda t: f"{t * 1e3:.1f} ms"  # noqa: E731
+    row("safe_open + get_tensor (zero-copy, pt) vs torch.load", v["t_shs"], v["t_torch"], 5.0,
+        "-", 0, v["peak_rss_mib"], ms)
+    row("diagnostic: the same, then every byte read (t.sum())", v["t_shs_touch"],
+        v["t_torch_touch"], 0, "-", 0, v["peak_rss_mib"], ms)
+    rows[-1] = rows[-1].replace("| >= 0 | PASS |", "| - | - |")
+    status = "PASS" if m["median"] < 0.1 else "**MISS**"
+    rows.append(f"| open a {m['n']:,}-tensor file ({m['header_bytes'] / 1e6:.1f} MB header) "
+                f"+ get_tensor of one | median {m['median'] * 1e3:.1f} ms (best "
+                f"{m['best'] * 1e3:.1f} ms) | - | - | < 100 ms | {status} | json.loads of the header: "
+                f"median {m['base_median'] * 1e3:.1f} ms | {m['base_median'] / m['median']:.2f} "
+                f"(baseline / shardsafe time) | {m['peak_rss_mib']:.0f} |")
+    return "\n".join(rows)
+
+
+def main():
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dir", nargs="?", default=os.environ.get("TMPDIR", "/tmp"))
+    ap.add_argument("--size-mib", dest="size", type=int, default=512)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--append", action="store_true")
+    ap.add_argument("--op")
+    args = ap.parse_args()
+    if args.op:
+        {"save": op_save, "load": op_load, "view": op_view, "many": op_many}[args.op](args, args.dir)
+        return
+    import tempfile
+    import shardsafe
+    import torch
+    with tempfile.TemporaryDirectory(prefix="shardsafe-bench-py.", dir=args.dir) as d:
+        r = {}
+        for op in ("save", "load", "view", "many"):
+            print(f"bench_py: {op} ...", file=sys.stderr, flush=True)
+            r[op] = child(op, args, d)
+            print("  " + json.dumps(r[op]), file=sys.stderr, flush=True)
+    commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse",
+                             "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    md = (f"\n## Python binding (bench/bench_py.py)\n\n"
+          f"Reproduce: `scripts/build.sh build && PYTHONPATH=build/python /usr/bin/python3 "
+          f"bench/bench_py.py --size-mib {args.size} --reps {args.reps} --append` "
+          f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}, "
+          f"shardsafe {shardsafe.__version__}, torch {torch.__version__}, "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, nproc {os.cpu_count()}). "
+          f"{N_TENSORS} F32 tensors, {r['save']['nbytes'] / 2**20:.0f} MiB; best of "
+          f"{args.reps}; writes from no file after `sync`, reads from a warm page cache; each "
+          f"row in its own process (peak RSS includes the state itself where the row builds "
+          f"it: save holds the state, load holds one copy being loaded).\n\n" + table(r, args)
+          + "\n")
+    print(md)
+    if args.append:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.md")
+        with open(path, "a") as fh:
+            fh.write(md)
+
+
+if __name__ == "__main__":
+    main()
