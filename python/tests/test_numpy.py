@@ -262,3 +262,13 @@ def test_error_classes():
         assert issubclass(cls, shardsafe.ShardsafeError)
     assert issubclass(shardsafe.ShardsafeIOError, OSError)
     assert issubclass(shardsafe.DtypeError, TypeError)
+
+
+def test_numpy_views_outlive_every_handle(tmp_path):
+    import gc
+    p = tmp_path / "t.safetensors"
+    a = np.arange(4096, dtype=np.int32)
+    snp.save_file({"a": a}, p)
+    v = safe_open(p, "np").get_tensor("a")
+    gc.collect()
+    assert (v == a).all()

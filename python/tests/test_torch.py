@@ -148,3 +148,20 @@ def test_load_file_device(tmp_path):
     st.save_file({"a": torch.zeros(1)}, p)
     with pytest.raises(shardsafe.InvalidArgumentError, match="device"):
         st.load_file(p, device="cuda")
+
+
+def test_views_outlive_every_handle(tmp_path):
+    """The tensor keeps the mapping alive: no handle left, still readable
+    (a use after unmap would crash here, and ASan runs this too)."""
+    import gc
+    p = tmp_path / "t.safetensors"
+    w = torch.arange(4096, dtype=torch.float64)
+    st.save_file({"w": w}, p)
+    t = safe_open(p, "pt").get_tensor("w")
+    gc.collect()
+    with safe_open(p, "pt") as f:
+        s = f.get_slice("w")
+    gc.collect()
+    assert torch.equal(t, w)
+    with pytest.raises(shardsafe.InvalidArgumentError, match="closed"):
+        s[0:1]
