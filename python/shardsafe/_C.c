@@ -298,7 +298,8 @@ PyMODINIT_FUNC PyInit__C(void)
     if (!make_error_fn)
         goto fail;
     if (PyModule_AddStringConstant(m, "version", shs_version()) < 0 ||
-        pyshs_file_init_type(m) < 0 || pyshs_ckpt_init_type(m) < 0)
+        pyshs_file_init_type(m) < 0 || pyshs_ckpt_init_type(m) < 0 ||
+        pyshs_manager_init_type(m) < 0)
         goto fail;
     return m;
 fail:
