@@ -272,3 +272,13 @@ def test_numpy_views_outlive_every_handle(tmp_path):
     v = safe_open(p, "np").get_tensor("a")
     gc.collect()
     assert (v == a).all()
+
+
+@pytest.mark.skipif(not os.environ.get("SHS_PY_SANITIZED"), reason="not the ASan+UBSan build")
+def test_the_sanitizer_runtime_is_loaded():
+    """In the ASan build the module is instrumented: its runtime must be
+    in the process, or nothing would be checked."""
+    with open("/proc/self/maps") as fh:
+        maps = fh.read()
+    assert "libasan" in maps and "libubsan" in maps
+    assert "__asan_init" in open(shardsafe._C.__file__, "rb").read().decode("latin-1")
