@@ -110,8 +110,16 @@ class TorchFramework:
 
     def from_buffer(self, buf, dname, shape, what):
         dt = self.dtype(dname, what)
-        if len(memoryview(buf)) == 0:
+        raw = _np.frombuffer(buf, dtype=_np.uint8)
+        if raw.size == 0:
             return self.torch.empty(shape, dtype=dt)
+        if raw.ctypes.data % self.torch.empty((), dtype=dt).element_size():
+            # a file whose data is not in the reference order can put a
+            # tensor at an address that is no multiple of its element size:
+            # torch kernels assume aligned elements, so copy it
+            out = self.torch.empty(shape, dtype=dt)
+            out.view(-1).view(self.torch.uint8).numpy()[:] = raw
+            return out
         return self.torch.frombuffer(buf, dtype=dt).reshape(shape)
 
     def empty(self, dname, shape, what):

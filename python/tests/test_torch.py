@@ -165,3 +165,18 @@ def test_views_outlive_every_handle(tmp_path):
     assert torch.equal(t, w)
     with pytest.raises(shardsafe.InvalidArgumentError, match="closed"):
         s[0:1]
+
+
+def test_misaligned_tensor_is_copied_aligned(tmp_path):
+    """Data not in the reference order may put an F32 at an odd address:
+    torch gets an aligned copy, numpy a correct (unaligned) view."""
+    p = tmp_path / "odd.safetensors"
+    vals = np.arange(6, dtype=np.float32)
+    mkst.write(p, [("pad", "U8", [1], b"\x07"), ("x", "F32", [6], vals.tobytes())], sort=False)
+    _, hdr, _, _ = mkst.read(p)
+    assert hdr["x"]["data_offsets"][0] == 1
+    with safe_open(p, "pt") as f:
+        x = f.get_tensor("x")
+        assert x.data_ptr() % 4 == 0 and torch.equal(x, torch.from_numpy(vals))
+    with safe_open(p, "np") as f:
+        assert np.array_equal(f.get_tensor("x"), vals)
