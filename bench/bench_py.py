@@ -119,9 +119,11 @@ def op_save(args, d):
 
 
 def warm_memory(size_mib):
-    """Touch and free 3x the state once: on a VM, the first touch of guest
-    memory the host has not backed yet is many times slower than any
-    later one (seen here: 0.1 GB/s), which would time the hypervisor."""
+    """Touch and free 3x the state once, in the parent before the load and
+    view children start (so that their peak RSS stays their own): on a
+    VM, the first touch of guest memory the host has not backed yet is
+    many times slower than a later one (seen here: 0.1 GB/s), which
+    would time the hypervisor, not the readers."""
     import numpy as np
     x = np.ones(3 * size_mib * 2**20, np.uint8)
     del x
@@ -132,7 +134,6 @@ def op_load(args, d):
     import torch
     import shardsafe.torch as st
     p_shs, p_pt = os.path.join(d, "s.safetensors"), os.path.join(d, "s.pt")
-    warm_memory(args.size)
     warm(p_shs)
     warm(p_pt)
     src = st.load_file(p_shs)  # baseline: fresh memory + memcpy of the same bytes
@@ -155,7 +156,6 @@ def op_view(args, d):
     import torch
     import shardsafe
     p_shs, p_pt = os.path.join(d, "s.safetensors"), os.path.join(d, "s.pt")
-    warm_memory(args.size)
     warm(p_shs)
     warm(p_pt)
 
@@ -203,11 +203,12 @@ def op_many(args, d):
         shardsafe._C.File(p).close()
 
     runs, base, lib = [], [], []
-    for _ in range(max(args.reps, 11)):
+    for _ in range(2):  # blocks of runs, alternated
         for fn, acc in ((one, runs), (lambda: json.loads(header), base), (lib_only, lib)):
-            t0 = time.perf_counter()
-            fn()
-            acc.append(time.perf_counter() - t0)
+            for _ in range(max(args.reps, 7)):
+                t0 = time.perf_counter()
+                fn()
+                acc.append(time.perf_counter() - t0)
     emit(op="many", n=MANY, header_bytes=n, median=statistics.median(runs), best=min(runs),
          base_median=statistics.median(base), lib_median=statistics.median(lib))
 
@@ -288,6 +289,8 @@ def main():
         r = {}
         for op in ("save", "load", "view", "many"):
             print(f"bench_py: {op} ...", file=sys.stderr, flush=True)
+            if op in ("load", "view"):
+                warm_memory(args.size)
             r[op] = child(op, args, d)
             print("  " + json.dumps(r[op]), file=sys.stderr, flush=True)
     commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse",
@@ -301,8 +304,9 @@ def main():
           f"{N_TENSORS} F32 tensors, {r['save']['nbytes'] / 2**20:.0f} MiB; best of "
           f"{args.reps}, the compared cases interleaved rep after rep; writes from no file after `sync`, reads from a warm page cache; each "
           f"row in its own process (peak RSS includes the state itself where the row builds "
-          f"it: save holds the state, load holds one copy being loaded); the load and view "
-          f"processes first touch and free 3x the state's memory once (see warm_memory).\n\n" + table(r, args)
+          f"it: save holds the state, load holds one copy being loaded); before the load and "
+          f"view processes, the parent touches and frees 3x the state's memory once (see "
+          f"warm_memory).\n\n" + table(r, args)
           + "\n")
     print(md)
     if args.append:
