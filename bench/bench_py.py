@@ -33,8 +33,19 @@ N_TENSORS = 64
 MANY = 100_000
 
 
+def peak_rss_mib():
+    """VmHWM: the peak RSS of this process's own address space.  Not
+    ru_maxrss, which Linux carries over from the parent through fork and
+    exec (the forked copy's peak is the parent's)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def emit(**kw):
-    kw["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    kw["peak_rss_mib"] = peak_rss_mib()
     print("@@ " + json.dumps(kw), flush=True)
 
 
@@ -118,15 +129,16 @@ def op_save(args, d):
          **{f"cpu_{k}": v[1] for k, v in r.items()})
 
 
-def warm_memory(size_mib):
-    """Touch and free 3x the state once, in the parent before the load and
-    view children start (so that their peak RSS stays their own): on a
-    VM, the first touch of guest memory the host has not backed yet is
-    many times slower than a later one (seen here: 0.1 GB/s), which
-    would time the hypervisor, not the readers."""
+def op_warm(args, d):
+    """Touch and free 3x the state once, in a process of its own before
+    the load and view processes: on a VM, the first touch of guest memory
+    the host has not backed yet is many times slower than a later one
+    (seen here: 0.1 GB/s), which would time the hypervisor, not the
+    readers."""
     import numpy as np
-    x = np.ones(3 * size_mib * 2**20, np.uint8)
+    x = np.ones(3 * args.size * 2**20, np.uint8)
     del x
+    emit(op="warm")
 
 
 def op_load(args, d):
@@ -280,7 +292,8 @@ def main():
     ap.add_argument("--op")
     args = ap.parse_args()
     if args.op:
-        {"save": op_save, "load": op_load, "view": op_view, "many": op_many}[args.op](args, args.dir)
+        {"save": op_save, "load": op_load, "view": op_view, "many": op_many,
+         "warm": op_warm}[args.op](args, args.dir)
         return
     import tempfile
     import shardsafe
@@ -290,7 +303,7 @@ def main():
         for op in ("save", "load", "view", "many"):
             print(f"bench_py: {op} ...", file=sys.stderr, flush=True)
             if op in ("load", "view"):
-                warm_memory(args.size)
+                child("warm", args, d)
             r[op] = child(op, args, d)
             print("  " + json.dumps(r[op]), file=sys.stderr, flush=True)
     commit = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse",
@@ -303,10 +316,11 @@ def main():
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, nproc {os.cpu_count()}). "
           f"{N_TENSORS} F32 tensors, {r['save']['nbytes'] / 2**20:.0f} MiB; best of "
           f"{args.reps}, the compared cases interleaved rep after rep; writes from no file after `sync`, reads from a warm page cache; each "
-          f"row in its own process (peak RSS includes the state itself where the row builds "
-          f"it: save holds the state, load holds one copy being loaded); before the load and "
-          f"view processes, the parent touches and frees 3x the state's memory once (see "
-          f"warm_memory).\n\n" + table(r, args)
+          f"row in its own process (peak RSS = the process's VmHWM, with torch imported; it "
+          f"includes the state itself where the row builds it: save holds the state, load "
+          f"holds one copy being loaded); before the load and "
+          f"view processes, a process touches and frees 3x the state's memory once (see "
+          f"op_warm).\n\n" + table(r, args)
           + "\n")
     print(md)
     if args.append:
