@@ -15,7 +15,7 @@
    Returns NULL, for `return pyshs_raise(rc);`. */
 PyObject *pyshs_raise(int status);
 /* Raise the exception class of `status` with a message of the binding. */
-PyObject *pyshs_raise_msg(int status, const char *fmt, ...);
+PyObject *pyshs_raise_msg(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* A Python str -> UTF-8 bytes (borrowed from the str; NULL + exception). */
 const char *pyshs_utf8(PyObject *str, Py_ssize_t *len, const char *what);
