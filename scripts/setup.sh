@@ -9,9 +9,13 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libxxhash-dev libjansson-dev libyaml-dev libssl-dev libcmocka-dev
       clang clang-format libclang-rt-14-dev python3 python3-numpy time
-      libopenmpi-dev openmpi-bin)
+      libopenmpi-dev openmpi-bin
+      python3-dev python3-venv python3-setuptools python3-wheel python3-pytest
+      python3-torch python3-mpi4py)
+# python3-*: the Python binding (python/, docs/python.md): its build, its
+# pytest suite and the pip install test; torch for shardsafe.torch.
 if [[ "${1:-}" == "--bench" ]]; then
-  pkgs+=(python3-torch linux-perf hyperfine)
+  pkgs+=(linux-perf hyperfine)
 fi
 
 missing=()

@@ -1,0 +1,147 @@
+"""shardsafe.CheckpointManager: the library's checkpoint manager
+(shs_manager) for a single-process training loop in Python.
+
+    m = CheckpointManager(model={"w": w}, optimizer={"exp_avg.w": m1},
+                          config={"save_path": "/ckpt", "save_interleaved_steps": 100})
+    progress, result = m.load({"global_batch_size": 32})   # resume, in place
+    while progress["global_step"] < total:
+        train_one_step()
+        progress["global_step"] += 1
+        m.set_blob("rng", rng_state_bytes)
+        m.step(progress)                                     # saves when due
+    m.finish(progress)
+    m.close()
+
+Configuration uses the C config field names (MindSpore Transformers' and
+torchtitan's: save_path, save_interleaved_steps, save_max, keep_latest_k,
+async_save, incremental, load_path, no_load_optim, ...; README.md
+"Configuration fields"), given as a dict and/or the `checkpoint:` section
+of a YAML file.  The registered arrays/tensors stay the caller's memory:
+saves read them, loads write into them in place.
+"""
+
+from . import _C
+from ._errors import InvalidArgumentError
+from ._frameworks import framework
+
+__all__ = ["CheckpointManager"]
+
+PROGRESS_KEYS = ("epoch_num", "step_num", "global_step", "loss_scale", "global_batch_size",
+                 "consumed_samples", "ckpt_status")
+
+
+def _config_text(key, value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    if value is None:
+        return ""
+    return str(value)
+
+
+def _framework_of(t):
+    mod = type(t).__module__
+    return framework("pt" if mod.startswith("torch") else "np")
+
+
+def _entry(name, kind, t, master_of):
+    fw = _framework_of(t)
+    dname, shape, _ = fw.tensor_bytes(name, t)
+    if fw.name == "np":
+        if not t.flags.writeable:
+            raise InvalidArgumentError(f"tensor '{name}' is read-only: loading writes into it")
+        buf = t.reshape(-1).view("u1")
+    else:
+        if t.device.type != "cpu":
+            raise InvalidArgumentError(f"tensor '{name}' is on {t.device}: only CPU tensors")
+        buf = t.detach().reshape(-1).view(fw.torch.uint8).numpy()
+    return (name, kind, dname, tuple(shape), buf, master_of)
+
+
+class CheckpointManager:
+    """shs_manager over caller-owned numpy arrays or CPU torch tensors.
+
+    model, optimizer: dicts name -> array/tensor (C-contiguous, writable).
+    master_of: dict optimizer name -> model name, for fp32 master copies
+    refreshed from the model weights when loading with no_load_optim.
+    config: dict of C config field names -> values (bool, int, str, list).
+    yaml: a YAML file whose `checkpoint:` section is read first.
+    """
+
+    def __init__(self, model, optimizer=None, config=None, yaml=None, master_of=None):
+        master_of = master_of or {}
+        entries = []
+        for kind, group in ((0, model or {}), (1, optimizer or {})):
+            if not isinstance(group, dict):
+                raise InvalidArgumentError("model and optimizer must be dicts of name -> tensor")
+            for name, t in group.items():
+                entries.append(_entry(name, kind, t, master_of.get(name) if kind else None))
+        items = [(k, _config_text(k, v)) for k, v in (config or {}).items()]
+        self._m = _C.Manager(items, yaml, entries)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    @staticmethod
+    def _progress(p):
+        if p is None:
+            return {}
+        if not isinstance(p, dict):
+            raise InvalidArgumentError("progress must be a dict")
+        unknown = set(p) - set(PROGRESS_KEYS)
+        if unknown:
+            raise InvalidArgumentError(f"progress: unknown keys {sorted(unknown)}; "
+                                       f"known: {', '.join(PROGRESS_KEYS)}")
+        return p
+
+    def load(self, progress=None):
+        """Resume per the config (save_path, then load_path, then
+        initial_load_path).  Returns (progress, result): the progress to
+        continue from and what was loaded (result["loaded"], ["source"],
+        ["step"], ["path"], ["message"], ...)."""
+        return self._m.load(self._progress(progress))
+
+    def step(self, progress):
+        """After each optimizer step: saves when global_step is a multiple
+        of save_interleaved_steps.  Returns True when a save started."""
+        return self._m.call(0, self._progress(progress))
+
+    def save(self, progress, model_only=False, defer_snapshot=False):
+        """Save now.  defer_snapshot (async_save only): return before the
+        state is copied; call fence() before changing it."""
+        flags = (2 if model_only else 0) | (1 if defer_snapshot else 0)
+        self._m.call(1, self._progress(progress), flags)
+
+    def finish(self, progress):
+        """The final save (unless this step was just saved), then wait."""
+        self._m.call(2, self._progress(progress))
+
+    def wait(self):
+        """Wait until the save in flight is committed (its error, if any)."""
+        self._m.wait(False)
+
+    def fence(self):
+        """Wait until the snapshot of the save in flight was taken."""
+        self._m.wait(True)
+
+    def set_blob(self, name, data):
+        """Set a blob saved with the next checkpoint (rng, dataloader...)."""
+        self._m.set_blob(name, bytes(data))
+
+    def get_blob(self, name):
+        """A blob's bytes (set, or restored by load), or None."""
+        return self._m.get_blob(name)
+
+    def last_save(self):
+        """Statistics of the last committed save (dict), or None."""
+        return self._m.last_save()
+
+    def close(self):
+        """Wait for a save in flight, free the manager, release the save
+        path's lock."""
+        self._m.close()
