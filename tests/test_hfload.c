@@ -409,6 +409,26 @@ static void test_config(void **state)
     assert_string_equal(c.hf_assets_path, "/models/qwen");
     assert_string_equal(c.hf_name_map, "model.=backbone.,lm_head.=head.");
     shs_config_release(&c);
+    /* torchtitan's top-level hf_assets_path, once in the file */
+    const char *top = "hf_assets_path: /models/top\nmodel:\n  name: llama\ncheckpoint:\n"
+                      "  initial_load_in_hf: true\n";
+    assert_int_equal(tu_write_file(y, top, strlen(top)), 0);
+    shs_config_init(&c);
+    TU_OK(shs_config_load_yaml(&c, y));
+    assert_string_equal(c.hf_assets_path, "/models/top");
+    shs_config_release(&c);
+    const char *twice = "checkpoint:\n  hf_assets_path: /a\nhf_assets_path: /b\n";
+    assert_int_equal(tu_write_file(y, twice, strlen(twice)), 0);
+    shs_config_init(&c);
+    assert_int_equal(shs_config_load_yaml(&c, y), SHS_ECONFIG);
+    TU_ASSERT_MSG_HAS("hf.yaml:3: duplicate checkpoint field 'hf_assets_path' (already set on "
+                      "line 2)");
+    assert_string_equal(c.hf_assets_path, "");
+    const char *list = "hf_assets_path: [a, b]\n";
+    assert_int_equal(tu_write_file(y, list, strlen(list)), 0);
+    assert_int_equal(shs_config_load_yaml(&c, y), SHS_ECONFIG);
+    TU_ASSERT_MSG_HAS("hf.yaml:1: hf_assets_path: expected a single value");
+    shs_config_release(&c);
     const char *badyaml = "checkpoint:\n  hf_name_map: [model.]\n";
     assert_int_equal(tu_write_file(y, badyaml, strlen(badyaml)), 0);
     shs_config_init(&c);
