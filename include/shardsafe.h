@@ -627,8 +627,9 @@ SHS_API void shs_config_release(shs_config *config);
 SHS_API int shs_config_set(shs_config *config, const char *key, const char *value);
 /* Read the `checkpoint:` mapping of a YAML file, and MindSpore
    Transformers' top-level load_checkpoint / resume_training and the
-   CheckpointMonitor entry of `callbacks:` (docs/checkpoint.md); other
-   top-level sections are ignored.  Unknown keys are errors (SHS_ECONFIG,
+   CheckpointMonitor entry of `callbacks:` (docs/checkpoint.md), and
+   torchtitan's top-level hf_assets_path (docs/hf.md); other top-level
+   sections are ignored.  Unknown keys are errors (SHS_ECONFIG,
    naming the key, file and line), as is a field set twice under any of
    its names.  On error *config is unchanged. */
 SHS_API int shs_config_load_yaml(shs_config *config, const char *path);

@@ -474,8 +474,23 @@ enum {
     TOP_CHECKPOINT,
     TOP_LOAD_CHECKPOINT,
     TOP_RESUME,
-    TOP_CALLBACKS
+    TOP_CALLBACKS,
+    TOP_HF_ASSETS /* torchtitan's top-level hf_assets_path */
 };
+
+/* torchtitan's top-level `hf_assets_path: DIR`, the same field as in
+   `checkpoint:` (set once in the file, under either). */
+static int yl_hf_assets(yaml_loader *yl, const yaml_event_t *ev, size_t key_line)
+{
+    key_ref k;
+    if (ev->type != YAML_SCALAR_EVENT)
+        return shs__err(SHS_ECONFIG, "%s:%zu: hf_assets_path: expected a single value", yl->path,
+                        ev_line(ev));
+    if (!shs__config_resolve_key(&k, "hf_assets_path", strlen("hf_assets_path")))
+        return shs__err(SHS_ECONFIG, "hf_assets_path: not a field"); /* a table bug */
+    int rc = yl_claim(yl, &k, "hf_assets_path", key_line);
+    return rc < 0 ? rc : yl_apply_scalar(yl, &k, "hf_assets_path", ev);
+}
 
 /* The top-level mapping, after its MAPPING_START: find `checkpoint` and
    the MindSpore keys, skip everything else without looking inside. */
@@ -494,6 +509,7 @@ static int yl_top_mapping(yaml_loader *yl)
                     : scalar_is(&ev, "load_checkpoint") ? TOP_LOAD_CHECKPOINT
                     : scalar_is(&ev, "resume_training") ? TOP_RESUME
                     : scalar_is(&ev, "callbacks")       ? TOP_CALLBACKS
+                    : scalar_is(&ev, "hf_assets_path")  ? TOP_HF_ASSETS
                                                         : TOP_OTHER;
         size_t line = ev_line(&ev);
         yaml_event_type_t key_type = ev.type;
@@ -501,8 +517,9 @@ static int yl_top_mapping(yaml_loader *yl)
         if ((rc = yl_skip(yl, key_type)) < 0)
             return rc;
 
-        static const char *const top_names[] = { "", "checkpoint", "load_checkpoint",
-                                                 "resume_training", "callbacks" };
+        static const char *const top_names[] = {
+            "", "checkpoint", "load_checkpoint", "resume_training", "callbacks", "hf_assets_path"
+        };
         int dup = (which == TOP_CHECKPOINT && yl->have_checkpoint) ||
                   (which == TOP_LOAD_CHECKPOINT && yl->load_checkpoint_line) ||
                   (which == TOP_RESUME && yl->resume_line) ||
@@ -531,6 +548,8 @@ static int yl_top_mapping(yaml_loader *yl)
             yl->have_checkpoint = 1;
         } else if (which == TOP_LOAD_CHECKPOINT || which == TOP_RESUME) {
             rc = yl_mindspore_scalar(yl, top_names[which], &ev);
+        } else if (which == TOP_HF_ASSETS) {
+            rc = yl_hf_assets(yl, &ev, line);
         } else if (which == TOP_CALLBACKS) {
             if (type == YAML_ALIAS_EVENT)
                 rc = shs__err(SHS_ECONFIG, "%s:%zu: callbacks: aliases are not supported", yl->path,
