@@ -351,7 +351,8 @@ int shs__crypt_check_key(const shs__meta *m, const shs__key *key, const char *di
 }
 
 int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
-                          const shs__mtensor *t, const shs__mchunk *c, void *buf, uint64_t n)
+                          const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
+                          uint64_t n)
 {
     unsigned char aad[SHS__AAD_MAX], tag[SHS__TAG_BYTES];
     int rc, len = 0;
@@ -370,10 +371,12 @@ int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *d
              EVP_DecryptInit_ex(ctx, NULL, NULL, key->k, c->nonce) == 1 &&
              EVP_DecryptUpdate(ctx, NULL, &len, aad, (int)alen) == 1;
     unsigned char *p = buf;
+    const unsigned char *q = src;
     for (uint64_t left = n; ok && left;) {
         int piece = left > SLICE ? SLICE : (int)left;
-        ok = EVP_DecryptUpdate(ctx, p, &len, p, piece) == 1 && len == piece;
+        ok = EVP_DecryptUpdate(ctx, p, &len, q, piece) == 1 && len == piece;
         p += piece;
+        q += piece;
         left -= (uint64_t)piece;
     }
     if (!ok) {

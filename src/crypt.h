@@ -80,13 +80,15 @@ int shs__seal_stream(shs__sealer *s, const void *src, uint64_t n, unsigned char 
 int shs__seal_end(shs__sealer *s, unsigned char tag[SHS__TAG_BYTES]);
 void shs__seal_free(shs__sealer *s);
 
-/* Decrypt chunk c of tensor t of model m in place (buf holds its n bytes
-   of ciphertext, already checked against its xxh3) and authenticate it.
-   SHS_EKEY when there is no key or it is not the checkpoint's;
-   SHS_ECHECKSUM, naming the file and tensor, when the tag does not match
-   (a changed byte, a moved chunk, a changed metadata.json). */
+/* Decrypt chunk c of tensor t of model m (its n bytes of ciphertext at
+   src, already checked against its xxh3) into buf -- src may be buf: in
+   place -- and authenticate it.  SHS_EKEY when there is no key or it is
+   not the checkpoint's; SHS_ECHECKSUM, naming the file and tensor, when
+   the tag does not match (a changed byte, a moved chunk, a changed
+   metadata.json): buf is then wiped. */
 int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
-                          const shs__mtensor *t, const shs__mchunk *c, void *buf, uint64_t n);
+                          const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
+                          uint64_t n);
 
 /* The checkpoint m needs a key: SHS_EKEY "encrypted ... key required"
    when key is NULL, "wrong key" when its id is not the checkpoint's.

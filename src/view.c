@@ -184,7 +184,7 @@ static int verify_sealed(const shs__loader *L, const shs__mtensor *t, const shs_
             return shs__err(SHS_ENOMEM, "out of memory");
         memcpy(*buf, p, (size_t)n);
     }
-    return shs__crypt_open_chunk(L->key, L->m, L->dir, t, c, *buf, n);
+    return shs__crypt_open_chunk(L->key, L->m, L->dir, t, c, *buf, *buf, n);
 }
 
 static int verify(const char *dir, const shs__key *key);
