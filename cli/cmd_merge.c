@@ -60,6 +60,7 @@ typedef struct margs {
     shs_merge_opts o;
     cli_strs inc, exc, ren; /* borrowed argv strings */
     int finish;
+    int exit_now; /* --help or --version was printed */
     cli_progress prog;
     int prog_started;
 } margs;
@@ -123,7 +124,7 @@ static int parse_args(margs *a, int argc, char **argv)
     cli_parser_init(&p, "merge", k_help, argc, argv);
     while ((k = cli_parser_next(&p, defs, &val)) != CLI_ARG_END) {
         switch (k) {
-        case CLI_ARG_EXIT: return p.status;
+        case CLI_ARG_EXIT: a->exit_now = 1; return p.status;
         case CLI_ARG_POSITIONAL:
             if (npos == 2)
                 return cli_usage_err("merge", "takes exactly SRC and DST (extra argument '%s')",
@@ -256,7 +257,7 @@ int cli_cmd_merge(int argc, char **argv)
     memset(&a, 0, sizeof a);
     a.o = o;
     int rc = parse_args(&a, argc, argv);
-    if (rc != CLI_OK)
+    if (rc != CLI_OK || a.exit_now)
         goto done;
     a.o.progress = on_progress;
     a.o.progress_ctx = &a;

@@ -6,10 +6,15 @@
 static int have_avx2(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
+    /* idempotent, but threads (readers of one checkpoint, merge jobs)
+       get here at once: relaxed atomics make that race well defined */
     static int avx2 = -1;
-    if (avx2 < 0)
-        avx2 = __builtin_cpu_supports("avx2") ? 1 : 0; /* idempotent: races are benign */
-    return avx2;
+    int v = __atomic_load_n(&avx2, __ATOMIC_RELAXED);
+    if (v < 0) {
+        v = __builtin_cpu_supports("avx2") ? 1 : 0;
+        __atomic_store_n(&avx2, v, __ATOMIC_RELAXED);
+    }
+    return v;
 #else
     return 0;
 #endif

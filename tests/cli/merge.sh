@@ -103,6 +103,14 @@ if len(sys.argv) > 2 and sys.argv[2] == "plainsrc":
 print("ok", len(files), "files", len(tensors), "tensors")
 EOF
 
+expect 0 "--help" "$SHS_BIN" merge --help
+has "$WORK/out" "Usage: shardsafe merge SRC DST" "help text"
+CHECKS=$((CHECKS + 1))
+[ ! -s "$WORK/err" ] && pass "--help: nothing on stderr" || { fail "--help wrote to stderr"; show_output; }
+expect 0 "help merge" "$SHS_BIN" help merge
+expect 2 "no SRC and DST" "$SHS_BIN" merge
+has "$WORK/err" "needs SRC and DST" "missing operands"
+
 expect 0 "merge a plain folder into one file" "$SHS_BIN" merge "$WORK/src" "$WORK/o1"
 has "$WORK/out" "8 tensors in 1 file" "summary"
 py "one file: reference bytes, values" <<EOF
