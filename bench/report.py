@@ -797,7 +797,7 @@ def encryption(g, w):
       f"{fr(E('enc_save_nofsync_ratio'))} | {fr(E('enc_save_nofsync_cpu_ratio'))} | — | |")
     w(f"| c | load, warm cache | {gbs(E('enc_load'))} | {gbs(E('plain_load'))} | "
       f"{fr(E('enc_load_ratio'))} | | — | |")
-    w(f"| | peak RSS of the process (two managers, state + 1 MiB per file written) | "
+    w(f"| | peak RSS of the process (two managers, the state, a 4 MiB ring per file written) | "
       f"{fr(E('peak_rss'))} MiB | | | | | |")
     w("")
 
