@@ -2,9 +2,9 @@
 
 The extension module shardsafe._C is compiled from the binding's C files
 and the library's own sources (../src/*.c), so the installed package needs
-no libshardsafe.so; jansson, libyaml and xxhash come from pkg-config (Debian
-packages libjansson-dev, libyaml-dev, libxxhash-dev).  Nothing is
-downloaded.
+no libshardsafe.so; its dependencies come from pkg-config, the list the
+library's own pkg-config file gives (cmake/shardsafe.pc.in: jansson,
+libyaml, libcrypto; xxhash).  Nothing is downloaded.
 """
 
 import glob
@@ -17,7 +17,21 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PKGS = ["jansson", "yaml-0.1", "libxxhash"]
+
+
+def library_packages():
+    """The library's dependencies, from its pkg-config template: one list
+    for CMake's consumers and this build (Requires.private, plus xxhash,
+    which Debian ships with a pkg-config file the template does not name
+    because it links -lxxhash directly)."""
+    with open(os.path.join(ROOT, "cmake", "shardsafe.pc.in")) as f:
+        for line in f:
+            if line.startswith("Requires.private:"):
+                return line.split(":", 1)[1].split() + ["libxxhash"]
+    raise SystemExit("shardsafe: cmake/shardsafe.pc.in has no Requires.private line")
+
+
+PKGS = library_packages()
 
 
 def rel(path):
@@ -32,7 +46,7 @@ def pkgconfig(flag):
                              capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
         raise SystemExit(f"shardsafe: pkg-config {flag} {' '.join(PKGS)} failed ({e}); "
-                         "install pkg-config libjansson-dev libyaml-dev libxxhash-dev "
+                         "install pkg-config libjansson-dev libyaml-dev libssl-dev libxxhash-dev "
                          "(scripts/setup.sh)")
     return out.split()
 

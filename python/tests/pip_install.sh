@@ -14,7 +14,8 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/shs-pip-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/src"
-cp -r "$SHS_SOURCE_DIR/python" "$SHS_SOURCE_DIR/src" "$SHS_SOURCE_DIR/include" "$work/src/"
+cp -r "$SHS_SOURCE_DIR/python" "$SHS_SOURCE_DIR/src" "$SHS_SOURCE_DIR/include" \
+  "$SHS_SOURCE_DIR/cmake" "$work/src/"
 rm -rf "$work/src/python/build" "$work/src/python/"*.egg-info
 "$PY" -m venv --system-site-packages "$work/venv"
 PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 "$work/venv/bin/pip" install -q \
