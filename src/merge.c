@@ -9,10 +9,12 @@
  * first dimension when a row fits the buffer, else single rows cut along
  * the next dimension, and so on -- so memory is one buffer per job.
  *
- * Jobs: the tensors of one output file are shared by `jobs` threads; each
- * reads its boxes (pread, checksum, conversion: the expensive part) into
- * its own buffer, and the writer, which is single-threaded, is called
- * under a mutex.  Files are written one after the other.
+ * Jobs: `jobs` threads take the boxes of one output file in file order
+ * (tickets), read them in parallel into their own buffers (pread,
+ * checksum, conversion: the expensive part) and write them in ticket
+ * order under a mutex, so the file is written sequentially and the
+ * single-threaded writer is never called twice at once.  Files are
+ * written one after the other.
  *
  * Everything goes into "<target>.tmp-<random>", renamed to the target at
  * the end; any failure removes it, so there is never a partial output.
@@ -24,6 +26,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -35,12 +38,31 @@ typedef struct mctx {
     const shs__mplan *plan;
     const shs_merge_opts *o;
     pthread_mutex_t mu; /* everything below */
+    pthread_cond_t turn_cv;
     shs_writer *w;
-    size_t next, end; /* tensors of the current file still to take */
+    const shs__mfile *file;
+    /* the box generator: the next box of the current file, in file order */
+    size_t wi;               /* next tensor, in the writer's order */
+    const shs__mtensor *cur; /* tensor being cut, NULL between tensors */
+    int whole;               /* cur is read in one piece */
+    size_t k;                /* cur is cut along dimension k */
+    uint64_t step, pos;      /* rows of dimension k per box; next row */
+    uint64_t inner[SHS_MAX_DIMS], idx[SHS_MAX_DIMS];
+    uint64_t next_ticket, turn; /* boxes are written in ticket order */
     uint64_t done, total;
     int rc; /* first error of any thread; stops the others */
     char msg[1024];
 } mctx;
+
+/* One box to read and write. */
+typedef struct mbox {
+    const shs__mtensor *t;
+    int whole; /* start/count unused: the whole tensor */
+    uint64_t start[SHS_MAX_DIMS], count[SHS_MAX_DIMS];
+    uint64_t off; /* byte offset in the tensor */
+    size_t len;
+    uint64_t ticket;
+} mbox;
 
 /* Record the calling thread's error (the message is thread-local). */
 static void set_err_locked(mctx *c, int rc)
@@ -51,127 +73,141 @@ static void set_err_locked(mctx *c, int rc)
     }
 }
 
-/* Write `len` bytes at `off` of tensor t, then count them. */
-static int put_box(mctx *c, const shs__mtensor *t, uint64_t off, const void *buf, size_t len)
+static int by_name_key(const void *key, const void *elem)
 {
-    int rc;
-    pthread_mutex_lock(&c->mu);
-    if ((rc = c->rc) < 0)
-        goto done;
-    if ((rc = shs_writer_write_part(c->w, t->name, off, buf, len)) < 0) {
-        set_err_locked(c, rc);
-        goto done;
-    }
-    c->done += len;
-    if (c->o->progress && c->o->progress(c->o->progress_ctx, c->done, c->total)) {
-        rc = shs__err(SHS_ESTATE, "merge cancelled (by the progress callback)");
-        set_err_locked(c, rc);
-    }
-done:
-    pthread_mutex_unlock(&c->mu);
-    return rc;
+    return strcmp(key, ((const shs__mtensor *)elem)->name);
 }
 
-static int read_box(mctx *c, const shs__mtensor *t, const uint64_t *start, const uint64_t *count,
-                    void *buf, size_t len)
+/* Start cutting tensor t: whole, or boxes of `step` rows of dimension k
+   -- whole rows of the first dimension whose single slice fits the
+   buffer -- so that every box is contiguous in the output. */
+static void begin_tensor(mctx *c, const shs__mtensor *t)
 {
-    int rc = shs_checkpoint_read(c->ck, t->src, start, count, t->dtype, buf, len);
-    if (rc < 0) {
-        pthread_mutex_lock(&c->mu);
-        set_err_locked(c, rc);
-        pthread_mutex_unlock(&c->mu);
-    }
-    return rc;
-}
-
-/* A tensor that cannot be cut into boxes (sub-byte rows that are not
-   whole bytes, or a buffer smaller than one piece): read it whole. */
-static int write_whole(mctx *c, const shs__mtensor *t)
-{
-    void *all = shs__malloc(t->nbytes ? (size_t)t->nbytes : 1);
-    if (!all || t->nbytes > SIZE_MAX) {
-        shs__free(all);
-        pthread_mutex_lock(&c->mu);
-        set_err_locked(c, shs__err(SHS_ENOMEM, "out of memory reading tensor '%s' (%llu bytes)",
-                                   t->src_name, (unsigned long long)t->nbytes));
-        pthread_mutex_unlock(&c->mu);
-        return SHS_ENOMEM;
-    }
-    int rc = read_box(c, t, NULL, NULL, all, (size_t)t->nbytes);
-    if (rc == SHS_OK)
-        rc = put_box(c, t, 0, all, (size_t)t->nbytes);
-    shs__free(all);
-    return rc;
-}
-
-/* Write tensor t box by box through `buf` (MERGE_BUF bytes). */
-static int write_tensor(mctx *c, const shs__mtensor *t, unsigned char *buf)
-{
-    uint64_t inner[SHS_MAX_DIMS], start[SHS_MAX_DIMS], count[SHS_MAX_DIMS], idx[SHS_MAX_DIMS];
-    size_t nd = t->ndim, k = 0;
+    size_t nd = t->ndim;
     unsigned bits = shs_dtype_bits(t->dtype);
-    if (t->nbytes == 0)
-        return SHS_OK;
+    c->cur = t;
+    c->k = 0;
+    c->pos = 0;
     /* (a sub-byte tensor whose rows are not whole bytes is refused by the
        read API, with a message naming it, whatever the box) */
-    if (nd == 0 || t->nbytes <= MERGE_BUF || (bits % 8 && (t->shape[nd - 1] * bits) % 8)) {
-        if (t->nbytes > MERGE_BUF)
-            return write_whole(c, t);
-        int rc = read_box(c, t, NULL, NULL, buf, (size_t)t->nbytes);
-        return rc < 0 ? rc : put_box(c, t, 0, buf, (size_t)t->nbytes);
-    }
-    inner[nd - 1] = 1;
+    c->whole = nd == 0 || t->nbytes <= MERGE_BUF || (bits % 8 && (t->shape[nd - 1] * bits) % 8);
+    if (c->whole)
+        return;
+    c->inner[nd - 1] = 1;
     for (size_t d = nd - 1; d > 0; d--)
-        inner[d - 1] = inner[d] * t->shape[d]; /* <= numel: no overflow */
-    /* the first dimension whose single slice fits the buffer */
-    while (k + 1 < nd && inner[k] * bits > (uint64_t)MERGE_BUF * 8)
-        k++;
-    uint64_t step = (uint64_t)MERGE_BUF * 8 / (inner[k] * bits);
-    if (bits % 8 && k == nd - 1)
-        step &= ~(uint64_t)7; /* whole bytes per piece of a row */
-    if (step == 0)
-        return write_whole(c, t);
-    for (size_t d = 0; d < nd; d++) {
-        idx[d] = 0;
-        start[d] = 0;
-        count[d] = d < k ? 1 : t->shape[d];
-    }
-    for (;;) {
-        uint64_t base = 0;
-        for (size_t d = 0; d < k; d++) {
-            start[d] = idx[d];
-            base += idx[d] * inner[d];
-        }
-        for (uint64_t pos = 0; pos < t->shape[k]; pos += step) {
-            start[k] = pos;
-            count[k] = t->shape[k] - pos < step ? t->shape[k] - pos : step;
-            size_t len = (size_t)(count[k] * inner[k] * bits / 8);
-            uint64_t off = (base + pos * inner[k]) * bits / 8;
-            int rc = read_box(c, t, start, count, buf, len);
-            if (rc < 0 || (rc = put_box(c, t, off, buf, len)) < 0)
-                return rc;
-        }
-        size_t d = k;
-        while (d > 0 && ++idx[d - 1] == t->shape[d - 1])
-            idx[--d] = 0;
-        if (d == 0)
-            return SHS_OK;
-    }
+        c->inner[d - 1] = c->inner[d] * t->shape[d]; /* <= numel: no overflow */
+    while (c->k + 1 < nd && c->inner[c->k] * bits > (uint64_t)MERGE_BUF * 8)
+        c->k++;
+    c->step = (uint64_t)MERGE_BUF * 8 / (c->inner[c->k] * bits);
+    if (bits % 8 && c->k == nd - 1)
+        c->step &= ~(uint64_t)7; /* whole bytes per piece of a row */
+    if (c->step == 0)
+        c->whole = 1; /* a buffer smaller than one piece (tests) */
+    for (size_t d = 0; d < nd; d++)
+        c->idx[d] = 0;
 }
 
+/* The next box of the current file (called under the mutex); 0 when the
+   file is done. */
+static int next_box(mctx *c, mbox *b)
+{
+    while (!c->cur) {
+        if (c->wi >= shs_writer_tensor_count(c->w))
+            return 0;
+        const char *name = shs_writer_tensor_name(c->w, c->wi++);
+        const shs__mtensor *t = bsearch(name, c->plan->t + c->file->first, c->file->n, sizeof *t,
+                                        by_name_key);
+        if (t && t->nbytes) /* (empty tensors need no bytes) */
+            begin_tensor(c, t);
+    }
+    const shs__mtensor *t = c->cur;
+    b->t = t;
+    b->ticket = c->next_ticket++;
+    b->whole = c->whole;
+    if (c->whole) {
+        b->off = 0;
+        b->len = (size_t)t->nbytes;
+        c->cur = NULL;
+        return 1;
+    }
+    size_t nd = t->ndim, k = c->k;
+    unsigned bits = shs_dtype_bits(t->dtype);
+    uint64_t base = 0;
+    for (size_t d = 0; d < nd; d++) {
+        b->start[d] = d < k ? c->idx[d] : 0;
+        b->count[d] = d < k ? 1 : t->shape[d];
+        if (d < k)
+            base += c->idx[d] * c->inner[d];
+    }
+    b->start[k] = c->pos;
+    b->count[k] = t->shape[k] - c->pos < c->step ? t->shape[k] - c->pos : c->step;
+    b->len = (size_t)(b->count[k] * c->inner[k] * bits / 8);
+    b->off = (base + c->pos * c->inner[k]) * bits / 8;
+    c->pos += c->step;
+    if (c->pos >= t->shape[k]) { /* next row of the outer dimensions */
+        size_t d = k;
+        c->pos = 0;
+        while (d > 0 && ++c->idx[d - 1] == t->shape[d - 1])
+            c->idx[--d] = 0;
+        if (d == 0)
+            c->cur = NULL;
+    }
+    return 1;
+}
+
+/* Read box b into buf (outside the mutex); NULL start/count: whole. */
+static int read_box(mctx *c, const mbox *b, void *buf)
+{
+    return shs_checkpoint_read(c->ck, b->t->src, b->whole ? NULL : b->start,
+                               b->whole ? NULL : b->count, b->t->dtype, buf, b->len);
+}
+
+/* Called under the mutex when box b's turn has come: write it, count it;
+   then pass the turn on, whatever happened. */
+static void write_box_locked(mctx *c, const mbox *b, const void *buf, int read_rc)
+{
+    int rc = read_rc;
+    if (rc < 0)
+        set_err_locked(c, rc);
+    else if (c->rc == SHS_OK) {
+        if ((rc = shs_writer_write_part(c->w, b->t->name, b->off, buf, b->len)) < 0)
+            set_err_locked(c, rc);
+        c->done += b->len;
+        if (rc == SHS_OK && c->o->progress && c->o->progress(c->o->progress_ctx, c->done, c->total))
+            set_err_locked(c, shs__err(SHS_ESTATE, "merge cancelled (by the progress callback)"));
+    }
+    c->turn++;
+    pthread_cond_broadcast(&c->turn_cv);
+}
+
+/* Jobs take boxes in file order, read them in parallel (pread, checksum,
+   conversion: the expensive part) and write them in file order: the
+   file is written sequentially, and the writer, which is single-threaded,
+   is only called under the mutex. */
 static void *worker(void *arg)
 {
     mctx *c = arg;
     unsigned char *buf = shs__malloc(MERGE_BUF);
+    mbox b;
     pthread_mutex_lock(&c->mu);
     if (!buf)
         set_err_locked(
             c, shs__err(SHS_ENOMEM, "out of memory for a %zu-byte merge buffer", MERGE_BUF));
-    while (c->rc == SHS_OK && c->next < c->end) {
-        const shs__mtensor *t = &c->plan->t[c->next++];
+    while (c->rc == SHS_OK && next_box(c, &b)) {
         pthread_mutex_unlock(&c->mu);
-        write_tensor(c, t, buf); /* records its error in c */
+        unsigned char *dst = buf;
+        int rc;
+        if (b.len > MERGE_BUF && !(dst = shs__malloc(b.len)))
+            rc = shs__err(SHS_ENOMEM, "out of memory reading tensor '%s' (%zu bytes)",
+                          b.t->src_name, b.len);
+        else
+            rc = read_box(c, &b, dst);
         pthread_mutex_lock(&c->mu);
+        while (c->turn != b.ticket)
+            pthread_cond_wait(&c->turn_cv, &c->mu);
+        write_box_locked(c, &b, dst, rc);
+        if (dst != buf)
+            shs__free(dst);
     }
     pthread_mutex_unlock(&c->mu);
     shs__free(buf);
@@ -198,8 +234,10 @@ static int write_file(mctx *c, const char *dir, const shs__mfile *f)
     wo.fsync = (c->o->flags & SHS_MERGE_FSYNC) != 0;
     if ((rc = shs_writer_create(&c->w, path, &wo)) < 0 || (rc = declare(c->w, c->plan, f)) < 0)
         goto done;
-    c->next = f->first;
-    c->end = f->first + f->n;
+    c->file = f;
+    c->wi = 0;
+    c->cur = NULL;
+    c->next_ticket = c->turn = 0;
     int jobs = c->o->jobs > 1 ? c->o->jobs : 1;
     if ((size_t)jobs > f->n)
         jobs = (int)f->n;
@@ -388,6 +426,7 @@ int shs_merge(const char *src, const char *dst_dir, const shs_merge_opts *opts,
     memset(&p, 0, sizeof p);
     memset(&c, 0, sizeof c);
     pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.turn_cv, NULL);
     if ((rc = check_result(result, "shs_merge")) < 0 ||
         (rc = begin(&ck, &p, src, dst_dir, o, 0, "shs_merge")) < 0)
         goto done;
@@ -422,6 +461,7 @@ int shs_merge(const char *src, const char *dst_dir, const shs_merge_opts *opts,
 done:
     if (tmp && rc < 0)
         shs__rmtree(tmp);
+    pthread_cond_destroy(&c.turn_cv);
     pthread_mutex_destroy(&c.mu);
     shs__free(tmp);
     shs__free(target);

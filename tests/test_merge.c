@@ -732,6 +732,15 @@ static void test_cancel_and_readonly(void **state)
     g_cancel_after = 3;
     expect_bad(g_sp, &o, SHS_ESTATE, "cancelled");
     assert_int_equal(calls, 3);
+    /* three jobs, many small boxes: no box is written after the cancel */
+    size_t old = shs__merge_buf_bytes;
+    shs__merge_buf_bytes = 8;
+    o.jobs = 3;
+    calls = 0;
+    g_cancel_after = 10;
+    expect_bad(g_spd, &o, SHS_ESTATE, "cancelled");
+    shs__merge_buf_bytes = old;
+    assert_int_equal(calls, 10);
     /* a read-only parent: nothing can be created */
     if (geteuid() == 0) {
         /* root ignores permissions: covered by the I/O fault sweep */
