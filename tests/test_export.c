@@ -203,6 +203,36 @@ static void test_single(void **state)
     free(sp);
 }
 
+/* One rank: an export that cannot be written (a foreign directory of its
+   name) fails finish with a message naming it; the final save is
+   committed, the foreign directory kept whole, nothing left beside it. */
+static void plant(const char *dir);
+static void test_single_failure(void **state)
+{
+    (void)state;
+    char *sp = tu_subdir("single_fail");
+    tu_small s;
+    tu_small_make(&s, 1.5f, 0);
+    shs_config c;
+    cfg_export(&c, sp, "bf16");
+    shs_manager *m = NULL;
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    plant(tu_path(sp, "hf-iteration_00000009"));
+    shs_progress p = tu_prog(9);
+    int rc = shs_manager_finish(m, &p);
+    assert_true(rc < 0);
+    TU_ASSERT_MSG_HAS("export of step 9 to ");
+    TU_ASSERT_MSG_HAS("notes.txt");
+    assert_null(shs_manager_export_dir(m));
+    shs_manager_free(m);
+    assert_int_equal(tu_tracker_step(sp), 9);
+    assert_int_equal(tu_count_prefixed(sp, "hf-"), 1);
+    assert_int_equal(tu_count_entries(tu_path(sp, "hf-iteration_00000009")), 1);
+    assert_int_equal(tu_count_leftovers(sp), 0);
+    shs_state_free(s.st);
+    free(sp);
+}
+
 /* last_save_in_hf off: finish exports nothing. */
 static void test_off(void **state)
 {
@@ -511,6 +541,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single),
+        cmocka_unit_test(test_single_failure),
         cmocka_unit_test(test_off),
         cmocka_unit_test(test_retention),
         cmocka_unit_test(test_config_errors),
