@@ -66,8 +66,17 @@ assert [e["name"] for e in d["steps"]] == ["iteration_00000020"], d["steps"]
 assert d["leftovers"] == [], d["leftovers"]
 EOF
 
+# what a crash during an export leaves is a leftover: listed, then pruned
+mkdir -p "$SP/hf-iteration_00000020.part-1-of-2" "$SP/hf-iteration_00000020.tmp-0123456789abcdef"
+echo x >"$SP/hf-iteration_00000020.part-1-of-2/model-00001-of-00002.safetensors"
+expect 0 "ls with export temporaries" "$SHS_BIN" ls "$SP"
+has "$WORK/out" "leftover (failed save): hf-iteration_00000020.part-1-of-2" "a part is a leftover"
+has "$WORK/out" "leftover (failed save): hf-iteration_00000020.tmp-0123456789abcdef" \
+    "a temporary is a leftover"
 expect 0 "prune --keep 1 leaves the export" "$SHS_BIN" prune "$SP" --keep 1
 ok_if '[ -d "$HF" ]' "export kept by prune"
+ok_if '[ ! -e "$SP/hf-iteration_00000020.part-1-of-2" ] && [ ! -e "$SP/hf-iteration_00000020.tmp-0123456789abcdef" ]' \
+    "prune removed the export temporaries"
 
 # a re-run of the same steps from scratch: the export is replaced
 mv "$SP/iteration_00000020" "$WORK/moved"
