@@ -282,16 +282,18 @@ int cli_save_scan(cli_save *s, const char *path)
         cli_save_release(s);
         return CLI_FAIL;
     }
-    size_t cap_s = 0, cap_l = 0;
+    size_t cap_s = 0, cap_l = 0, cap_e = 0;
     struct dirent *e;
     int oom = 0;
     while (!oom && (e = readdir(d))) {
         /* the library's naming rules, so that ls and prune see the save
            path as saves, loads and shs_checkpoint_clean do */
         shs_savepath_entry kind = shs_savepath_entry_kind(e->d_name);
-        if (kind != SHS_ENTRY_STEP && kind != SHS_ENTRY_LEFTOVER)
+        if (kind != SHS_ENTRY_STEP && kind != SHS_ENTRY_LEFTOVER && kind != SHS_ENTRY_EXPORT)
             continue;
         int64_t step = kind == SHS_ENTRY_STEP ? shs_checkpoint_step_of_name(e->d_name) : -1;
+        if (kind == SHS_ENTRY_EXPORT) /* "hf-" + a step directory name */
+            step = shs_checkpoint_step_of_name(e->d_name + 3);
         cli_entry en;
         memset(&en, 0, sizeof en);
         en.step = step;
@@ -304,7 +306,11 @@ int cli_save_scan(cli_save *s, const char *path)
             break;
         }
         struct stat st;
-        if (step >= 0) {
+        if (kind == SHS_ENTRY_EXPORT) {
+            measure(&en, en.path);
+            if (push_entry(&s->exports, &s->n_exports, &cap_e, &en) < 0)
+                oom = 1;
+        } else if (step >= 0) {
             if (stat(en.path, &st) != 0 || !S_ISDIR(st.st_mode)) {
                 /* iteration_5 as a plain file: not a step directory */
                 free(en.name);
@@ -340,6 +346,8 @@ int cli_save_scan(cli_save *s, const char *path)
         qsort(s->steps, s->n_steps, sizeof *s->steps, cmp_entry);
     if (s->n_leftovers > 1)
         qsort(s->leftovers, s->n_leftovers, sizeof *s->leftovers, cmp_entry);
+    if (s->n_exports > 1)
+        qsort(s->exports, s->n_exports, sizeof *s->exports, cmp_entry);
     read_tracker(s);
     if (s->tracker == CLI_TRACKER_OK && cli_save_has_step(s, s->tracker_step)) {
         for (size_t i = 0; i < s->n_steps; i++)
@@ -379,10 +387,15 @@ void cli_save_release(cli_save *s)
         free(s->leftovers[i].name);
         free(s->leftovers[i].path);
     }
+    for (size_t i = 0; i < s->n_exports; i++) {
+        free(s->exports[i].name);
+        free(s->exports[i].path);
+    }
     free(s->steps);
     free(s->leftovers);
+    free(s->exports);
     free(s->committed);
-    s->steps = s->leftovers = NULL;
+    s->steps = s->leftovers = s->exports = NULL;
     s->committed = NULL;
-    s->n_steps = s->n_leftovers = s->n_committed = 0;
+    s->n_steps = s->n_leftovers = s->n_exports = s->n_committed = 0;
 }

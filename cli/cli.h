@@ -294,7 +294,7 @@ int cli_is_save_path(const char *path);
 typedef struct cli_entry {
     char *name;      /* entry name */
     char *path;      /* save_path/name */
-    int64_t step;    /* -1 for leftovers */
+    int64_t step;    /* -1 for leftovers; an export's step */
     int committed;   /* a committed step (library), and this directory complete */
     char *problem;   /* ls: cli_step_problem of a step directory, or NULL */
     int latest;      /* the committed directory the tracker names */
@@ -316,6 +316,9 @@ typedef struct cli_save {
     size_t n_steps;
     cli_entry *leftovers; /* sorted by name */
     size_t n_leftovers;
+    cli_entry *exports; /* hf-<step dir> (SHS_ENTRY_EXPORT), sorted by name;
+                           never pruned */
+    size_t n_exports;
     int tracker;          /* CLI_TRACKER_* */
     int64_t tracker_step; /* when CLI_TRACKER_OK */
     char tracker_why[512];

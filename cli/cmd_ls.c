@@ -20,7 +20,9 @@ static const char k_help[] =
     "GiB), number of files,\n"
     "age (from the directory's modification time) and 'latest' for the one the\n"
     "tracker (latest_checkpointed_iteration.txt) names.  Leftovers of failed\n"
-    "saves (.tmp-*, .trash-*) are listed after them.  A missing or malformed\n"
+    "saves (.tmp-*, .trash-*) are listed after them, then the exports at train\n"
+    "end (hf-<step directory>: Hugging Face weights, last_save_in_hf), which\n"
+    "prune and retention never delete.  A missing or malformed\n"
     "tracker, or one naming a step without a complete directory, is reported as\n"
     "a warning on stderr, as is the problem of each damaged or incomplete step\n"
     "(the same as 'shardsafe verify' names; tensor data and checksums are only\n"
@@ -66,8 +68,8 @@ static json_t *entry_json(const cli_entry *e, int step)
 static int print_json(const cli_save *s, int status)
 {
     json_t *doc = cli_json_new(), *steps = json_array(), *left = json_array();
-    json_t *tr = json_object();
-    int bad = !doc || !steps || !left || !tr;
+    json_t *tr = json_object(), *exp = json_array();
+    int bad = !doc || !steps || !left || !tr || !exp;
     for (size_t i = 0; !bad && i < s->n_steps; i++) {
         json_t *o = entry_json(&s->steps[i], 1);
         bad |= !o || json_array_append_new(steps, o) < 0;
@@ -75,6 +77,11 @@ static int print_json(const cli_save *s, int status)
     for (size_t i = 0; !bad && i < s->n_leftovers; i++) {
         json_t *o = entry_json(&s->leftovers[i], 0);
         bad |= !o || json_array_append_new(left, o) < 0;
+    }
+    for (size_t i = 0; !bad && i < s->n_exports; i++) {
+        json_t *o = entry_json(&s->exports[i], 0);
+        bad |= !o || json_object_set_new(o, "step", json_integer(s->exports[i].step)) < 0 ||
+               json_array_append_new(exp, o) < 0;
     }
     if (!bad) {
         const char *st = s->tracker == CLI_TRACKER_OK        ? "ok"
@@ -90,9 +97,11 @@ static int print_json(const cli_save *s, int status)
         bad |= json_object_set_new(doc, "tracker", json_incref(tr)) < 0;
         bad |= json_object_set_new(doc, "steps", json_incref(steps)) < 0;
         bad |= json_object_set_new(doc, "leftovers", json_incref(left)) < 0;
+        bad |= json_object_set_new(doc, "exports", json_incref(exp)) < 0;
     }
     json_decref(steps);
     json_decref(left);
+    json_decref(exp);
     json_decref(tr);
     if (bad) {
         json_decref(doc);
@@ -150,6 +159,13 @@ static void print_text(const cli_save *s)
         printf(" (%s, %llu files, %s)\n", cli_human_bytes(size, sizeof size, e->bytes),
                (unsigned long long)e->files, cli_human_age(age, sizeof age, e->mtime, now));
     }
+    for (size_t i = 0; i < s->n_exports; i++) {
+        const cli_entry *e = &s->exports[i];
+        printf("export (Hugging Face) of step %lld: ", (long long)e->step);
+        cli_put_escaped(stdout, e->name, strlen(e->name));
+        printf(" (%s, %llu files, %s)\n", cli_human_bytes(size, sizeof size, e->bytes),
+               (unsigned long long)e->files, cli_human_age(age, sizeof age, e->mtime, now));
+    }
 }
 
 int cli_cmd_ls(int argc, char **argv)
@@ -183,7 +199,8 @@ int cli_cmd_ls(int argc, char **argv)
         if (e->problem)
             cli_warn("%s", e->problem);
     }
-    cli_info("ls: %zu step directories, %zu leftovers in %s", s.n_steps, s.n_leftovers, path);
+    cli_info("ls: %zu step directories, %zu leftovers, %zu exports in %s", s.n_steps, s.n_leftovers,
+             s.n_exports, path);
     char *problem = s.n_steps || s.tracker != CLI_TRACKER_MISSING ? cli_save_tracker_problem(&s)
                                                                   : NULL;
     if (problem)

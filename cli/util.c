@@ -813,33 +813,10 @@ void cli_progress_end(cli_progress *p)
 
 /* ---- dtype names on the command line ---- */
 
-static const struct {
-    const char *alias;
-    shs_dtype dtype;
-} k_aliases[] = {
-    { "BF16", SHS_BF16 },       { "BFLOAT16", SHS_BF16 },
-    { "F16", SHS_F16 },         { "FP16", SHS_F16 },
-    { "FLOAT16", SHS_F16 },     { "HALF", SHS_F16 },
-    { "F32", SHS_F32 },         { "FP32", SHS_F32 },
-    { "FLOAT32", SHS_F32 },     { "FLOAT", SHS_F32 },
-    { "F64", SHS_F64 },         { "FP64", SHS_F64 },
-    { "FLOAT64", SHS_F64 },     { "DOUBLE", SHS_F64 },
-    { "F8_E4M3", SHS_F8_E4M3 }, { "FLOAT8_E4M3FN", SHS_F8_E4M3 },
-    { "F8_E5M2", SHS_F8_E5M2 }, { "FLOAT8_E5M2", SHS_F8_E5M2 },
-};
-
 int cli_parse_dtype(const char *s, shs_dtype *out)
 {
-    char up[32];
-    size_t n = strlen(s);
-    if (n == 0 || n >= sizeof up)
-        return -1;
-    for (size_t i = 0; i <= n; i++)
-        up[i] = (char)toupper((unsigned char)s[i]);
-    for (size_t i = 0; i < sizeof k_aliases / sizeof k_aliases[0]; i++)
-        if (strcmp(up, k_aliases[i].alias) == 0) {
-            *out = k_aliases[i].dtype;
-            return 0;
-        }
+    /* the library's table (the export_dtype key uses it too) */
+    if (shs_dtype_parse_alias(out, s) == SHS_OK)
+        return 0;
     return -1;
 }

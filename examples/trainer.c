@@ -12,6 +12,9 @@
  * It ends with two lines scripts can read:
  *   final_digest=<16 hex digits>   (all model and optimizer state)
  *   global_step=<n>
+ * preceded, with --set last_save_in_hf=true (and e.g. --set
+ * export_dtype=bf16), by "exported to <dir>": the final weights in the
+ * Hugging Face layout.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -185,6 +188,8 @@ int main(int argc, char **argv)
         printf("last save: step %lld, %llu of %llu bytes written, %.3f s (blocked %.3f s)\n",
                (long long)ss.step, (unsigned long long)ss.bytes_written,
                (unsigned long long)ss.state_bytes, ss.total_seconds, ss.blocked_seconds);
+    if (shs_manager_export_dir(mgr))
+        printf("exported to %s\n", shs_manager_export_dir(mgr));
     printf("final_digest=%016" PRIx64 "\n", tinylm_digest(lm));
     printf("global_step=%lld\n", (long long)tinylm_global_step(lm));
     rc = 0;

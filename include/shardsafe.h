@@ -611,6 +611,16 @@ typedef struct shs_config {
        checkpoint fails with SHS_EKEY "key required". */
     const char *encrypt_key_file;
     const char *encrypt_key_env;
+    /* (version 3) export at train end (docs/merge.md): after the final
+       save of shs_manager_finish, the committed step's model tensors are
+       written in the Hugging Face layout into
+       <save_path>/hf-<step dir name> (e.g. hf-iteration_00000600), every
+       rank writing whole files of it; a re-run replaces it.  Retention
+       never deletes it (SHS_ENTRY_EXPORT). */
+    int last_save_in_hf;      /* (0) */
+    const char *export_dtype; /* floating-point tensors converted to this
+                                 dtype (shs_dtype_parse_alias: "bfloat16",
+                                 "bf16", "float32"...); "" as saved */
 } shs_config;
 #define SHS_CONFIG_VERSION 3
 
@@ -620,8 +630,7 @@ SHS_API void shs_config_release(shs_config *config);
    "false"/"1"/"0" for flags, decimal integers, strings; for
    exclude_from_loading a comma list of optimizer, lr_scheduler,
    dataloader, train_state, rng.  torchtitan's names are accepted too
-   (enable, folder, interval, async_mode; export_dtype and last_save_in_hf
-   only at their defaults: README.md).  SHS_ECONFIG naming the key on
+   (enable, folder, interval, async_mode, export_dtype, last_save_in_hf).  SHS_ECONFIG naming the key on
    error; an unknown key gets the closest known name; a field of version 2
    in a version-1 struct is SHS_ECONFIG. */
 SHS_API int shs_config_set(shs_config *config, const char *key, const char *value);
@@ -1011,7 +1020,11 @@ typedef enum shs_savepath_entry {
                                shs_checkpoint_clean when its name is free), or
                                a temporary of the tracker */
     SHS_ENTRY_TRACKER,   /* latest_checkpointed_iteration.txt */
-    SHS_ENTRY_LOCK       /* SHS_SAVEPATH_LOCK_NAME, never deleted */
+    SHS_ENTRY_LOCK,      /* SHS_SAVEPATH_LOCK_NAME, never deleted */
+    SHS_ENTRY_EXPORT     /* hf-<step dir name>: the export at train end
+                            (last_save_in_hf), never deleted by retention
+                            or prune; its temporaries (hf-<step>.tmp-*,
+                            .part-*, .old-*) are leftovers */
 } shs_savepath_entry;
 SHS_API shs_savepath_entry shs_savepath_entry_kind(const char *name);
 /* The tracker's step: SHS_ENOENT when there is none, SHS_ECORRUPT when it
@@ -1389,6 +1402,35 @@ SHS_API int shs_checkpoint_verify_key(const char *step_dir, const unsigned char 
    digits, names the key without revealing it) or "" . */
 SHS_API int shs_checkpoint_encrypted(const shs_checkpoint *ckpt);
 SHS_API const char *shs_checkpoint_key_id(const shs_checkpoint *ckpt);
+
+/* ---- export at train end (last_save_in_hf, export_dtype) ---- */
+
+/*
+ * With shs_config.last_save_in_hf, shs_manager_finish() ends, after the
+ * final save is committed, by exporting that step's model tensors in the
+ * Hugging Face layout (shs_merge: model.safetensors or
+ * model-0000I-of-0000N.safetensors + model.safetensors.index.json) into
+ * <save_path>/hf-<step dir name>, e.g. hf-iteration_00000600, with
+ * floating-point tensors converted to export_dtype ("" keeps them).  On N
+ * ranks each rank writes whole files (shs_merge part rank/N), then rank 0
+ * gathers them and writes the index (shs_merge_finish).  Every rank
+ * returns the same outcome: a failure on any rank fails finish on all,
+ * with that rank's message, and leaves no export directory (an earlier
+ * one of the same name is kept whole).  An existing export of the same
+ * step is replaced.  An encrypted run (encrypt_key_file / _env) refuses
+ * last_save_in_hf at shs_manager_create (the export would be plaintext).
+ */
+
+/* The export directory of this manager's last successful export, or NULL
+   (none yet).  Valid until the next manager call. */
+SHS_API const char *shs_manager_export_dir(const shs_manager *m);
+
+/* A dtype by its safetensors name or a framework's alias, any case:
+   BF16/bfloat16, F16/fp16/float16/half, F32/fp32/float32/float,
+   F64/fp64/float64/double, F8_E4M3/float8_e4m3fn, F8_E5M2/float8_e5m2.
+   SHS_EDTYPE naming the text otherwise.  (The `export_dtype` key and the
+   CLI's --dtype.) */
+SHS_API int shs_dtype_parse_alias(shs_dtype *out, const char *name);
 
 #ifdef __cplusplus
 }

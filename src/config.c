@@ -64,6 +64,8 @@ static const field g_fields[] = {
     /* version 3 */
     STR(encrypt_key_file, ""),
     STR(encrypt_key_env, ""),
+    FLAG(last_save_in_hf),
+    { "export_dtype", F_DTYPE, offsetof(shs_config, export_dtype), 0, "" },
 };
 #define N_FIELDS (sizeof g_fields / sizeof g_fields[0])
 
@@ -89,8 +91,6 @@ static const alias g_aliases[] = {
     { "folder", A_RENAME, "save_path", NULL, 0 },
     { "interval", A_RENAME, "save_interleaved_steps", NULL, 0 },
     { "async_mode", A_ASYNC_MODE, "async_save", NULL, 0 },
-    { "export_dtype", A_RESERVED, NULL, "float32", 0 },
-    { "last_save_in_hf", A_RESERVED, NULL, "false", 1 },
 };
 #define N_ALIASES (sizeof g_aliases / sizeof g_aliases[0])
 /* "seen" bits: one per field, then one per reserved name */
@@ -151,6 +151,8 @@ void shs_config_init(shs_config *config)
         .hf_name_map_file = "",
         .encrypt_key_file = "",
         .encrypt_key_env = "",
+        .last_save_in_hf = 0,
+        .export_dtype = "",
     };
 }
 
@@ -169,7 +171,7 @@ static int has_field(const shs_config *cfg, const field *f)
 
 static int is_string(const field *f)
 {
-    return f->kind == F_STR || f->kind == F_RULES;
+    return f->kind == F_STR || f->kind == F_RULES || f->kind == F_DTYPE;
 }
 
 int shs__config_is_referenced(const shs_config *cfg, const char *s)
@@ -484,6 +486,16 @@ static int set_field(shs_config *cfg, const field *f, const char *name, const ch
     case F_RULES: {
         int rc = shs__hf_rules_check(v, name);
         return rc < 0 ? rc : set_string(cfg, f, v);
+    }
+    case F_DTYPE: {
+        shs_dtype d;
+        if (*v && shs_dtype_parse_alias(&d, v) < 0)
+            return shs__err(SHS_ECONFIG,
+                            "%s: unknown dtype '%s' (expected bfloat16/bf16, float16/fp16, "
+                            "float32/fp32, float64, float8_e4m3fn, float8_e5m2, or \"\" to keep "
+                            "the saved dtypes)",
+                            name, v);
+        return set_string(cfg, f, v);
     }
     case F_EXCLUDE: {
         unsigned mask = 0;

@@ -27,7 +27,9 @@ typedef enum field_kind {
     F_I64,     /* int64_t, >= min */
     F_STR,     /* const char *, owned copy */
     F_EXCLUDE, /* unsigned, SHS_EXCLUDE_* */
-    F_RULES    /* const char *, owned copy, checked as name-map rules */
+    F_RULES,   /* const char *, owned copy, checked as name-map rules */
+    F_DTYPE    /* const char *, owned copy, "" or a dtype name
+                  (shs_dtype_parse_alias) */
 } field_kind;
 
 typedef struct field {

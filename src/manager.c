@@ -511,7 +511,9 @@ int shs_manager_finish(shs_manager *m, const shs_progress *progress)
         if ((rc = shs_manager_save(m, progress, flags)) < 0)
             return rc;
     }
-    return shs__manager_wait_idle(m);
+    if ((rc = shs__manager_wait_idle(m)) < 0 || !m->cfg.last_save_in_hf)
+        return rc;
+    return shs__manager_export(m, step);
 }
 
 int shs_manager_last_save(const shs_manager *m, shs_save_stats *out)
@@ -602,6 +604,9 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
         return shs__err(SHS_ECONFIG, "incremental cannot be combined with encryption "
                                      "(encrypt_key_file / encrypt_key_env): every encrypted "
                                      "save writes every chunk under a fresh nonce");
+    int export_dtype = -1;
+    if ((rc = shs__export_check_config(config, has_key, &export_dtype)) < 0)
+        return rc;
     shs_manager *m = shs__calloc(1, sizeof *m);
     if (!m)
         return create_failed(comm, shs__err(SHS_ENOMEM, "out of memory creating the manager"));
@@ -623,8 +628,10 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     m->hf_assets_path = dup_or_empty(m->cfg.hf_assets_path);
     m->hf_name_map = dup_or_empty(m->cfg.hf_name_map);
     m->hf_name_map_file = dup_or_empty(m->cfg.hf_name_map_file);
+    m->export_dtype_name = dup_or_empty(m->cfg.export_dtype);
+    m->export_dtype = export_dtype;
     if (!m->save_path || !m->prefix || !m->load_path || !m->initial_load_path ||
-        !m->hf_assets_path || !m->hf_name_map || !m->hf_name_map_file) {
+        !m->hf_assets_path || !m->hf_name_map || !m->hf_name_map_file || !m->export_dtype_name) {
         shs_manager_free(m);
         return create_failed(comm, shs__err(SHS_ENOMEM, "out of memory creating the manager"));
     }
@@ -635,6 +642,7 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     m->cfg.hf_assets_path = m->hf_assets_path;
     m->cfg.hf_name_map = m->hf_name_map;
     m->cfg.hf_name_map_file = m->hf_name_map_file;
+    m->cfg.export_dtype = m->export_dtype_name;
     m->state = state;
     if (!comm) {
         if ((rc = shs_comm_create_self(&m->own_comm)) < 0) {
@@ -708,6 +716,7 @@ void shs_manager_free(shs_manager *m)
     shs__free(m->hf_assets_path);
     shs__free(m->hf_name_map);
     shs__free(m->hf_name_map_file);
+    shs__free(m->export_dtype_name);
     shs_comm_free(m->own_comm);
     shs__layout_cache_release(&m->layout_cache);
     shs__key_wipe(m->key);

@@ -65,10 +65,22 @@ struct shs_manager {
     /* shs_manager_warning (guarded by mu: retention runs in the worker) */
     char warning[1024];
     char warning_out[1024]; /* the copy handed out */
+
+    /* export at train end (export.c) */
+    char *export_dtype_name; /* the manager's copy of cfg.export_dtype */
+    int export_dtype;        /* shs_dtype, or -1: as saved */
+    char export_dir[4096];   /* the last export; "" none */
 };
 
 /* Wait for the save in flight; report (and clear) a background error
    (manager.c). */
 int shs__manager_wait_idle(shs_manager *m);
+
+/* export.c: check last_save_in_hf / export_dtype (`has_key`: the run is
+   encrypted); *dtype = the shs_dtype of export_dtype, or -1. */
+int shs__export_check_config(const shs_config *cfg, int has_key, int *dtype);
+/* Export committed step `step` into <save_path>/hf-<step dir name>,
+   collectively (every rank returns the same outcome). */
+int shs__manager_export(shs_manager *m, int64_t step);
 
 #endif

@@ -403,7 +403,7 @@ static int check_result(const shs_merge_result *r, const char *what)
     return SHS_OK;
 }
 
-static char *part_dir(const char *dst, int index, int count)
+char *shs__merge_part_dir(const char *dst, int index, int count)
 {
     size_t cap = strlen(dst) + 64;
     char *p = shs__malloc(cap);
@@ -430,7 +430,8 @@ int shs_merge(const char *src, const char *dst_dir, const shs_merge_opts *opts,
     if ((rc = check_result(result, "shs_merge")) < 0 ||
         (rc = begin(&ck, &p, src, dst_dir, o, 0, "shs_merge")) < 0)
         goto done;
-    target = o->part_count ? part_dir(dst_dir, o->part_index, o->part_count) : shs__strdup(dst_dir);
+    target = o->part_count ? shs__merge_part_dir(dst_dir, o->part_index, o->part_count)
+                           : shs__strdup(dst_dir);
     if (!target) {
         rc = shs__err(SHS_ENOMEM, "out of memory");
         goto done;
@@ -520,7 +521,7 @@ int shs_merge_finish(const char *src, const char *dst_dir, const shs_merge_opts 
     }
     for (int q = 0; q < n; q++) {
         struct stat st;
-        if (!(parts[q] = part_dir(dst_dir, q, n))) {
+        if (!(parts[q] = shs__merge_part_dir(dst_dir, q, n))) {
             rc = shs__err(SHS_ENOMEM, "out of memory");
             goto done;
         }

@@ -58,5 +58,8 @@ int shs__merge_index_json(shs__buf *out, const shs__mplan *p);
 /* Whether `name` is a file an earlier merge writes (model.safetensors,
    model-NNNNN-of-NNNNN.safetensors, the index). */
 int shs__merge_own_name(const char *name);
+/* "<dst>.part-I-of-N", where part I of a split merge is written (caller
+   frees); NULL when out of memory. */
+char *shs__merge_part_dir(const char *dst, int index, int count);
 
 #endif

@@ -198,10 +198,38 @@ int shs__step_dir_find(char **out, const char *save_path, int64_t step)
     return dir ? SHS_OK : shs__err(SHS_ENOMEM, "out of memory");
 }
 
+int shs__export_dir_name(char *buf, size_t cap, int64_t step)
+{
+    return snprintf(buf, cap, SHS__EXPORT_PREFIX "iteration_%08lld", (long long)step);
+}
+
+/* "hf-<step dir name>" alone: 1; followed by ".tmp-", ".part-" or ".old-"
+   (shs_merge's temporaries of that export): 2; anything else: 0. */
+static int export_name_kind(const char *name)
+{
+    if (!has_prefix(name, SHS__EXPORT_PREFIX))
+        return 0;
+    const char *p = name + strlen(SHS__EXPORT_PREFIX);
+    const char *dot = strchr(p, '.');
+    size_t len = dot ? (size_t)(dot - p) : strlen(p);
+    char step[40];
+    if (len >= sizeof step)
+        return 0;
+    memcpy(step, p, len);
+    step[len] = '\0';
+    if (shs__step_of_name(step) < 0)
+        return 0;
+    if (!dot)
+        return 1;
+    return has_prefix(dot, ".tmp-") || has_prefix(dot, ".part-") || has_prefix(dot, ".old-") ? 2
+                                                                                             : 0;
+}
+
 int shs__is_leftover_name(const char *name)
 {
     return has_prefix(name, SHS__TMP_PREFIX) || has_prefix(name, SHS__TRASH_PREFIX) ||
-           has_prefix(name, SHS__REPLACED_PREFIX) || has_prefix(name, SHS__TRACKER ".tmp.");
+           has_prefix(name, SHS__REPLACED_PREFIX) || has_prefix(name, SHS__TRACKER ".tmp.") ||
+           export_name_kind(name) == 2;
 }
 
 shs_savepath_entry shs_savepath_entry_kind(const char *name)
@@ -216,6 +244,8 @@ shs_savepath_entry shs_savepath_entry_kind(const char *name)
         return SHS_ENTRY_TRACKER;
     if (shs__is_lock_name(name))
         return SHS_ENTRY_LOCK;
+    if (export_name_kind(name) == 1)
+        return SHS_ENTRY_EXPORT;
     return SHS_ENTRY_OTHER;
 }
 

@@ -22,6 +22,12 @@
 #define SHS__TRASH_PREFIX ".trash-"
 #define SHS__REPLACED_PREFIX ".replaced-"
 
+/* The export at train end (last_save_in_hf): "hf-iteration_%08lld"
+   beside the step directories; shs_merge's temporaries of it
+   ("hf-<step>.tmp-*", ".part-*", ".old-*") are leftovers. */
+#define SHS__EXPORT_PREFIX "hf-"
+int shs__export_dir_name(char *buf, size_t cap, int64_t step);
+
 /* "iteration_%08lld": the name this library gives step directories.
    Returns what snprintf returns. */
 int shs__step_dir_name(char *buf, size_t cap, int64_t step);

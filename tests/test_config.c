@@ -294,10 +294,18 @@ static void test_aliases(void **state)
     assert_int_equal(c.async_save, 1);
     set_ok(&c, "keep_latest_k", "3");
     assert_int_equal(c.keep_latest_k, 3);
-    /* reserved names: accepted at their default only */
+    /* export at train end (docs/merge.md) */
     set_ok(&c, "export_dtype", "float32");
+    assert_string_equal(c.export_dtype, "float32");
+    set_ok(&c, "export_dtype", "BFloat16");
+    assert_string_equal(c.export_dtype, "BFloat16");
+    set_ok(&c, "export_dtype", "");
+    assert_string_equal(c.export_dtype, "");
     set_ok(&c, "initial_load_in_hf", "false");
     set_ok(&c, "last_save_in_hf", "no");
+    assert_int_equal(c.last_save_in_hf, 0);
+    set_ok(&c, "last_save_in_hf", "true");
+    assert_int_equal(c.last_save_in_hf, 1);
     shs_config_release(&c);
 
     /* errors name the key as written */
@@ -307,9 +315,9 @@ static void test_aliases(void **state)
                   "async_mode: expected disabled, async or "
                   "async_with_pinned_mem, got 'Async'");
     expect_reject("async_mode", "true", "async_mode");
-    expect_reject("export_dtype", "bfloat16", "export_dtype: 'bfloat16' is not yet supported");
+    expect_reject("export_dtype", "bfloat17", "export_dtype: unknown dtype 'bfloat17'");
+    expect_reject("export_dtype", "I32", "export_dtype: unknown dtype 'I32'");
     expect_reject("initial_load_in_hf", "maybe", "initial_load_in_hf: expected a boolean");
-    expect_reject("last_save_in_hf", "1", "last_save_in_hf: '1' is not yet supported");
     expect_reject("last_save_in_hf", "perhaps", "last_save_in_hf: expected a boolean");
 }
 
@@ -553,6 +561,8 @@ static void test_yaml_aliases(void **state)
     assert_int_equal(c.save_interleaved_steps, 500);
     assert_int_equal(c.async_save, 1);
     assert_int_equal(c.keep_latest_k, 4);
+    assert_string_equal(c.export_dtype, "float32");
+    assert_int_equal(c.last_save_in_hf, 0);
     shs_config_release(&c);
 }
 
@@ -784,13 +794,13 @@ static void test_yaml_errors(void **state)
                       "bad.yaml:2: interval: expected a positive integer", NULL);
     expect_yaml_error("checkpoint:\n  async_mode: pinned\n", SHS_ECONFIG,
                       "bad.yaml:2: async_mode: expected disabled", NULL);
-    /* reserved torchtitan options at a non-default value */
-    expect_yaml_error("checkpoint:\n  save_path: /a\n  last_save_in_hf: true\n", SHS_ECONFIG,
-                      "bad.yaml:3: last_save_in_hf: 'true' is not yet supported", NULL);
+    /* export at train end */
+    expect_yaml_error("checkpoint:\n  save_path: /a\n  last_save_in_hf: sure\n", SHS_ECONFIG,
+                      "bad.yaml:3: last_save_in_hf: expected a boolean", NULL);
     expect_yaml_error("checkpoint:\n  initial_load_in_hf: perhaps\n", SHS_ECONFIG,
                       "bad.yaml:2: initial_load_in_hf: expected a boolean", NULL);
-    expect_yaml_error("checkpoint:\n  export_dtype: bfloat16\n", SHS_ECONFIG,
-                      "export_dtype: 'bfloat16' is not yet supported", NULL);
+    expect_yaml_error("checkpoint:\n  export_dtype: int8\n", SHS_ECONFIG,
+                      "bad.yaml:2: export_dtype: unknown dtype 'int8'", NULL);
     expect_yaml_error("checkpoint:\n  export_dtype: float32\n  export_dtype: float32\n",
                       SHS_ECONFIG, "duplicate checkpoint field 'export_dtype'", NULL);
 

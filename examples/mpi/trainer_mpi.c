@@ -884,6 +884,8 @@ int main(int argc, char **argv)
         SAY("last save: step %lld, %llu of %llu bytes written, %.3f s (blocked %.3f s)\n",
             (long long)ss.step, (unsigned long long)ss.bytes_written,
             (unsigned long long)ss.state_bytes, ss.total_seconds, ss.blocked_seconds);
+    if (shs_manager_export_dir(mgr))
+        SAY("exported to %s\n", shs_manager_export_dir(mgr));
     uint64_t dig = global_digest(m);
     SAY("final_digest=%016" PRIx64 "\n", dig);
     SAY("global_step=%lld\n", (long long)m->global_step);
