@@ -192,7 +192,7 @@ class TorchCheckpointer:
                 continue
             try:
                 with open_checkpoint(path) as c:
-                    if "optimizer" not in c.blobs():
+                    if "optimizer" not in {b[0] for b in c.blobs()}:
                         return None
                     return json.loads(c.read_blob("optimizer", rank=0))
             except (ShardsafeError, OSError, KeyError):
@@ -238,7 +238,7 @@ class TorchCheckpointer:
             return self._m.get_blob(name)
         from . import open_checkpoint
         with open_checkpoint(res["path"]) as c:
-            return c.read_blob(name, rank=0) if name in c.blobs() else None
+            return c.read_blob(name, rank=0) if name in {b[0] for b in c.blobs()} else None
 
     def _restore_blobs(self, res):
         import numpy as np
