@@ -79,20 +79,36 @@ def scenario_load(comm, path, balanced=False):
         assert res["saved_world_size"] == 4, res
 
 
-def scenario_misfit(comm, path):
-    model, optim = state(comm.rank, comm.size, 3)
-    if comm.rank == 1:  # 4 rows at row 6 of 8
-        model["w"] = Shard(model["w"].tensor, (ROWS, COLS), (6, 0))
-    CheckpointManager(model, optim, config=cfg(path), comm=comm)
+def expect_error(what, fn):
+    """Run fn, which must raise: print "<what>: <class>: <message>"."""
+    try:
+        fn()
+    except shardsafe.ShardsafeError as e:
+        print(f"{what}: {type(e).__name__}: {e}", flush=True)
+        return
+    raise AssertionError(f"{what}: no exception")
 
 
-def scenario_overlap(comm, path):
-    lo, hi = rows_of(comm.rank, comm.size)
-    if comm.rank == 1:
-        lo, hi = lo - 1, hi - 1  # overlaps rank 0's last row, leaves a gap
-    model, optim = state(comm.rank, comm.size, 3, lo, hi)
-    with CheckpointManager(model, optim, config=cfg(path), comm=comm) as m:
-        m.save({"global_step": 3})
+def scenario_bad(comm, path):
+    """A shard that does not fit, then shards that overlap: every rank
+    raises, none hangs, nothing is committed."""
+    def misfit():
+        model, optim = state(comm.rank, comm.size, 3)
+        if comm.rank == 1:  # 4 rows at row 6 of 8
+            model["w"] = Shard(model["w"].tensor, (ROWS, COLS), (6, 0))
+        CheckpointManager(model, optim, config=cfg(path), comm=comm)
+
+    def overlap():
+        lo, hi = rows_of(comm.rank, comm.size)
+        if comm.rank == 1:
+            lo, hi = lo - 1, hi - 1  # overlaps rank 0's last row, leaves a gap
+        model, optim = state(comm.rank, comm.size, 3, lo, hi)
+        with CheckpointManager(model, optim, config=cfg(path), comm=comm) as m:
+            m.save({"global_step": 3})
+
+    expect_error("misfit", misfit)
+    expect_error("overlap", overlap)
+    assert not [d for d in os.listdir(path) if d.startswith("iteration_")]
 
 
 def scenario_die(comm, path):
