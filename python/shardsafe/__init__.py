@@ -26,6 +26,7 @@ from . import _C
 from ._frameworks import framework as _framework, parse_index as _parse_index
 from .manager import CheckpointManager  # noqa: F401
 from .dist import Shard  # noqa: F401
+from . import dist, training  # noqa: F401,E402
 
 __version__ = _C.version
 library_version = _C.version
