@@ -38,7 +38,7 @@ import random
 
 from ._errors import InvalidArgumentError
 from .dist import Shard
-from .manager import CheckpointManager
+from .manager import CheckpointManager, _agree
 
 __all__ = ["TorchCheckpointer"]
 
@@ -146,38 +146,49 @@ class TorchCheckpointer:
         self._key = key
 
     # ---- blobs ----
-    def _set_blobs(self, layout, extra):
+    def _blobs(self, layout, extra):
         import numpy as np
         torch = self._torch
-        m = self._m
-        m.set_blob("optimizer", _dumps(layout, "optimizer"))
+        out = {"optimizer": _dumps(layout, "optimizer")}
         if self.scheduler is not None:
-            m.set_blob("lr_scheduler", _dumps(self.scheduler.state_dict(), "lr_scheduler"))
+            out["lr_scheduler"] = _dumps(self.scheduler.state_dict(), "lr_scheduler")
         if extra is not None:
-            m.set_blob("train_state", _dumps(extra, "extra"))
+            out["train_state"] = _dumps(extra, "extra")
         npst = np.random.get_state()
         rng = {"torch": torch.get_rng_state().tolist(),
                "numpy": [npst[0], npst[1].tolist(), *npst[2:]],
                "python": _jsonable(random.getstate(), "random")}
-        m.set_blob("rng", json.dumps(rng).encode())
+        out["rng"] = json.dumps(rng).encode()
+        return out
+
+    def _prepare(self, extra):
+        """Flatten the state and encode the blobs; with a communicator every
+        rank learns whether one failed (all raise, none waits in a save)."""
+        error = blobs = None
+        try:
+            model, optim, layout = self._flatten()
+            blobs = self._blobs(layout, extra)
+        except Exception as e:  # noqa: BLE001 - re-raised on every rank
+            error = e
+        if self.comm is not None:
+            _agree(self.comm, error)
+        elif error is not None:
+            raise error
+        self._ensure(model, optim)
+        for name, data in blobs.items():
+            self._m.set_blob(name, data)
 
     def step(self, progress, extra=None):
         """After each optimizer step: saves when due (True when it did)."""
-        model, optim, layout = self._flatten()
-        self._ensure(model, optim)
-        self._set_blobs(layout, extra)
+        self._prepare(extra)
         return self._m.step(progress)
 
     def save(self, progress, extra=None):
-        model, optim, layout = self._flatten()
-        self._ensure(model, optim)
-        self._set_blobs(layout, extra)
+        self._prepare(extra)
         self._m.save(progress)
 
     def finish(self, progress, extra=None):
-        model, optim, layout = self._flatten()
-        self._ensure(model, optim)
-        self._set_blobs(layout, extra)
+        self._prepare(extra)
         self._m.finish(progress)
 
     # ---- load ----

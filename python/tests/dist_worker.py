@@ -106,8 +106,17 @@ def scenario_bad(comm, path):
         with CheckpointManager(model, optim, config=cfg(path), comm=comm) as m:
             m.save({"global_step": 3})
 
+    def notjson():
+        import torch
+        from shardsafe.training import TorchCheckpointer
+        net = torch.nn.Linear(2, 2)
+        opt = torch.optim.AdamW(net.parameters())
+        with TorchCheckpointer(net, opt, config=cfg(path + "/tc"), comm=comm) as ck:
+            ck.save({"global_step": 1}, extra={"x": object() if comm.rank == 1 else 1})
+
     expect_error("misfit", misfit)
     expect_error("overlap", overlap)
+    expect_error("notjson", notjson)
     assert not [d for d in os.listdir(path) if d.startswith("iteration_")]
 
 

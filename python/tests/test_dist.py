@@ -73,13 +73,18 @@ def test_gloo_save_then_reshard(tmp_path):
 
 
 @need_torch
-def test_gloo_misfit_and_overlapping_shards(tmp_path):
+def test_gloo_bad_input_raises_on_every_rank(tmp_path):
     out = gloo(2, "bad", tmp_path)
     assert "misfit: InvalidArgumentError: shard 'w' does not fit its global shape" in out[1][1]
     assert "misfit: InvalidArgumentError: rank 1 could not register its state" in out[0][1]
     for rc, o, e in out:
         assert "overlap: " in o and "overlap" in o.split("overlap: ", 1)[1], o
+    # a state dict with an object that is neither a tensor nor JSON-able, on rank 1
+    assert "notjson: InvalidArgumentError: extra.x: a builtins.object is neither" in out[1][1]
+    assert "notjson: InvalidArgumentError: rank 1 could not register its state: extra.x" \
+        in out[0][1]
     assert not committed_steps(tmp_path)
+    assert not (tmp_path / "tc").exists() or not committed_steps(tmp_path / "tc")
 
 
 @need_torch
