@@ -2,8 +2,8 @@
 
 The extension module shardsafe._C is compiled from the binding's C files
 and the library's own sources (../src/*.c), so the installed package needs
-no libshardsafe.so; jansson, libyaml and xxhash come from pkg-config (Debian
-packages libjansson-dev, libyaml-dev, libxxhash-dev).  Nothing is
+no libshardsafe.so; jansson, libyaml, xxhash and libcrypto come from pkg-config (Debian
+packages libjansson-dev, libyaml-dev, libxxhash-dev, libssl-dev).  Nothing is
 downloaded.
 """
 
@@ -17,7 +17,7 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PKGS = ["jansson", "yaml-0.1", "libxxhash"]
+PKGS = ["jansson", "yaml-0.1", "libxxhash", "libcrypto"]
 
 
 def rel(path):
@@ -32,7 +32,7 @@ def pkgconfig(flag):
                              capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
         raise SystemExit(f"shardsafe: pkg-config {flag} {' '.join(PKGS)} failed ({e}); "
-                         "install pkg-config libjansson-dev libyaml-dev libxxhash-dev "
+                         "install pkg-config libjansson-dev libyaml-dev libxxhash-dev libssl-dev "
                          "(scripts/setup.sh)")
     return out.split()
 
