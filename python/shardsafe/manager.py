@@ -88,6 +88,10 @@ class CheckpointManager:
     refreshed from the model weights when loading with no_load_optim.
     config: dict of C config field names -> values (bool, int, str, list).
     yaml: a YAML file whose `checkpoint:` section is read first.
+    A value may be a shardsafe.Shard (this rank's chunk of a global tensor).
+    comm: None (one process) or a communicator (shardsafe.dist.TorchComm,
+    MPIComm, or any PyComm): every rank creates and calls the manager
+    collectively; saves are synchronous (async_save is turned off).
     """
 
     def __init__(self, model, optimizer=None, config=None, yaml=None, master_of=None, comm=None):
