@@ -145,6 +145,8 @@ def main():
             print(f"saved global_step={progress['global_step']}", flush=True)
     ck.finish(progress, extra=pos)
     ck.close()
+    if world > 1:
+        torch.distributed.destroy_process_group()
     print(f"final_digest={digest(model, opt)}")
     print(f"global_step={progress['global_step']}", flush=True)
 

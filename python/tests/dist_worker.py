@@ -155,6 +155,11 @@ def main():
         scenario_load(comm, path, balanced=True)
     else:
         globals()["scenario_" + scen](comm, path)
+    if backend == "gloo":
+        # torch 1.13: a process group left to interpreter exit may abort
+        # ("terminate called without an active exception")
+        import torch.distributed as dist
+        dist.destroy_process_group()
     print("ok", flush=True)
 
 
