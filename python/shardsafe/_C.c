@@ -6,6 +6,7 @@
  * runs with the GIL released.
  */
 #include "_C.h"
+#include "_C_comm.h"
 
 #include <stdarg.h>
 #include <string.h>
@@ -299,7 +300,7 @@ PyMODINIT_FUNC PyInit__C(void)
         goto fail;
     if (PyModule_AddStringConstant(m, "version", shs_version()) < 0 ||
         pyshs_file_init_type(m) < 0 || pyshs_ckpt_init_type(m) < 0 ||
-        pyshs_manager_init_type(m) < 0)
+        pyshs_manager_init_type(m) < 0 || pyshs_comm_init_type(m) < 0)
         goto fail;
     return m;
 fail:

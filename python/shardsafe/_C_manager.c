@@ -5,6 +5,7 @@
  * each (so it stays alive) and saves from / loads into it in place.
  */
 #include "_C.h"
+#include "_C_comm.h"
 
 #include <string.h>
 
@@ -15,8 +16,21 @@ typedef struct {
     shs_manager *m;
     Py_buffer *bufs; /* one per registered tensor */
     size_t n_bufs;
-    int busy; /* a call is running without the GIL */
+    int busy;       /* a call is running without the GIL */
+    PyObject *comm; /* shardsafe._C.Comm or NULL (one process) */
 } ManagerObject;
+
+/* Raise for status rc, adding the text of a failed collective of the
+   Python communicator (the library only sees SHS_EIO). */
+static PyObject *raise_rc(ManagerObject *self, int rc)
+{
+    char cerr[512];
+    pyshs_comm_take_error(self->comm, cerr, sizeof cerr);
+    if (!cerr[0])
+        return pyshs_raise(rc);
+    const char *msg = shs_last_error();
+    return pyshs_raise_msg(rc, "%s (%s)", msg && *msg ? msg : shs_strerror(rc), cerr);
+}
 
 static void manager_release(ManagerObject *self)
 {
@@ -36,6 +50,7 @@ static void manager_release(ManagerObject *self)
     if (self->cfg_ready)
         shs_config_release(&self->cfg);
     self->cfg_ready = 0;
+    Py_CLEAR(self->comm);
 }
 
 /* config: list of (key, value) strings, set in order */
@@ -69,7 +84,8 @@ static int apply_config(ManagerObject *self, PyObject *yaml, PyObject *items)
     return 0;
 }
 
-/* tensors: list of (name, kind 0/1, dtype, shape, writable buffer, master_of|None) */
+/* tensors: list of (name, kind 0/1, dtype, shape, writable buffer, master_of|None,
+   global_shape|None, global_offset|None) */
 static int register_tensors(ManagerObject *self, PyObject *tensors)
 {
     PyObject *fast = PySequence_Fast(tensors, "tensors must be a sequence");
@@ -85,10 +101,10 @@ static int register_tensors(ManagerObject *self, PyObject *tensors)
     for (Py_ssize_t i = 0; i < n; i++) {
         const char *name, *dname, *master;
         int kind;
-        PyObject *shape_o, *buf_o;
-        uint64_t shape[SHS_MAX_DIMS], nbytes;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "sisOOz", &name, &kind, &dname,
-                              &shape_o, &buf_o, &master))
+        PyObject *shape_o, *buf_o, *gshape_o = Py_None, *goff_o = Py_None;
+        uint64_t shape[SHS_MAX_DIMS], gshape[SHS_MAX_DIMS], goff[SHS_MAX_DIMS], nbytes;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "sisOOz|OO", &name, &kind, &dname,
+                              &shape_o, &buf_o, &master, &gshape_o, &goff_o))
             goto done;
         shs_tensor_spec spec = SHS_TENSOR_SPEC_INIT;
         Py_ssize_t ndim = PySequence_Size(shape_o);
@@ -99,6 +115,11 @@ static int register_tensors(ManagerObject *self, PyObject *tensors)
         }
         if (ndim < 0 || ndim > SHS_MAX_DIMS ||
             pyshs_u64_seq(shape_o, shape, (size_t)ndim, "shape") < 0)
+            goto done;
+        if (gshape_o != Py_None &&
+            pyshs_u64_seq(gshape_o, gshape, (size_t)ndim, "global_shape") < 0)
+            goto done;
+        if (goff_o != Py_None && pyshs_u64_seq(goff_o, goff, (size_t)ndim, "offsets") < 0)
             goto done;
         if ((st = shs_tensor_nbytes(&nbytes, spec.dtype, (size_t)ndim, shape)) < 0) {
             pyshs_raise(st);
@@ -113,6 +134,8 @@ static int register_tensors(ManagerObject *self, PyObject *tensors)
         spec.shape = shape;
         spec.data = self->bufs[i].buf;
         spec.master_of = master;
+        spec.global_shape = gshape_o != Py_None ? gshape : NULL;
+        spec.global_offset = goff_o != Py_None ? goff : NULL;
         if ((st = shs_state_add_tensor(self->state, &spec)) < 0) {
             pyshs_raise(st);
             goto done;
@@ -126,9 +149,12 @@ done:
 
 static int Manager_init(ManagerObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "config", "yaml", "tensors", NULL };
-    PyObject *items, *yaml, *tensors;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO", kwlist, &items, &yaml, &tensors))
+    static char *kwlist[] = { "config", "yaml", "tensors", "comm", NULL };
+    PyObject *items, *yaml, *tensors, *comm_o = Py_None;
+    shs_comm *comm = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|O", kwlist, &items, &yaml, &tensors, &comm_o))
+        return -1;
+    if (comm_o != Py_None && !(comm = pyshs_comm_get(comm_o)))
         return -1;
     if (self->cfg_ready) {
         PyErr_SetString(PyExc_ValueError, "Manager: already initialised");
@@ -141,11 +167,31 @@ static int Manager_init(ManagerObject *self, PyObject *args, PyObject *kw)
         return pyshs_raise(rc), -1;
     if (apply_config(self, yaml, items) < 0 || register_tensors(self, tensors) < 0)
         goto fail;
+    if (comm) {
+        /* The library's async worker would run collectives on its own
+           thread, interleaved with the training loop's own collectives on
+           the same process group: saves are synchronous with a Python
+           communicator (docs/python.md). */
+        if (self->cfg.async_save) {
+            if (PyErr_WarnEx(PyExc_RuntimeWarning,
+                             "shardsafe: async_save is off with a Python communicator "
+                             "(torch.distributed / mpi4py): saves are synchronous",
+                             1) < 0)
+                goto fail;
+            if ((rc = shs_config_set(&self->cfg, "async_save", "false")) < 0) {
+                pyshs_raise(rc);
+                goto fail;
+            }
+        }
+        Py_INCREF(comm_o);
+        self->comm = comm_o;
+    }
     Py_BEGIN_ALLOW_THREADS;
-    rc = shs_manager_create(&self->m, &self->cfg, self->state);
+    rc = comm ? shs_manager_create_comm(&self->m, &self->cfg, self->state, comm)
+              : shs_manager_create(&self->m, &self->cfg, self->state);
     Py_END_ALLOW_THREADS;
     if (rc < 0) {
-        pyshs_raise(rc);
+        raise_rc(self, rc);
         goto fail;
     }
     return 0;
@@ -224,7 +270,7 @@ static PyObject *Manager_load(ManagerObject *self, PyObject *d)
     Py_END_ALLOW_THREADS;
     self->busy = 0;
     if (rc < 0)
-        return pyshs_raise(rc);
+        return raise_rc(self, rc);
     PyObject *skipped = PyList_New((Py_ssize_t)r.n_skipped);
     for (size_t i = 0; skipped && i < r.n_skipped; i++) {
         PyObject *s = PyUnicode_FromString(r.skipped[i]);
@@ -281,7 +327,7 @@ static PyObject *Manager_call(ManagerObject *self, PyObject *args)
     Py_END_ALLOW_THREADS;
     self->busy = 0;
     if (rc < 0)
-        return pyshs_raise(rc);
+        return raise_rc(self, rc);
     return PyBool_FromLong(saved);
 }
 
@@ -297,7 +343,7 @@ static PyObject *Manager_wait(ManagerObject *self, PyObject *arg)
     Py_END_ALLOW_THREADS;
     self->busy = 0;
     if (rc < 0)
-        return pyshs_raise(rc);
+        return raise_rc(self, rc);
     Py_RETURN_NONE;
 }
 

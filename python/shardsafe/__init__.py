@@ -25,12 +25,14 @@ from ._errors import (ChecksumError, DtypeError, FormatError,  # noqa: F401
 from . import _C
 from ._frameworks import framework as _framework, parse_index as _parse_index
 from .manager import CheckpointManager  # noqa: F401
+from .dist import Shard  # noqa: F401
+from . import dist, training  # noqa: F401,E402
 
 __version__ = _C.version
 library_version = _C.version
 
 __all__ = [
-    "safe_open", "open_checkpoint", "CheckpointManager", "ShardsafeError", "FormatError",
+    "safe_open", "open_checkpoint", "CheckpointManager", "Shard", "ShardsafeError", "FormatError",
     "ChecksumError", "ShardsafeIOError", "ShardsafeFileNotFoundError",
     "NotFoundError", "MismatchError", "DtypeError", "InvalidArgumentError",
 ]

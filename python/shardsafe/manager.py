@@ -23,6 +23,7 @@ saves read them, loads write into them in place.
 from . import _C
 from ._errors import InvalidArgumentError
 from ._frameworks import framework
+from .dist import Shard
 
 __all__ = ["CheckpointManager"]
 
@@ -46,6 +47,10 @@ def _framework_of(t):
 
 
 def _entry(name, kind, t, master_of):
+    gshape = goff = None
+    if isinstance(t, Shard):
+        t.check(name)
+        gshape, goff, t = t.global_shape, t.offsets, t.tensor
     fw = _framework_of(t)
     dname, shape, _ = fw.tensor_bytes(name, t)
     if fw.name == "np":
@@ -56,7 +61,23 @@ def _entry(name, kind, t, master_of):
         if t.device.type != "cpu":
             raise InvalidArgumentError(f"tensor '{name}' is on {t.device}: only CPU tensors")
         buf = t.detach().reshape(-1).view(fw.torch.uint8).numpy()
-    return (name, kind, dname, tuple(shape), buf, master_of)
+    return (name, kind, dname, tuple(shape), buf, master_of, gshape, goff)
+
+
+def _agree(comm, error):
+    """Every rank learns whether one failed before the collective create
+    (so no rank waits in a collective for a rank that raised)."""
+    msg = b"" if error is None else str(error).encode()[:255]
+    got = comm.allgather(bytes([error is not None]) + msg.ljust(255, b"\0"))
+    for r in range(comm.size):
+        chunk = got[r * 256:(r + 1) * 256]
+        if chunk[0] and r != comm.rank:
+            if error is not None:
+                raise error
+            why = chunk[1:].rstrip(b"\0").decode(errors="replace")
+            raise InvalidArgumentError(f"rank {r} could not register its state: {why}")
+    if error is not None:
+        raise error
 
 
 class CheckpointManager:
@@ -67,18 +88,33 @@ class CheckpointManager:
     refreshed from the model weights when loading with no_load_optim.
     config: dict of C config field names -> values (bool, int, str, list).
     yaml: a YAML file whose `checkpoint:` section is read first.
+    A value may be a shardsafe.Shard (this rank's chunk of a global tensor).
+    comm: None (one process) or a communicator (shardsafe.dist.TorchComm,
+    MPIComm, or any PyComm): every rank creates and calls the manager
+    collectively; saves are synchronous (async_save is turned off).
     """
 
-    def __init__(self, model, optimizer=None, config=None, yaml=None, master_of=None):
+    def __init__(self, model, optimizer=None, config=None, yaml=None, master_of=None, comm=None):
         master_of = master_of or {}
         entries = []
-        for kind, group in ((0, model or {}), (1, optimizer or {})):
-            if not isinstance(group, dict):
-                raise InvalidArgumentError("model and optimizer must be dicts of name -> tensor")
-            for name, t in group.items():
-                entries.append(_entry(name, kind, t, master_of.get(name) if kind else None))
-        items = [(k, _config_text(k, v)) for k, v in (config or {}).items()]
-        self._m = _C.Manager(items, yaml, entries)
+        error = None
+        try:
+            for kind, group in ((0, model or {}), (1, optimizer or {})):
+                if not isinstance(group, dict):
+                    raise InvalidArgumentError("model and optimizer must be dicts of name -> tensor")
+                for name, t in group.items():
+                    entries.append(_entry(name, kind, t, master_of.get(name) if kind else None))
+            items = [(k, _config_text(k, v)) for k, v in (config or {}).items()]
+        except Exception as e:  # noqa: BLE001 - re-raised on every rank below
+            error = e
+        ccomm = None
+        if comm is not None:
+            _agree(comm, error)
+            ccomm = _C.Comm(comm, comm.rank, comm.size)
+        elif error is not None:
+            raise error
+        self.comm = comm
+        self._m = _C.Manager(items, yaml, entries, ccomm)
 
     def __enter__(self):
         return self
