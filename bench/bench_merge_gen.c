@@ -24,68 +24,7 @@ static const char *g_mode = "gen";
 #define NT 16
 #define COLS 4096u
 
-typedef struct tshared {
-    pthread_barrier_t bar;
-    const void *slot[NR];
-} tshared;
-
-typedef struct tcomm {
-    tshared *sh;
-    int rank;
-} tcomm;
-
-static int t_barrier(void *ctx)
-{
-    pthread_barrier_wait(&((tcomm *)ctx)->sh->bar);
-    return SHS_OK;
-}
-
-static int t_bcast(void *ctx, void *buf, size_t len, int root)
-{
-    tcomm *c = ctx;
-    if (c->rank == root)
-        c->sh->slot[root] = buf;
-    t_barrier(c);
-    if (c->rank != root)
-        memcpy(buf, c->sh->slot[root], len);
-    return t_barrier(c);
-}
-
-static int t_allgather(void *ctx, const void *send, size_t len, void *recv)
-{
-    tcomm *c = ctx;
-    c->sh->slot[c->rank] = send;
-    t_barrier(c);
-    for (int i = 0; i < NR; i++)
-        memcpy((char *)recv + (size_t)i * len, c->sh->slot[i], len);
-    return t_barrier(c);
-}
-
-static int t_gatherv(void *ctx, const void *send, const size_t *lens, void *recv, int root)
-{
-    tcomm *c = ctx;
-    c->sh->slot[c->rank] = send;
-    t_barrier(c);
-    if (c->rank == root)
-        for (size_t i = 0, at = 0; i < NR; at += lens[i], i++)
-            memcpy((char *)recv + at, c->sh->slot[i], lens[i]);
-    return t_barrier(c);
-}
-
-static int t_p2p(void *ctx, void *buf, size_t len, int peer, int tag)
-{
-    (void)ctx, (void)buf, (void)len, (void)peer, (void)tag;
-    return SHS_EUNSUPPORTED;
-}
-
-static int t_send(void *ctx, const void *buf, size_t len, int peer, int tag)
-{
-    return t_p2p(ctx, (void *)buf, len, peer, tag);
-}
-
-static const shs_comm_ops k_tops = {
-    SHS_COMM_OPS_VERSION, t_barrier, t_bcast, t_allgather, t_gatherv, t_send, t_p2p, NULL
-};
+#include "../tests/threadcomm.h"
 
 static uint64_t g_rows;
 
@@ -167,7 +106,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_merge_gen: MIB too small\n");
         return 2;
     }
-    tshared sh;
+    tshared sh = { .n = NR };
     job j[NR];
     pthread_t th[NR];
     pthread_barrier_init(&sh.bar, NULL, NR);

@@ -27,73 +27,7 @@
 
 #define NR 4
 
-typedef struct tshared {
-    pthread_barrier_t bar;
-    const void *slot[NR];
-} tshared;
-
-typedef struct tcomm {
-    tshared *sh;
-    int rank;
-} tcomm;
-
-static int t_barrier(void *ctx)
-{
-    pthread_barrier_wait(&((tcomm *)ctx)->sh->bar);
-    return SHS_OK;
-}
-
-static int t_bcast(void *ctx, void *buf, size_t len, int root)
-{
-    tcomm *c = ctx;
-    if (c->rank == root)
-        c->sh->slot[root] = buf;
-    t_barrier(c);
-    if (c->rank != root)
-        memcpy(buf, c->sh->slot[root], len);
-    return t_barrier(c);
-}
-
-static int t_allgather(void *ctx, const void *send, size_t len, void *recv)
-{
-    tcomm *c = ctx;
-    c->sh->slot[c->rank] = send;
-    t_barrier(c);
-    for (int i = 0; i < NR; i++)
-        memcpy((char *)recv + (size_t)i * len, c->sh->slot[i], len);
-    return t_barrier(c);
-}
-
-static int t_gatherv(void *ctx, const void *send, const size_t *lens, void *recv, int root)
-{
-    tcomm *c = ctx;
-    c->sh->slot[c->rank] = send;
-    t_barrier(c);
-    if (c->rank == root) {
-        size_t at = 0;
-        for (int i = 0; i < NR; i++) {
-            memcpy((char *)recv + at, c->sh->slot[i], lens[i]);
-            at += lens[i];
-        }
-    }
-    return t_barrier(c);
-}
-
-static int t_send(void *ctx, const void *buf, size_t len, int dest, int tag)
-{
-    (void)ctx, (void)buf, (void)len, (void)dest, (void)tag;
-    return SHS_EUNSUPPORTED;
-}
-
-static int t_recv(void *ctx, void *buf, size_t len, int src, int tag)
-{
-    (void)ctx, (void)buf, (void)len, (void)src, (void)tag;
-    return SHS_EUNSUPPORTED;
-}
-
-static const shs_comm_ops k_tops = {
-    SHS_COMM_OPS_VERSION, t_barrier, t_bcast, t_allgather, t_gatherv, t_send, t_recv, NULL
-};
+#include "threadcomm.h"
 
 /* ---- the 4-rank checkpoint ----
      model.w  F32  [8, 6]     rows 2r..2r+1
@@ -215,7 +149,7 @@ static void *rank_main(void *arg)
 
 static void save4(const char *sp, int dedup)
 {
-    tshared sh;
+    tshared sh = { .n = NR };
     rank_job j[NR];
     pthread_t th[NR];
     pthread_barrier_init(&sh.bar, NULL, NR);
