@@ -106,17 +106,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_merge_gen: MIB too small\n");
         return 2;
     }
-    tshared sh = { .n = NR };
+    tshared sh;
     job j[NR];
     pthread_t th[NR];
-    pthread_barrier_init(&sh.bar, NULL, NR);
+    tshared_init(&sh, NR, 0);
     for (int r = 0; r < NR; r++) {
         j[r] = (job){ &sh, r, argv[1] };
         pthread_create(&th[r], NULL, save_rank, &j[r]);
     }
     for (int r = 0; r < NR; r++)
         pthread_join(th[r], NULL);
-    pthread_barrier_destroy(&sh.bar);
+    tshared_destroy(&sh);
     printf("saved %s: %d ranks, %d tensors [%llu, %u] F32 + norm.weight\n", argv[1], NR, NT,
            (unsigned long long)g_rows, COLS);
     return 0;

@@ -95,17 +95,17 @@ static void *save_rank(void *arg)
 
 static void save_n(const char *sp, int n)
 {
-    tshared sh = { .n = n };
+    tshared sh;
     job j[8];
     pthread_t th[8];
-    pthread_barrier_init(&sh.bar, NULL, (unsigned)n);
+    tshared_init(&sh, n, 0);
     for (int r = 0; r < n; r++) {
         j[r] = (job){ &sh, r, n, sp };
         pthread_create(&th[r], NULL, save_rank, &j[r]);
     }
     for (int r = 0; r < n; r++)
         pthread_join(th[r], NULL);
-    pthread_barrier_destroy(&sh.bar);
+    tshared_destroy(&sh);
 }
 
 /* The manager's load of rows [r0, r1) of every tensor from sp. */

@@ -16,6 +16,7 @@
 
 #include "shardsafe.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -182,6 +183,31 @@ typedef struct cli_progress {
 void cli_progress_start(cli_progress *p, const char *label, uint64_t total);
 void cli_progress_add(cli_progress *p, uint64_t n);
 void cli_progress_end(cli_progress *p);
+
+/* ---- signals and keys of long commands (util.c) ---- */
+
+/* Ctrl-C during a long write (convert, merge): SIGINT, SIGTERM and SIGHUP
+   set a flag the command polls between pieces of work, so that its
+   temporary output is removed before it dies; signals our parent ignores
+   (nohup, a background job) stay ignored. */
+typedef struct cli_signals {
+    struct sigaction old[3];
+    int caught[3];
+} cli_signals;
+void cli_signals_catch(cli_signals *s);
+/* The signal received since cli_signals_catch, or 0. */
+int cli_signals_caught(void);
+/* Restore the handlers; then, if a signal came, die of it (the calling
+   shell sees 130 after Ctrl-C, not a plain exit status). */
+void cli_signals_restore(cli_signals *s);
+
+/* The key of an encrypted checkpoint from --key-file FILE or --key-env VAR
+   (never the key itself on the command line).  CLI_OK with *has 1 (a key
+   in `key`; wipe it after use) or 0 (neither option); else the error is
+   printed and the exit status returned: CLI_USAGE for both options,
+   CLI_FAIL for a key that cannot be loaded. */
+int cli_key_load(const char *cmd, const char *file, const char *env,
+                 unsigned char key[SHS_KEY_BYTES], int *has);
 
 /* "3 min ago" style age of `mtime` relative to `now` into buf. */
 const char *cli_human_age(char *buf, size_t cap, int64_t mtime, int64_t now);

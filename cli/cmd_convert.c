@@ -19,7 +19,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -56,13 +55,6 @@ static const char k_help[] =
     "error (including IN and OUT being the same file); killed by a signal\n"
     "(130 after Ctrl-C) once the temporary file is removed.\n";
 
-static volatile sig_atomic_t g_signal;
-
-static void on_signal(int sig)
-{
-    g_signal = sig;
-}
-
 typedef struct conv {
     const char *in, *out;
     shs_dtype target;
@@ -90,9 +82,9 @@ static int lib_fail(const char *what)
 
 static int interrupted(void)
 {
-    if (!g_signal)
+    if (!cli_signals_caught())
         return 0;
-    cli_err("convert: interrupted by signal %d; output discarded", (int)g_signal);
+    cli_err("convert: interrupted by signal %d; output discarded", cli_signals_caught());
     return 1;
 }
 
@@ -406,15 +398,8 @@ int cli_cmd_convert(int argc, char **argv)
     /* A signal stops the conversion between chunks so that the writer can
        remove its temporary file; signals ignored by our parent (nohup, a
        background job) stay ignored. */
-    static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
-    struct sigaction sa, old[3];
-    int caught[3] = { 0, 0, 0 };
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 3; i++)
-        if (sigaction(sigs[i], NULL, &old[i]) == 0 && old[i].sa_handler != SIG_IGN)
-            caught[i] = sigaction(sigs[i], &sa, NULL) == 0;
+    cli_signals sig;
+    cli_signals_catch(&sig);
 
     cli_info("convert: %s -> %s", c.in, to_stdout ? "standard output" : c.out);
     int rc = run(&c);
@@ -433,17 +418,10 @@ int cli_cmd_convert(int argc, char **argv)
         free(tmpdir);
         c.out = pos[1];
     }
-    for (int i = 0; i < 3; i++)
-        if (caught[i])
-            sigaction(sigs[i], &old[i], NULL);
-    if (g_signal) {
-        /* Die of the signal, as the shell expects (130 after Ctrl-C), now
-           that we cleaned up: a plain exit(130) would hide from a calling
-           shell script that the user interrupted it. */
-        fflush(stdout);
-        raise(g_signal);
+    /* dies of a signal received, now that we cleaned up */
+    cli_signals_restore(&sig);
+    if (cli_signals_caught())
         return CLI_FAIL;
-    }
     if (cli_g.json)
         return cli_finish_stdout(print_json(&c, c.out, rc));
     /* with OUT "-" stdout is the file: the summary only with -v, on stderr */

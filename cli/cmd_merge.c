@@ -5,7 +5,6 @@
  */
 #include "cli.h"
 
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,7 +20,9 @@ static const char k_help[] =
     "model.safetensors.index.json.  Every chunk is checked against its checksum.\n"
     "Memory stays bounded (16 MiB per job) whatever the tensor sizes.  DST is\n"
     "built in a temporary sibling and renamed into place: on failure or Ctrl-C\n"
-    "nothing is left.  A progress line is shown on a terminal.\n"
+    "nothing is left.  A progress line is shown on a terminal.  An encrypted\n"
+    "SRC needs its key (--key-file or --key-env); the merged files are NOT\n"
+    "encrypted: they are plain Hugging Face files.\n"
     "\n"
     "Options:\n"
     "  --max-shard-size S  largest output file, e.g. 5GB (default), 500MiB, or\n"
@@ -42,18 +43,14 @@ static const char k_help[] =
     "  --force          replace an existing DST (or part directory) that holds\n"
     "                   only the files of an earlier merge\n"
     "  --fsync          fsync the files and directories written\n"
+    "  --key-file FILE  the key of an encrypted SRC: 32 raw bytes or 64 hex digits\n"
+    "  --key-env VAR    the key from environment variable VAR (64 hex digits);\n"
+    "                   the key itself is never a command-line argument\n"
     "  -h, --help, --version, -q, --quiet, -v, --verbose, --json\n"
     "                   as for every command (see 'shardsafe --help')\n"
     "\n"
     "Exit status: 0 merged, 1 invalid or damaged SRC, a failed write, or DST\n"
     "exists; 2 usage error; killed by the signal after Ctrl-C (130).\n";
-
-static volatile sig_atomic_t g_signal;
-
-static void on_signal(int sig)
-{
-    g_signal = sig;
-}
 
 typedef struct margs {
     const char *src, *dst;
@@ -61,6 +58,8 @@ typedef struct margs {
     cli_strs inc, exc, ren; /* borrowed argv strings */
     int finish;
     int exit_now; /* --help or --version was printed */
+    const char *key_file, *key_env;
+    unsigned char key[SHS_KEY_BYTES];
     cli_progress prog;
     int prog_started;
 } margs;
@@ -74,7 +73,7 @@ static int on_progress(void *ctx, uint64_t done, uint64_t total)
     }
     if (done > a->prog.done)
         cli_progress_add(&a->prog, done - a->prog.done);
-    return g_signal != 0;
+    return cli_signals_caught() != 0;
 }
 
 /* Append an argv string (not owned: cli_strs frees, so keep a copy). */
@@ -103,19 +102,13 @@ static int parse_part(const char *v, int *index, int *count)
 
 static int parse_args(margs *a, int argc, char **argv)
 {
-    static const cli_optdef defs[] = { { "--max-shard-size", 0, 1 },
-                                       { "--dtype", 'd', 1 },
-                                       { "--include", 0, 1 },
-                                       { "--exclude", 0, 1 },
-                                       { "--rename", 0, 1 },
-                                       { "--with-optimizer", 0, 0 },
-                                       { "--jobs", 'j', 1 },
-                                       { "--step", 0, 1 },
-                                       { "--part", 0, 1 },
-                                       { "--finish-parts", 0, 1 },
-                                       { "--force", 0, 0 },
-                                       { "--fsync", 0, 0 },
-                                       { NULL, 0, 0 } };
+    static const cli_optdef defs[] = {
+        { "--max-shard-size", 0, 1 }, { "--dtype", 'd', 1 }, { "--include", 0, 1 },
+        { "--exclude", 0, 1 },        { "--rename", 0, 1 },  { "--with-optimizer", 0, 0 },
+        { "--jobs", 'j', 1 },         { "--step", 0, 1 },    { "--part", 0, 1 },
+        { "--finish-parts", 0, 1 },   { "--force", 0, 0 },   { "--fsync", 0, 0 },
+        { "--key-file", 0, 1 },       { "--key-env", 0, 1 }, { NULL, 0, 0 }
+    };
     cli_parser p;
     const char *val, *pos[2] = { NULL, NULL };
     int k, npos = 0, have_part = 0;
@@ -185,6 +178,8 @@ static int parse_args(margs *a, int argc, char **argv)
             break;
         case 10: a->o.flags |= SHS_MERGE_FORCE; break;
         case 11: a->o.flags |= SHS_MERGE_FSYNC; break;
+        case 12: a->key_file = val; break;
+        case 13: a->key_env = val; break;
         }
     }
     if (npos < 2)
@@ -193,6 +188,13 @@ static int parse_args(margs *a, int argc, char **argv)
         return cli_usage_err("merge", "--part and --finish-parts exclude each other");
     a->src = pos[0];
     a->dst = pos[1];
+    int has_key, st = cli_key_load("merge", a->key_file, a->key_env, a->key, &has_key);
+    if (st != CLI_OK)
+        return st;
+    if (has_key) {
+        a->o.key = a->key;
+        a->o.key_len = sizeof a->key;
+    }
     a->o.include = (const char *const *)a->inc.v;
     a->o.n_include = a->inc.n;
     a->o.exclude = (const char *const *)a->exc.v;
@@ -263,16 +265,9 @@ int cli_cmd_merge(int argc, char **argv)
     a.o.progress_ctx = &a;
 
     /* a signal cancels through the progress callback, so that the
-       library removes its temporary directory; ignored signals stay so */
-    static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
-    struct sigaction sa, old[3];
-    int caught[3] = { 0, 0, 0 };
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 3; i++)
-        if (sigaction(sigs[i], NULL, &old[i]) == 0 && old[i].sa_handler != SIG_IGN)
-            caught[i] = sigaction(sigs[i], &sa, NULL) == 0;
+       library removes its temporary directory */
+    cli_signals sig;
+    cli_signals_catch(&sig);
 
     cli_info("merge: %s -> %s", a.src, a.dst);
     int st = a.finish ? shs_merge_finish(a.src, a.dst, &a.o, &r)
@@ -280,25 +275,21 @@ int cli_cmd_merge(int argc, char **argv)
     if (a.prog_started)
         cli_progress_end(&a.prog);
     if (st < 0) {
-        if (g_signal)
-            cli_err("merge: interrupted by signal %d; output discarded", (int)g_signal);
+        if (cli_signals_caught())
+            cli_err("merge: interrupted by signal %d; output discarded", cli_signals_caught());
         else
             cli_err("merge: %s", shs_last_error());
         rc = CLI_FAIL;
     }
-    for (int i = 0; i < 3; i++)
-        if (caught[i])
-            sigaction(sigs[i], &old[i], NULL);
-    if (g_signal && st < 0) {
-        fflush(stdout);
-        raise(g_signal);
-    }
+    /* after a signal: dies of it (the library removed its output) */
+    cli_signals_restore(&sig);
     if (cli_g.json)
         rc = print_json(&a, &r, rc);
     else if (rc == CLI_OK && !cli_g.quiet)
         print_text(&a, &r);
     rc = cli_finish_stdout(rc);
 done:
+    memset(a.key, 0, sizeof a.key);
     cli_strs_release(&a.inc);
     cli_strs_release(&a.exc);
     cli_strs_release(&a.ren);

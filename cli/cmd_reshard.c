@@ -24,7 +24,8 @@ static const char k_help[] =
     "(the ranks splitting a tensor change, its replication stays: TP 4 -> 2).\n"
     "DST must not exist; it is built in a temporary sibling and renamed at the\n"
     "end, so a failure leaves nothing behind.  Every chunk read is checked\n"
-    "against its checksum.\n"
+    "against its checksum.  An encrypted SRC needs its key (--key-file or\n"
+    "--key-env); DST is then encrypted with the same key.\n"
     "\n"
     "Options:\n"
     "  --layout FILE     the target layout (JSON)\n"
@@ -34,13 +35,17 @@ static const char k_help[] =
     "  --prefix P        file name prefix of DST's files (default: checkpoint)\n"
     "  --no-fsync        do not make DST durable (faster; for scratch copies)\n"
     "  --print-layout    print the layout SRC was saved with and exit\n"
+    "  --key-file FILE   the key of an encrypted SRC: 32 raw bytes or 64 hex\n"
+    "                    digits\n"
+    "  --key-env VAR     the key from environment variable VAR (64 hex digits);\n"
+    "                    the key itself is never a command-line argument\n"
     "  -h, --help, --version, -q, --quiet, -v, --verbose, --json\n"
     "                    as for every command (see 'shardsafe --help')\n"
     "\n"
     "Exit status: 0 written, 1 invalid input or failed operation, 2 usage error.\n";
 
 typedef struct args {
-    const char *src, *dst, *layout, *prefix;
+    const char *src, *dst, *layout, *prefix, *key_file, *key_env;
     uint64_t world, step;
     int has_step, no_fsync, print_layout;
 } args;
@@ -50,6 +55,7 @@ static int parse_args(args *a, int argc, char **argv)
     static const cli_optdef defs[] = { { "--layout", 0, 1 },   { "--world-size", 0, 1 },
                                        { "--step", 0, 1 },     { "--prefix", 0, 1 },
                                        { "--no-fsync", 0, 0 }, { "--print-layout", 0, 0 },
+                                       { "--key-file", 0, 1 }, { "--key-env", 0, 1 },
                                        { NULL, 0, 0 } };
     cli_parser p;
     const char *val;
@@ -81,6 +87,8 @@ static int parse_args(args *a, int argc, char **argv)
         case 3: a->prefix = val; break;
         case 4: a->no_fsync = 1; break;
         case 5: a->print_layout = 1; break;
+        case 6: a->key_file = val; break;
+        case 7: a->key_env = val; break;
         }
     }
     if (!a->src)
@@ -171,12 +179,22 @@ int cli_cmd_reshard(int argc, char **argv)
         return print_layout(&a);
     shs_reshard_opts o = SHS_RESHARD_OPTS_INIT;
     shs_reshard_result r = SHS_RESHARD_RESULT_INIT;
+    unsigned char key[SHS_KEY_BYTES];
+    int has_key;
+    if ((rc = cli_key_load("reshard", a.key_file, a.key_env, key, &has_key)) != CLI_OK)
+        return rc;
+    if (has_key) {
+        o.key = key;
+        o.key_len = sizeof key;
+    }
     o.world_size = (int)a.world;
     o.step = a.has_step ? (int64_t)a.step : -1;
     o.prefix = a.prefix;
     o.fsync = !a.no_fsync;
     cli_info("reshard: %s -> %s", a.src, a.dst);
-    if (shs_reshard(&r, a.src, a.dst, a.layout, &o) != SHS_OK) {
+    rc = shs_reshard(&r, a.src, a.dst, a.layout, &o);
+    memset(key, 0, sizeof key);
+    if (rc != SHS_OK) {
         cli_err("%s; nothing written", shs_last_error());
         return CLI_FAIL;
     }

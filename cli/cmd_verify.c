@@ -377,17 +377,10 @@ int cli_cmd_verify(int argc, char **argv)
     }
     if (paths.n == 0)
         return cli_usage_err("verify", "missing PATH");
-    if (key_file && key_env) {
+    int st = cli_key_load("verify", key_file, key_env, c.key, &c.has_key);
+    if (st != CLI_OK) {
         cli_strs_release(&paths);
-        return cli_usage_err("verify", "--key-file and --key-env: give one");
-    }
-    if (key_file || key_env) {
-        if (shs_key_load(c.key, key_file, key_env) < 0) {
-            cli_err("%s", shs_last_error());
-            cli_strs_release(&paths);
-            return cli_g.json ? cli_json_print(cli_json_new(), CLI_FAIL, CLI_FAIL) : CLI_FAIL;
-        }
-        c.has_key = 1;
+        return cli_g.json && st == CLI_FAIL ? cli_json_print(cli_json_new(), st, st) : st;
     }
     c.buf = malloc(CLI_CHUNK_BYTES);
     c.fbuf = malloc(CLI_CHUNK_BYTES / 8 * sizeof(float));

@@ -156,38 +156,6 @@ int cli_list_dir(const char *dir, cli_strs *files, cli_strs *indexes)
 /* Index                                                              */
 /* ------------------------------------------------------------------ */
 
-/* A shard name must stay inside the index's directory: relative, no "."
-   or ".." or empty component, no backslash (a separator elsewhere), no
-   control characters.  Symlinks are followed: the Hugging Face cache
-   stores snapshot files as links into a blob directory. */
-static const char *bad_shard_name(const char *f)
-{
-    if (!*f)
-        return "is empty";
-    if (f[0] == '/')
-        return "is an absolute path";
-    if (strchr(f, '\\'))
-        return "contains a backslash";
-    for (const unsigned char *p = (const unsigned char *)f; *p; p++)
-        if (*p < 0x20 || *p == 0x7F)
-            return "contains a control character";
-    const char *c = f;
-    for (;;) {
-        const char *slash = strchr(c, '/');
-        size_t n = slash ? (size_t)(slash - c) : strlen(c);
-        if (n == 0)
-            return "has an empty path component";
-        if (n == 2 && c[0] == '.' && c[1] == '.')
-            return "escapes the directory ('..')";
-        if (n == 1 && c[0] == '.')
-            return "has a '.' path component";
-        if (!slash)
-            break;
-        c = slash + 1;
-    }
-    return NULL;
-}
-
 static int cmp_entry(const void *a, const void *b)
 {
     const cli_index_entry *x = a, *y = b;
@@ -280,7 +248,7 @@ int cli_index_load(cli_index *ix, const char *path, cli_strs *problems)
             cli_strs_addf(problems, "%s: weight_map[\"%s\"]: file name contains NUL", path, key);
             continue;
         }
-        const char *bad = bad_shard_name(file);
+        const char *bad = shs_file_name_problem(file);
         if (bad) {
             cli_strs_addf(problems, "%s: weight_map[\"%s\"]: file name '%s' %s", path, key, file,
                           bad);

@@ -820,3 +820,61 @@ int cli_parse_dtype(const char *s, shs_dtype *out)
         return 0;
     return -1;
 }
+
+/* ------------------------------------------------------------------ */
+/* Signals and keys                                                   */
+/* ------------------------------------------------------------------ */
+
+static volatile sig_atomic_t g_signal;
+static const int k_signals[3] = { SIGINT, SIGTERM, SIGHUP };
+
+static void on_signal(int sig)
+{
+    g_signal = sig;
+}
+
+void cli_signals_catch(cli_signals *s)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    g_signal = 0;
+    for (int i = 0; i < 3; i++) {
+        s->caught[i] = 0;
+        if (sigaction(k_signals[i], NULL, &s->old[i]) == 0 && s->old[i].sa_handler != SIG_IGN)
+            s->caught[i] = sigaction(k_signals[i], &sa, NULL) == 0;
+    }
+}
+
+int cli_signals_caught(void)
+{
+    return (int)g_signal;
+}
+
+void cli_signals_restore(cli_signals *s)
+{
+    for (int i = 0; i < 3; i++)
+        if (s->caught[i])
+            sigaction(k_signals[i], &s->old[i], NULL);
+    if (g_signal) {
+        fflush(stdout);
+        raise(g_signal);
+    }
+}
+
+int cli_key_load(const char *cmd, const char *file, const char *env,
+                 unsigned char key[SHS_KEY_BYTES], int *has)
+{
+    *has = 0;
+    if (file && env)
+        return cli_usage_err(cmd, "--key-file and --key-env: give one");
+    if (!file && !env)
+        return CLI_OK;
+    if (shs_key_load(key, file, env) < 0) {
+        cli_err("%s: %s", cmd, shs_last_error());
+        return CLI_FAIL;
+    }
+    *has = 1;
+    return CLI_OK;
+}

@@ -1003,7 +1003,8 @@ SHS_API int shs_checkpoint_read_progress(shs_progress *out, const char *step_dir
    `steps`, *n gets the total.  A step counts when its directory
    (iteration_%08d or step-N) holds metadata.json and common.json. */
 SHS_API int shs_checkpoint_list(int64_t *steps, size_t cap, size_t *n, const char *save_path);
-/* Step of a step directory's name ("iteration_%08d" or "step-N"), or -1. */
+/* Step of a step directory's name, or -1: exactly the names a save writes,
+   "iteration_%08lld" or "step-N" (not "iteration_4" nor "step-04"). */
 SHS_API int64_t shs_checkpoint_step_of_name(const char *name);
 /* The name of step `step`'s directory: "iteration_%08d" (what saves
    write), or with `torchtitan` nonzero "step-N" (read, never written).
@@ -1203,11 +1204,18 @@ typedef struct shs_merge_opts {
     int64_t step;                   /* as shs_ckpt_open_opts.step (-1: latest) */
     shs_merge_progress_fn progress; /* may be NULL */
     void *progress_ctx;
+    /* version 2: the key of an encrypted checkpoint (SHS_KEY_BYTES bytes,
+       as shs_ckpt_open_opts.key; NULL: none, and an encrypted source
+       fails with SHS_EKEY "key required").  The merged files are the
+       plain Hugging Face layout: they are NOT encrypted. */
+    const unsigned char *key;
+    size_t key_len;
 } shs_merge_opts;
-#define SHS_MERGE_OPTS_VERSION 1
+#define SHS_MERGE_OPTS_VERSION 2
 #define SHS_MERGE_OPTS_INIT                                                                        \
     {                                                                                              \
-        SHS_MERGE_OPTS_VERSION, 0, 0, -1, NULL, 0, NULL, 0, NULL, 0, 1, 0, 0, -1, NULL, NULL       \
+        SHS_MERGE_OPTS_VERSION, 0, 0, -1, NULL, 0, NULL, 0, NULL, 0, 1, 0, 0, -1, NULL, NULL,      \
+            NULL, 0                                                                                \
     }
 
 /* What a merge did (initialise with SHS_MERGE_RESULT_INIT). */
@@ -1288,11 +1296,18 @@ typedef struct shs_reshard_opts {
     int64_t step;       /* source save path: this step; -1 the newest */
     const char *prefix; /* output file name prefix; NULL: "checkpoint" */
     int fsync;          /* nonzero: make the output durable (1) */
+    /* version 2: the key of an encrypted source (SHS_KEY_BYTES bytes;
+       NULL: none, and an encrypted source fails with SHS_EKEY "key
+       required").  The output of an encrypted source is encrypted with
+       the same key (fresh nonces, a new save id); a plain source gives a
+       plain output whatever the key. */
+    const unsigned char *key;
+    size_t key_len;
 } shs_reshard_opts;
-#define SHS_RESHARD_OPTS_VERSION 1
+#define SHS_RESHARD_OPTS_VERSION 2
 #define SHS_RESHARD_OPTS_INIT                                                                      \
     {                                                                                              \
-        SHS_RESHARD_OPTS_VERSION, 0, -1, NULL, 1                                                   \
+        SHS_RESHARD_OPTS_VERSION, 0, -1, NULL, 1, NULL, 0                                          \
     }
 
 typedef struct shs_reshard_result {
@@ -1431,6 +1446,17 @@ SHS_API const char *shs_manager_export_dir(const shs_manager *m);
    SHS_EDTYPE naming the text otherwise.  (The `export_dtype` key and the
    CLI's --dtype.) */
 SHS_API int shs_dtype_parse_alias(shs_dtype *out, const char *name);
+
+/* ---- file names a checkpoint may name ---- */
+
+/* Why `name` is not a file name that a checkpoint's metadata.json, a
+   MindSpore metadata.json or a Hugging Face index may name, or NULL when
+   it is one: a plain name in the same folder -- not empty, no '/' (no
+   path, no '..'), no backslash, no control character, not starting with
+   '.', at most 255 bytes.  The one rule of the loader, merge and the CLI.
+   The text ("is an absolute path", "escapes the folder ('..')", ...) is
+   static. */
+SHS_API const char *shs_file_name_problem(const char *name);
 
 #ifdef __cplusplus
 }

@@ -375,6 +375,10 @@ static int begin(shs_checkpoint **ck, shs__mplan *p, const char *src, const char
     co.step = o->step;
     /* pread, not mmap: mapped pages we touch would count in our RSS */
     co.flags = SHS_CKPT_OPEN_NO_MMAP;
+    if (o->version >= 2) { /* the key of an encrypted source */
+        co.key = o->key;
+        co.key_len = o->key_len;
+    }
     if ((rc = shs_checkpoint_open_ex(ck, src, &co)) < 0)
         return rc;
     if ((rc = shs__merge_plan(p, *ck, o)) < 0) {

@@ -81,17 +81,6 @@ static int cmp_mtensor(const void *a, const void *b)
     return strcmp(((const shs__mtensor *)a)->name, ((const shs__mtensor *)b)->name);
 }
 
-/* A file name inside a step directory: plain, no path, not hidden. */
-static int plain_file_name(const char *s)
-{
-    if (!*s || *s == '.' || strlen(s) > 255)
-        return 0;
-    for (const char *p = s; *p; p++)
-        if (*p == '/' || *p == '\\' || (unsigned char)*p < 0x20)
-            return 0;
-    return 1;
-}
-
 /* The step of the directory's own name (iteration_N, step-N), or -1. */
 static int64_t step_of_dir(const char *dir)
 {
@@ -272,9 +261,11 @@ static int check_files(mparse *s, const char *path)
         if (!r->obj || r->name_k != V_STR || r->rank.k != V_UINT || rank >= ws)
             BAD("%s: files[%zu] needs a \"name\" and a \"rank\" below world_size", path, i);
         const char *fname = f->name;
-        if (!plain_file_name(fname))
-            BAD("%s: files[%zu]: '%s' is not a plain file name inside the checkpoint directory",
-                path, i, fname);
+        const char *why = shs_file_name_problem(fname);
+        if (why)
+            BAD("%s: files[%zu]: '%s' is not a plain file name inside the checkpoint directory: "
+                "it %s",
+                path, i, fname, why);
         /* the name a rank gives its files says which rank of which world */
         if (rank_world_of_name(fname, &nrank, &nworld) && (nrank != rank || nworld != ws))
             BAD("%s: files[%zu]: '%s' is named for rank %llu of %llu, but is listed for rank "

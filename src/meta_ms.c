@@ -90,17 +90,6 @@ static int is_opt_file(const char *name)
     return strncmp(name, "opt-", 4) == 0 || strstr(name, "-opt-") != NULL;
 }
 
-/* A file name inside the step directory: no path, not hidden. */
-static int plain_name(const char *s)
-{
-    if (!*s || *s == '.' || strlen(s) > 255)
-        return 0;
-    for (const char *p = s; *p; p++)
-        if (*p == '/' || *p == '\\' || (unsigned char)*p < 0x20)
-            return 0;
-    return 1;
-}
-
 /* *step = the step of the directory's name, else common.json's
    global_step, else -1; only running out of memory is an error. */
 static int ms_step(const char *dir, int64_t *step)
@@ -269,9 +258,10 @@ static int add_entry(msctx *x, shs__mtensor *t, uint64_t sid, const uint64_t *of
             "\"storage_rank\"",
             x->path, t->name, (unsigned long long)sid);
     const char *name = json_string_value(fn);
-    if (!plain_name(name))
-        BAD("%s: tensor '%s': '%s' is not a file name inside the checkpoint directory", x->path,
-            t->name, name);
+    const char *why = shs_file_name_problem(name);
+    if (why)
+        BAD("%s: tensor '%s': '%s' is not a file name inside the checkpoint directory: it %s",
+            x->path, t->name, name, why);
     uint64_t rank = (uint64_t)json_integer_value(sr);
     if (rank + 1 > (uint64_t)x->m->world_size)
         x->m->world_size = (int)(rank + 1);
@@ -653,7 +643,7 @@ int shs__meta_ms_single_probe(const char *dir)
     if (rc < 0)
         return rc;
     for (size_t i = 0; i < n && rc == SHS_OK; i++) {
-        if (!shs__is_safetensors_name(names[i]) || !plain_name(names[i]))
+        if (!shs__is_safetensors_name(names[i]) || shs_file_name_problem(names[i]))
             continue;
         char *fp = shs__path_join(dir, names[i]);
         shs_file *f = NULL;

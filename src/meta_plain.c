@@ -27,17 +27,6 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* A file name inside the folder: no path, not hidden. */
-static int plain_file_name(const char *s)
-{
-    if (!*s || *s == '.' || strlen(s) > 255)
-        return 0;
-    for (const char *p = s; *p; p++)
-        if (*p == '/' || *p == '\\' || (unsigned char)*p < 0x20)
-            return 0;
-    return 1;
-}
-
 /* Append tensor `ti` of file fi as one whole chunk. */
 static int add_whole(shs__meta *m, size_t *cap, const shs_file *f, const shs_tensor_info *ti,
                      uint32_t fi, shs_kind kind)
@@ -178,7 +167,7 @@ int shs__meta_from_plain(shs__meta *m, const char *dir)
         return rc;
     /* the listing is sorted: keep the safetensors files in place */
     for (size_t i = 0; i < n_all; i++) {
-        if (shs__is_safetensors_name(all[i]) && plain_file_name(all[i]))
+        if (shs__is_safetensors_name(all[i]) && !shs_file_name_problem(all[i]))
             all[n++] = all[i];
         else
             shs__free(all[i]);
@@ -258,11 +247,12 @@ int shs__meta_from_hf_index(shs__meta *m, const char *index_path)
             goto done;
         }
         /* the index may only name files beside it */
-        if (!plain_file_name(fname)) {
+        const char *why = shs_file_name_problem(fname);
+        if (why) {
             rc = shs__err(SHS_ECORRUPT,
                           "%s: tensor '%s' is mapped to '%s', which is not a file "
-                          "in the index's folder",
-                          index_path, key, fname);
+                          "in the index's folder: it %s",
+                          index_path, key, fname, why);
             goto done;
         }
         size_t i = 0;

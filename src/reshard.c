@@ -8,12 +8,14 @@
  */
 #include "save_local.h"
 
+#include "crypt.h"
 #include "io.h"
 #include "layout_spec.h"
 #include "opts.h"
 #include "state.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fnmatch.h>
 #include <stdio.h>
 #include <string.h>
@@ -371,6 +373,8 @@ static int prepare(reshard *R, const char *src, const char *layout_path, const s
        would count in the resident set), and a source file truncated
        under us is an error, not SIGBUS */
     oo.flags = SHS_CKPT_OPEN_NO_MMAP;
+    oo.key = o->key;
+    oo.key_len = o->key_len;
     int rc = shs_checkpoint_open_ex(&R->ck, src, &oo);
     if (rc < 0)
         return rc;
@@ -428,7 +432,21 @@ static int build(reshard *R, const char *dst, const char *dir, const char *base,
                         dst, (long long)dstep, (long long)R->res.step);
     if (!shs_checkpoint_is_plain(R->ck) && (rc = shs_checkpoint_progress(&p, R->ck)) < 0)
         return rc;
-    shs__random_suffix(suffix);
+    /* an encrypted source gives an output encrypted with the same key:
+       the suffix is then the new save's id in every chunk's AAD (crypt.h),
+       from the cryptographic generator, as shs__ckpt_save makes it */
+    shs__key key;
+    int enc = shs_checkpoint_encrypted(R->ck);
+    if (enc && !o->key)
+        return shs__err(SHS_EKEY,
+                        "%s: encrypted (" SHS__CIPHER_NAME ", key id %s): key required to "
+                        "reshard it",
+                        shs_checkpoint_path(R->ck), shs_checkpoint_key_id(R->ck));
+    if (enc && (rc = shs__key_from_bytes(&key, o->key, o->key_len)) < 0)
+        return rc;
+    if (!enc || (rc = shs__crypt_save_id(suffix)) < 0)
+        shs__random_suffix(suffix);
+    rc = SHS_OK;
     if ((rc = shs__buf_addf(&name, ".tmp-%s-%s", base, suffix)) < 0 ||
         !(tmp = shs__path_join(dir, name.data))) {
         rc = shs__err(SHS_ENOMEM, "out of memory");
@@ -445,7 +463,9 @@ static int build(reshard *R, const char *dst, const char *dir, const char *base,
                           .world_size = R->world,
                           .with_optim = R->with_optim,
                           .fsync = o->fsync,
-                          .progress = &p };
+                          .progress = &p,
+                          .key = enc ? &key : NULL,
+                          .save_id = suffix };
     if ((rc = write_ranks(R, tmp, &req)) < 0 || (rc = dst_absent(dst)) < 0)
         goto done;
     if (shs__io->rename(tmp, dst) != 0) {
@@ -458,6 +478,8 @@ static int build(reshard *R, const char *dst, const char *dir, const char *base,
 done:
     if (made)
         shs__rmtree(tmp);
+    if (enc)
+        shs__key_wipe(&key);
     shs__free(tmp);
     shs__buf_release(&name);
     return rc;
@@ -476,8 +498,8 @@ int shs_reshard(shs_reshard_result *out, const char *src, const char *dst, const
     if (opts &&
         (rc = shs__check_opts_version(opts->version, SHS_RESHARD_OPTS_VERSION, "shs_reshard")) < 0)
         return rc;
-    if (opts)
-        o = *opts;
+    if (opts) /* only the fields of its version */
+        memcpy(&o, opts, opts->version >= 2 ? sizeof o : offsetof(shs_reshard_opts, key));
     if (!src || !dst)
         return shs__err(SHS_EINVAL, "shs_reshard: source and destination are required");
     R.res = (shs_reshard_result)SHS_RESHARD_RESULT_INIT;

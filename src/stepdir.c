@@ -41,7 +41,14 @@ int64_t shs__step_of_name(const char *name)
             return -1;
         v = v * 10 + (*p - '0');
     }
-    return v;
+    /* only the names a save writes (and the loader looks up): a name of
+       other zero padding, "iteration_4" or "step-04", is no step directory */
+    char canon[40];
+    if (name[0] == 'i')
+        shs__step_dir_name(canon, sizeof canon, v);
+    else
+        shs__step_dir_alt_name(canon, sizeof canon, v);
+    return strcmp(canon, name) == 0 ? v : -1;
 }
 
 /* 1: `path` exists; 0: it does not (ENOENT, or ENOTDIR below a file);
@@ -254,6 +261,28 @@ int shs_checkpoint_step_dir_name(char *buf, size_t cap, int64_t step, int torcht
     if (!buf || step < 0)
         return -1;
     return torchtitan ? shs__step_dir_alt_name(buf, cap, step) : shs__step_dir_name(buf, cap, step);
+}
+
+const char *shs_file_name_problem(const char *name)
+{
+    if (!name || !*name)
+        return "is empty";
+    if (name[0] == '/')
+        return "is an absolute path";
+    if (!strncmp(name, "../", 3) || !strcmp(name, ".."))
+        return "escapes the folder ('..')";
+    if (strchr(name, '/'))
+        return "is a path, not a file name in the same folder";
+    if (strchr(name, '\\'))
+        return "contains a backslash";
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (*p < 0x20 || *p == 0x7F)
+            return "contains a control character";
+    if (name[0] == '.')
+        return "starts with '.' (a hidden name)";
+    if (strlen(name) > 255)
+        return "is longer than 255 bytes";
+    return NULL;
 }
 
 int shs__is_safetensors_name(const char *name)

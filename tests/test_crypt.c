@@ -509,44 +509,140 @@ static void test_write_failures(void **state)
 
 /* ---- every allocation of an encrypted save and load failed in turn ---- */
 
+typedef struct oom_ctx {
+    int load; /* 0: save, 1: load */
+    char *sp;
+    tu_small s;
+} oom_ctx;
+
+static void oom_before(void *arg)
+{
+    oom_ctx *x = arg;
+    x->sp = tu_subdir("oom");
+    tu_small_make(&x->s, 9.0f, 1);
+    if (x->load)
+        TU_OK(save_keyed(x->sp, x->s.st, 2, g_key_file, NULL, 0));
+}
+
+static int oom_run(void *arg)
+{
+    oom_ctx *x = arg;
+    return x->load ? load_keyed(x->sp, x->s.st, g_key_file)
+                   : save_keyed(x->sp, x->s.st, 2, g_key_file, NULL, 0);
+}
+
+static void oom_after(void *arg, int rc)
+{
+    oom_ctx *x = arg;
+    (void)rc;
+    shs_state_free(x->s.st);
+    tu_rmtree(x->sp);
+    free(x->sp);
+}
+
 static void test_alloc_failures(void **state)
 {
     (void)state;
     for (int op = 0; op < 2; op++) {
-        long failures = 0, n;
-        for (n = 1;; n++) {
-            char *sp = tu_subdir("oom");
-            tu_small s;
-            tu_small_make(&s, 9.0f, 1);
-            if (op == 1)
-                TU_OK(save_keyed(sp, s.st, 2, g_key_file, NULL, 0));
-            tu_failalloc_install();
-            tu_failalloc_arm(n);
-            int rc = op == 0 ? save_keyed(sp, s.st, 2, g_key_file, NULL, 0)
-                             : load_keyed(sp, s.st, g_key_file);
-            long count = tu_failalloc_count();
-            tu_failalloc_arm(0);
-            long live = tu_failalloc_live();
-            tu_failalloc_uninstall();
-            shs_state_free(s.st);
-            if (live != 0)
-                fail_msg("op %d: N=%ld: %ld allocations leaked", op, n, live);
-            tu_rmtree(sp);
-            free(sp);
-            if (count < n) {
-                TU_OK(rc);
-                break;
-            }
-            if (rc != SHS_OK) {
-                failures++;
-                if (rc != SHS_ENOMEM && !strstr(shs_last_error(), "out of memory"))
-                    fail_msg("op %d: N=%ld: %d %s", op, n, rc, shs_last_error());
-            }
-        }
-        print_message("encrypted %s: %ld allocations, %ld failed cleanly\n", op ? "load" : "save",
-                      n - 1, failures);
-        assert_true(failures > 0);
+        oom_ctx x = { .load = op };
+        tu_sweep sw = { op ? "encrypted load" : "encrypted save", oom_run, oom_before, oom_after,
+                        &x };
+        assert_true(tu_failalloc_sweep(&sw) > 0);
     }
+}
+
+/* merge and reshard take the key: an encrypted source needs it (and a v1
+   option struct, which has no key, cannot pass one); merge writes plain
+   files, reshard an output encrypted with the same key. */
+static void test_tools(void **state)
+{
+    (void)state;
+    char *sp = tu_subdir("tools");
+    cstate s;
+    cstate_make(&s, 3.0f);
+    TU_OK(save_keyed(sp, s.st, 4, g_key_file, NULL, 0));
+    unsigned char other[32];
+    TU_OK(shs_key_load(other, g_other_file, NULL));
+
+    /* merge */
+    char *hf = tu_path_dup(tu_root, "tools-hf");
+    shs_merge_opts mo = SHS_MERGE_OPTS_INIT;
+    assert_int_equal(shs_merge(sp, hf, &mo, NULL), SHS_EKEY);
+    TU_ASSERT_MSG_HAS("key required");
+    assert_false(tu_path_exists(hf));
+    mo.key = other;
+    mo.key_len = 32;
+    assert_int_equal(shs_merge(sp, hf, &mo, NULL), SHS_EKEY);
+    TU_ASSERT_MSG_HAS("wrong key");
+    mo.key = k_key;
+    mo.version = 1; /* a caller built against version 1: no key fields */
+    assert_int_equal(shs_merge(sp, hf, &mo, NULL), SHS_EKEY);
+    assert_false(tu_path_exists(hf));
+    mo.version = SHS_MERGE_OPTS_VERSION;
+    TU_OK(shs_merge(sp, hf, &mo, NULL));
+    shs_file *f = NULL;
+    size_t ti;
+    TU_OK(shs_file_open(&f, tu_path(hf, "model.safetensors"), NULL));
+    assert_null(shs_file_metadata_get(f, "shardsafe_cipher")); /* plain */
+    TU_OK(shs_file_find(&ti, f, "big"));
+    assert_memory_equal(shs_file_tensor_data(f, ti), s.big, BIG * sizeof(float));
+    TU_OK(shs_file_find(&ti, f, "b"));
+    assert_memory_equal(shs_file_tensor_data(f, ti), s.b, sizeof s.b);
+    shs_file_close(f);
+
+    /* reshard */
+    char *rs = tu_path_dup(tu_root, "tools-rs");
+    char *dst = tu_path_dup(rs, "iteration_00000004");
+    assert_int_equal(mkdir(rs, 0755), 0);
+    shs_reshard_opts ro = SHS_RESHARD_OPTS_INIT;
+    ro.world_size = 2;
+    assert_int_equal(shs_reshard(NULL, sp, dst, NULL, &ro), SHS_EKEY);
+    TU_ASSERT_MSG_HAS("key required");
+    ro.key = other;
+    ro.key_len = 32;
+    assert_int_equal(shs_reshard(NULL, sp, dst, NULL, &ro), SHS_EKEY);
+    TU_ASSERT_MSG_HAS("wrong key");
+    ro.key = k_key;
+    ro.version = 1;
+    assert_int_equal(shs_reshard(NULL, sp, dst, NULL, &ro), SHS_EKEY);
+    assert_false(tu_path_exists(dst));
+    ro.version = SHS_RESHARD_OPTS_VERSION;
+    TU_OK(shs_reshard(NULL, sp, dst, NULL, &ro));
+    shs_checkpoint *ck = NULL, *src = NULL;
+    TU_OK(shs_checkpoint_open(&ck, dst));
+    TU_OK(shs_checkpoint_open(&src, sp));
+    assert_int_equal(shs_checkpoint_world_size(ck), 2);
+    assert_int_equal(shs_checkpoint_encrypted(ck), 1);
+    assert_string_equal(shs_checkpoint_key_id(ck), shs_checkpoint_key_id(src));
+    shs_checkpoint_close(src);
+    shs_checkpoint_close(ck);
+    assert_int_equal(shs_checkpoint_verify_key(dst, NULL, 0), SHS_EKEY);
+    TU_OK(shs_checkpoint_verify_key(dst, k_key, 32));
+    cstate_zero(&s);
+    assert_int_equal(load_keyed(rs, s.st, NULL), SHS_EKEY);
+    TU_OK(load_keyed(rs, s.st, g_key_file));
+    cstate_assert(&s, 3.0f);
+
+    /* a plain source with a key: a plain output */
+    char *plain = tu_subdir("tools-plain");
+    char *pdst = tu_path_dup(rs, "iteration_00000009");
+    TU_OK(save_keyed(plain, s.st, 9, NULL, NULL, 0));
+    TU_OK(shs_reshard(NULL, plain, pdst, NULL, &ro));
+    TU_OK(shs_checkpoint_open(&ck, pdst));
+    assert_int_equal(shs_checkpoint_encrypted(ck), 0);
+    shs_checkpoint_close(ck);
+
+    cstate_free(&s);
+    tu_rmtree(sp);
+    tu_rmtree(plain);
+    tu_rmtree(hf);
+    tu_rmtree(rs);
+    free(sp);
+    free(plain);
+    free(hf);
+    free(rs);
+    free(dst);
+    free(pdst);
 }
 
 int main(void)
@@ -555,7 +651,7 @@ int main(void)
         cmocka_unit_test(test_key_sources),    cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_read_api),       cmocka_unit_test(test_async_env),
         cmocka_unit_test(test_two_ranks),      cmocka_unit_test(test_alloc_failures),
-        cmocka_unit_test(test_write_failures),
+        cmocka_unit_test(test_write_failures), cmocka_unit_test(test_tools),
     };
     return TU_RUN_GROUP(tests, setup, teardown);
 }

@@ -387,15 +387,14 @@ static void run_ranks(rank_job *j, int n, const char *sp, const char *dtype, fau
         g_w[i] = 0.5f + (float)i * 0.37f;
     for (int i = 0; i < 4; i++)
         g_b[i] = -2.0f + (float)i * 1.01f;
-    sh.n = n;
-    pthread_barrier_init(&sh.bar, NULL, (unsigned)n);
+    tshared_init(&sh, n, 0);
     for (int r = 0; r < n; r++) {
         j[r] = (rank_job){ &sh, r, sp, dtype, f, 0, "" };
         assert_int_equal(pthread_create(&th[r], NULL, rank_main, &j[r]), 0);
     }
     for (int r = 0; r < n; r++)
         pthread_join(th[r], NULL);
-    pthread_barrier_destroy(&sh.bar);
+    tshared_destroy(&sh);
 }
 
 static void ranks_ok(int n, const char *dtype, int dt)

@@ -8,124 +8,14 @@
  * pread windows keep a rank to its rows.
  */
 #include "hf_fixture.h"
+#include "threadcomm.h"
 
 #include "io.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 
-/* ------------------------------------------------------------------ */
-/* Threads as ranks, with point-to-point messages (load_balanced)      */
-/* ------------------------------------------------------------------ */
-
 #define MAXR 4
-
-typedef struct msg {
-    struct msg *next;
-    int tag;
-    size_t len;
-    char data[];
-} msg;
-
-typedef struct tshared {
-    int n;
-    pthread_barrier_t bar;
-    const void *slot[MAXR];
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    msg *q[MAXR][MAXR]; /* [src][dst], FIFO */
-} tshared;
-
-typedef struct tcomm {
-    tshared *sh;
-    int rank;
-} tcomm;
-
-static int t_barrier(void *ctx)
-{
-    pthread_barrier_wait(&((tcomm *)ctx)->sh->bar);
-    return SHS_OK;
-}
-
-static int t_bcast(void *ctx, void *buf, size_t len, int root)
-{
-    tcomm *c = ctx;
-    if (c->rank == root)
-        c->sh->slot[root] = buf;
-    t_barrier(c);
-    if (c->rank != root && len)
-        memcpy(buf, c->sh->slot[root], len);
-    return t_barrier(c);
-}
-
-static int t_allgather(void *ctx, const void *send, size_t len, void *recv)
-{
-    tcomm *c = ctx;
-    c->sh->slot[c->rank] = send;
-    t_barrier(c);
-    for (int i = 0; i < c->sh->n; i++)
-        if (len)
-            memcpy((char *)recv + (size_t)i * len, c->sh->slot[i], len);
-    return t_barrier(c);
-}
-
-static int t_gatherv(void *ctx, const void *send, const size_t *lens, void *recv, int root)
-{
-    tcomm *c = ctx;
-    c->sh->slot[c->rank] = send;
-    t_barrier(c);
-    if (c->rank == root) {
-        size_t at = 0;
-        for (int i = 0; i < c->sh->n; i++) {
-            if (lens[i])
-                memcpy((char *)recv + at, c->sh->slot[i], lens[i]);
-            at += lens[i];
-        }
-    }
-    return t_barrier(c);
-}
-
-/* Buffered: the sender never waits. */
-static int t_send(void *ctx, const void *buf, size_t len, int dest, int tag)
-{
-    tcomm *c = ctx;
-    msg *x = malloc(sizeof *x + len + 1);
-    if (!x)
-        return SHS_ENOMEM;
-    x->next = NULL;
-    x->tag = tag;
-    x->len = len;
-    if (len)
-        memcpy(x->data, buf, len);
-    pthread_mutex_lock(&c->sh->mu);
-    msg **pp = &c->sh->q[c->rank][dest];
-    while (*pp)
-        pp = &(*pp)->next;
-    *pp = x;
-    pthread_cond_broadcast(&c->sh->cv);
-    pthread_mutex_unlock(&c->sh->mu);
-    return SHS_OK;
-}
-
-static int t_recv(void *ctx, void *buf, size_t len, int src, int tag)
-{
-    tcomm *c = ctx;
-    pthread_mutex_lock(&c->sh->mu);
-    while (!c->sh->q[src][c->rank])
-        pthread_cond_wait(&c->sh->cv, &c->sh->mu);
-    msg *x = c->sh->q[src][c->rank];
-    c->sh->q[src][c->rank] = x->next;
-    pthread_mutex_unlock(&c->sh->mu);
-    int rc = x->tag == tag && x->len == len ? SHS_OK : SHS_EIO;
-    if (rc == SHS_OK && len)
-        memcpy(buf, x->data, len);
-    free(x);
-    return rc;
-}
-
-static const shs_comm_ops k_tops = {
-    SHS_COMM_OPS_VERSION, t_barrier, t_bcast, t_allgather, t_gatherv, t_send, t_recv, NULL
-};
 
 typedef struct rank_arg {
     tshared *sh;
@@ -152,11 +42,7 @@ static void *rank_main(void *arg)
 static void run_ranks(const job *proto, int nr, job *js)
 {
     tshared sh;
-    memset(&sh, 0, sizeof sh);
-    sh.n = nr;
-    pthread_barrier_init(&sh.bar, NULL, (unsigned)nr);
-    pthread_mutex_init(&sh.mu, NULL);
-    pthread_cond_init(&sh.cv, NULL);
+    tshared_init(&sh, nr, 1);
     pthread_t th[MAXR];
     rank_arg a[MAXR];
     for (int r = 0; r < nr; r++) {
@@ -168,13 +54,7 @@ static void run_ranks(const job *proto, int nr, job *js)
     }
     for (int r = 0; r < nr; r++)
         pthread_join(th[r], NULL);
-    for (int s = 0; s < MAXR; s++)
-        for (int d = 0; d < MAXR; d++) {
-            assert_null(sh.q[s][d]); /* every message was received */
-        }
-    pthread_cond_destroy(&sh.cv);
-    pthread_mutex_destroy(&sh.mu);
-    pthread_barrier_destroy(&sh.bar);
+    assert_int_equal(tshared_destroy(&sh), 0); /* every message was received */
 }
 
 
@@ -313,11 +193,7 @@ static void test_pread_boxes(void **state)
     for (int nr = 1; nr <= MAXR; nr *= 2) {
         big_rank b[MAXR];
         pthread_t th[MAXR];
-        memset(&g_big_sh, 0, sizeof g_big_sh);
-        g_big_sh.n = nr;
-        pthread_barrier_init(&g_big_sh.bar, NULL, (unsigned)nr);
-        pthread_mutex_init(&g_big_sh.mu, NULL);
-        pthread_cond_init(&g_big_sh.cv, NULL);
+        tshared_init(&g_big_sh, nr, 1);
         atomic_store(&g_pread_bytes, 0);
         shs__io_set(&g_io);
         for (int r = 0; r < nr; r++) {
@@ -327,9 +203,7 @@ static void test_pread_boxes(void **state)
         for (int r = 0; r < nr; r++)
             pthread_join(th[r], NULL);
         shs__io_set(NULL);
-        pthread_cond_destroy(&g_big_sh.cv);
-        pthread_mutex_destroy(&g_big_sh.mu);
-        pthread_barrier_destroy(&g_big_sh.bar);
+        assert_int_equal(tshared_destroy(&g_big_sh), 0);
         uint64_t box = 256 * 512 * 2 / (uint64_t)nr;
         for (int r = 0; r < nr; r++) {
             if (b[r].rc != SHS_OK || b[r].bad)

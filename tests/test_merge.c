@@ -149,17 +149,17 @@ static void *rank_main(void *arg)
 
 static void save4(const char *sp, int dedup)
 {
-    tshared sh = { .n = NR };
+    tshared sh;
     rank_job j[NR];
     pthread_t th[NR];
-    pthread_barrier_init(&sh.bar, NULL, NR);
+    tshared_init(&sh, NR, 0);
     for (int r = 0; r < NR; r++) {
         j[r] = (rank_job){ &sh, r, sp, dedup, 0, "" };
         assert_int_equal(pthread_create(&th[r], NULL, rank_main, &j[r]), 0);
     }
     for (int r = 0; r < NR; r++)
         pthread_join(th[r], NULL);
-    pthread_barrier_destroy(&sh.bar);
+    tshared_destroy(&sh);
     for (int r = 0; r < NR; r++)
         if (j[r].rc != SHS_OK)
             fail_msg("rank %d save: %d %s", r, j[r].rc, j[r].msg);

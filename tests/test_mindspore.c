@@ -434,9 +434,7 @@ static void load_on(const char *sp, int n, int saved_ranks, int derived)
     tshared sh;
     rank_job j[MAXR];
     pthread_t th[MAXR];
-    memset(&sh, 0, sizeof sh);
-    sh.n = n;
-    pthread_barrier_init(&sh.bar, NULL, (unsigned)n);
+    tshared_init(&sh, n, 0);
     for (int r = 0; r < n; r++) {
         memset(&j[r], 0, sizeof j[r]);
         j[r].sh = &sh;
@@ -448,7 +446,7 @@ static void load_on(const char *sp, int n, int saved_ranks, int derived)
     }
     for (int r = 0; r < n; r++)
         pthread_join(th[r], NULL);
-    pthread_barrier_destroy(&sh.bar);
+    tshared_destroy(&sh);
     for (int r = 0; r < n; r++) {
         if (j[r].rc != SHS_OK)
             fail_msg("%d ranks, rank %d: load: %d %s", n, r, j[r].rc, j[r].msg);

@@ -230,9 +230,9 @@ static void *rank_main(void *arg)
    global values of its boxes and it read exactly the bytes it needs. */
 static void run_ranks(int n, box_fn box, const char *path, int save, int rr, job *jobs)
 {
-    tshared sh = { .n = n };
+    tshared sh;
     pthread_t th[MAXR];
-    pthread_barrier_init(&sh.bar, NULL, (unsigned)n);
+    tshared_init(&sh, n, 0);
     for (int r = 0; r < n; r++) {
         memset(&jobs[r], 0, sizeof jobs[r]);
         jobs[r].sh = &sh;
@@ -245,7 +245,7 @@ static void run_ranks(int n, box_fn box, const char *path, int save, int rr, job
     }
     for (int r = 0; r < n; r++)
         pthread_join(th[r], NULL);
-    pthread_barrier_destroy(&sh.bar);
+    tshared_destroy(&sh);
     for (int r = 0; r < n; r++) {
         if (jobs[r].rc != SHS_OK)
             fail_msg("rank %d: %d %s", r, jobs[r].rc, jobs[r].msg);

@@ -143,6 +143,40 @@ void tu_failalloc_uninstall(void)
     shs_set_allocator(NULL);
 }
 
+long tu_failalloc_sweep(const tu_sweep *s)
+{
+    long n, failures = 0;
+    for (n = 1;; n++) {
+        if (s->before)
+            s->before(s->ctx);
+        tu_failalloc_install();
+        tu_failalloc_arm(n);
+        int rc = s->run(s->ctx);
+        long count = tu_failalloc_count();
+        tu_failalloc_arm(0);
+        long live = tu_failalloc_live();
+        tu_failalloc_uninstall();
+        if (s->after)
+            s->after(s->ctx, rc);
+        if (live != 0)
+            fail_msg("%s: N=%ld: %ld allocations leaked", s->what, n, live);
+        if (count < n) {
+            if (rc != SHS_OK)
+                fail_msg("%s: failed with no allocation failing: %d %s", s->what, rc,
+                         shs_last_error());
+            break;
+        }
+        if (rc != SHS_OK) {
+            failures++;
+            if (rc != SHS_ENOMEM && !strstr(shs_last_error(), "out of memory"))
+                fail_msg("%s: N=%ld: %d %s", s->what, n, rc, shs_last_error());
+        }
+    }
+    printf("alloc sweep: %s: %ld allocations, each failed once: %ld errors\n", s->what, n - 1,
+           failures);
+    return failures;
+}
+
 /* ---- checkpoint-test helpers ------------------------------------------ */
 
 char *tu_root;

@@ -43,6 +43,23 @@ long tu_failalloc_count(void);       /* allocations since arm */
 long tu_failalloc_live(void);        /* currently live allocations */
 void tu_failalloc_uninstall(void);
 
+/* The allocation sweep: run(ctx) with its N-th allocation failing, for
+   N = 1, 2, ... until run makes fewer than N allocations (that run must
+   succeed).  Each run is bracketed by before(ctx) and after(ctx, rc),
+   outside the failing allocator (either may be NULL: set up and check or
+   clean).  A failed run must fail cleanly -- SHS_ENOMEM or an "out of
+   memory" message -- and every run must leave no allocation live.  Prints
+   "alloc sweep: WHAT: N allocations, each failed once: K errors" and
+   returns K (the runs that failed). */
+typedef struct tu_sweep {
+    const char *what;
+    int (*run)(void *ctx);
+    void (*before)(void *ctx);
+    void (*after)(void *ctx, int rc);
+    void *ctx;
+} tu_sweep;
+long tu_failalloc_sweep(const tu_sweep *s);
+
 /* ---- checkpoint-test helpers ------------------------------------------ */
 
 /* The tracker file of a save path. */

@@ -1,7 +1,9 @@
 # crypt.sh -- encryption at rest end to end (docs/encryption.md): the demo
 # trainer saves with encrypt_key_file, resumes with the key (a file, the
 # environment through a YAML config) and refuses without it; `verify`
-# takes --key-file / --key-env; names and shapes stay readable; a changed
+# takes --key-file / --key-env; so do merge (plain output, the same bytes as
+# an unencrypted run's) and reshard (output encrypted with the same key);
+# names and shapes stay readable; a changed
 # byte, a wrong key, a truncated file and bad key files fail clearly.
 . "$(dirname "$0")/lib.bash"
 
@@ -95,6 +97,48 @@ has "$WORK/out" "resumed from $S100" "resumed from the encrypted step"
 expect 0 "the new step verifies with the key" "$SHS_BIN" verify --key-file "$KEY" \
     "$SP/iteration_00000150"
 
+# ---- merge and reshard take the key ----
+expect 0 "the same run unencrypted (the reference)" "$TRAINER" --steps 100 \
+    --save-path "$WORK/plain" --save-interval 50 --log-every 0
+expect 0 "merge of the unencrypted run" "$SHS_BIN" merge "$WORK/plain" "$WORK/hf-plain"
+expect 1 "merge without the key fails" "$SHS_BIN" merge "$S100" "$WORK/hf-nokey"
+has "$WORK/err" "key required" "merge says the key is required"
+[ ! -e "$WORK/hf-nokey" ] && pass "merge without the key: nothing written" ||
+    fail "merge without the key left output"
+expect 1 "merge with another key fails" "$SHS_BIN" merge --key-file "$OTHER" "$S100" "$WORK/hf-other"
+has "$WORK/err" "wrong key" "merge names a wrong key"
+expect 2 "merge with both --key-file and --key-env" "$SHS_BIN" merge --key-file "$KEY" \
+    --key-env SHS_CRYPT_TEST_KEY "$S100" "$WORK/hf-both"
+expect 0 "merge --key-file" "$SHS_BIN" merge --key-file "$KEY" "$S100" "$WORK/hf-enc"
+expect 0 "the merged files of the encrypted run equal the unencrypted run's, byte for byte" \
+    cmp "$WORK/hf-plain/model.safetensors" "$WORK/hf-enc/model.safetensors"
+expect 1 "reshard without the key fails" "$SHS_BIN" reshard "$S100" "$WORK/rs-nokey" --world-size 2
+has "$WORK/err" "key required" "reshard says the key is required"
+[ ! -e "$WORK/rs-nokey" ] && pass "reshard without the key: nothing written" ||
+    fail "reshard without the key left output"
+mkdir -p "$WORK/rs"
+expect 0 "reshard --key-env to 2 ranks" "$SHS_BIN" reshard --key-env SHS_CRYPT_TEST_KEY "$S100" \
+    "$WORK/rs/iteration_00000100" --world-size 2
+expect 1 "the resharded checkpoint is encrypted: verify without the key fails" \
+    "$SHS_BIN" verify "$WORK/rs/iteration_00000100"
+has "$WORK/out" "key required" "the resharded checkpoint needs the key"
+expect 0 "the resharded checkpoint verifies with the key" "$SHS_BIN" verify --key-file "$KEY" \
+    "$WORK/rs/iteration_00000100"
+py "reshard: 2 ranks, the source's key id, a new save id, fresh nonces" <<EOF
+import json
+a = json.load(open("$S100/metadata.json"))
+b = json.load(open("$WORK/rs/iteration_00000100/metadata.json"))
+assert b["world_size"] == 2 and b["version"] == 3, b["world_size"]
+assert b["key_id"] == a["key_id"] and b["save_id"] != a["save_id"], (a["save_id"], b["save_id"])
+na = {c["aes_gcm"][:24] for t in a["tensors"].values() for c in t["chunks"]}
+nb = {c["aes_gcm"][:24] for t in b["tensors"].values() for c in t["chunks"]}
+assert not na & nb, "a nonce reused by reshard"
+EOF
+expect 0 "merge of the resharded checkpoint" "$SHS_BIN" merge --key-file "$KEY" \
+    "$WORK/rs/iteration_00000100" "$WORK/hf-rs"
+expect 0 "the resharded checkpoint holds the same tensors, byte for byte" \
+    cmp "$WORK/hf-plain/model.safetensors" "$WORK/hf-rs/model.safetensors"
+
 # ---- damage ----
 cp -a "$SP" "$WORK/bad"
 B100="$WORK/bad/iteration_00000100"
@@ -159,7 +203,7 @@ EOF
         --steps 150 --log-every 0 --load-path "$WORK/mpi-enc" --save-path "$WORK/mpi3"
     has "$WORK/err" "key required" "the ranks say the key is required"
 else
-    echo "skip: no trainer_mpi or mpirun (the MPI part)"
+    skip "no trainer_mpi or mpirun: the MPI part"
 fi
 
 finish

@@ -394,7 +394,7 @@ EOF
     else fail "diff peak RSS ${RSS} KiB >= ${LIMIT_KB} KiB (whole checkpoint in memory?)"; fi
     rm -rf "$WORK/bigdir"
 else
-    echo "skip: /usr/bin/time missing, memory check not run"
+    skip "/usr/bin/time missing: the memory check"
 fi
 
 # ---- MPI: the same state saved with different chunkings ----
@@ -426,7 +426,7 @@ if [ -x "$MPI_CKPT" ] && command -v mpirun >/dev/null 2>&1; then
     "$PY" "$WORK/export.py" "$SD" "$WORK/m_plain"
     expect 0 "cols checkpoint vs a plain directory of the global tensors" "$SHS_BIN" diff "$WORK/m_rows" "$WORK/m_plain"
 else
-    echo "skip: no $MPI_CKPT or no mpirun, MPI checks not run"
+    skip "no $MPI_CKPT or no mpirun: the MPI checks"
 fi
 
 finish

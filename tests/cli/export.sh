@@ -137,7 +137,7 @@ names = sorted(n for n in os.listdir("$MSP") if n.startswith("hf-"))
 assert names == ["hf-iteration_00000020"], names
 EOF
 else
-    echo "skip: no trainer_mpi or mpirun (the MPI part)"
+    skip "no trainer_mpi or mpirun: the MPI part"
 fi
 
 finish

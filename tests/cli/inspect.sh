@@ -3,7 +3,7 @@
 . "$(dirname "$0")/lib.bash"
 
 "$PY" - <<'EOF'
-import json, os, numpy as np, mkst
+import json, os, shutil, numpy as np, mkst
 W = os.environ["WORK"]
 # one file: F32, F16, I64, U8 and metadata; written in reference order
 mkst.write(f"{W}/a.safetensors", [
@@ -50,6 +50,9 @@ for f in os.listdir(f"{W}/hf"):
 index(f"{bad}/missing.json", {**wm, "extra.w": "model-00003-of-00003.safetensors"})
 index(f"{bad}/dotdot.json", {**wm, "layers.1.w": "../x.safetensors"})
 index(f"{bad}/absolute.json", {**wm, "layers.1.w": "/etc/passwd"})
+os.makedirs(f"{bad}/sub", exist_ok=True)
+shutil.copy(f"{bad}/model-00001-of-00002.safetensors", f"{bad}/sub/x.safetensors")
+index(f"{bad}/subdir.json", {**wm, "layers.1.w": "sub/x.safetensors"})
 index(f"{bad}/ghost.json", {**wm, "ghost.w": "model-00001-of-00002.safetensors"})
 index(f"{bad}/unlisted.json", {k: v for k, v in wm.items() if k != "pos_ids"})
 index(f"{bad}/wrongshard.json", {**wm, "pos_ids": "model-00001-of-00002.safetensors"})
@@ -218,9 +221,13 @@ expect 1 "index naming a missing shard" "$SHS_BIN" inspect "$B/missing.json"
 has "$WORK/err" "shard 'model-00003-of-00003.safetensors' named by the weight_map cannot be read" "missing shard reported"
 has "$WORK/out" "model-00001-of-00002.safetensors" "other shards still listed"
 expect 1 "index with ../ path" "$SHS_BIN" inspect "$B/dotdot.json"
-has "$WORK/err" "file name '../x.safetensors' escapes the directory" "'..' rejected"
+has "$WORK/err" "file name '../x.safetensors' escapes the folder ('..')" "'..' rejected"
 expect 1 "index with absolute path" "$SHS_BIN" inspect "$B/absolute.json"
 has "$WORK/err" "file name '/etc/passwd' is an absolute path" "absolute path rejected"
+expect 1 "index naming a file in a subdirectory (the loader's rule too)" "$SHS_BIN" inspect "$B/subdir.json"
+has "$WORK/err" "file name 'sub/x.safetensors' is a path, not a file name in the same folder" "subdirectory rejected"
+expect 1 "the library refuses the same index" "$SHS_BIN" merge "$B/subdir.json" "$WORK/sub-merged"
+has "$WORK/err" "'sub/x.safetensors', which is not a file in the index's folder: it is a path" "merge names the same reason"
 expect 1 "weight_map tensor missing from its shard" "$SHS_BIN" inspect "$B/ghost.json"
 has "$WORK/err" "weight_map names tensor 'ghost.w' in 'model-00001-of-00002.safetensors', but that shard has no such tensor" "missing tensor reported"
 expect 1 "shard tensor missing from weight_map" "$SHS_BIN" inspect "$B/unlisted.json"
