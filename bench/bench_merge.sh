@@ -14,8 +14,9 @@
 #           output file; every chunk checksummed);
 # output to the page cache in both (no fsync), removed and `sync`ed
 # between runs.  Targets: merge >= 0.7x dd; peak RSS <= largest tensor +
-# 64 MiB; --jobs 2 faster than --jobs 1.  Appends a section to
-# bench/results.md.
+# 64 MiB; --jobs 2 faster than --jobs 1.  Prints a markdown section;
+# BENCH_APPEND=1 also appends it to bench/results.md (else paste it into
+# section 13 by hand: one section, not one per run).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 target=${1:-${TMPDIR:-/tmp}}
@@ -89,4 +90,4 @@ report=$(awk -v bytes="$bytes" -v dd="$best_dd" -v j1="$best_1" -v j2="$best_2" 
     echo "(bench_merge_gen, remove_redundancy), output one model.safetensors, warm cache, no fsync."
     echo
     echo "$report"
-} | tee -a "$src/bench/results.md"
+} | if [ "${BENCH_APPEND:-0}" = 1 ]; then tee -a "$src/bench/results.md"; else cat; fi
