@@ -149,10 +149,11 @@ done:
 
 static int Manager_init(ManagerObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "config", "yaml", "tensors", "comm", NULL };
-    PyObject *items, *yaml, *tensors, *comm_o = Py_None;
+    static char *kwlist[] = { "config", "yaml", "tensors", "comm", "async_comm", NULL };
+    PyObject *items, *yaml, *tensors, *comm_o = Py_None, *async_fn = Py_None;
     shs_comm *comm = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|O", kwlist, &items, &yaml, &tensors, &comm_o))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO", kwlist, &items, &yaml, &tensors, &comm_o,
+                                     &async_fn))
         return -1;
     if (comm_o != Py_None && !(comm = pyshs_comm_get(comm_o)))
         return -1;
@@ -167,15 +168,37 @@ static int Manager_init(ManagerObject *self, PyObject *args, PyObject *kw)
         return pyshs_raise(rc), -1;
     if (apply_config(self, yaml, items) < 0 || register_tensors(self, tensors) < 0)
         goto fail;
+    if (comm && async_fn != Py_None) {
+        /* async_comm(wants_async) -- collective, on every rank: a
+           communicator of its own channel (a new process group, a
+           duplicated MPI communicator) for the library's async worker, or
+           None.  The manager then runs all its collectives there, never
+           interleaved with the training loop's on the caller's group. */
+        PyObject *ac = PyObject_CallFunction(async_fn, "i", self->cfg.async_save ? 1 : 0);
+        if (!ac)
+            goto fail;
+        if (ac != Py_None) {
+            shs_comm *acomm = pyshs_comm_get(ac);
+            if (!acomm) {
+                Py_DECREF(ac);
+                goto fail;
+            }
+            comm = acomm;
+            self->comm = ac; /* our reference */
+        } else {
+            Py_DECREF(ac);
+        }
+    }
     if (comm) {
-        /* The library's async worker would run collectives on its own
-           thread, interleaved with the training loop's own collectives on
-           the same process group: saves are synchronous with a Python
-           communicator (docs/python.md). */
-        if (self->cfg.async_save) {
+        /* Without a channel of its own, the library's async worker would
+           run collectives on its own thread, interleaved with the training
+           loop's own collectives on the same process group: saves are then
+           synchronous (docs/python.md). */
+        if (self->cfg.async_save && !self->comm) {
             if (PyErr_WarnEx(PyExc_RuntimeWarning,
-                             "shardsafe: async_save is off with a Python communicator "
-                             "(torch.distributed / mpi4py): saves are synchronous",
+                             "shardsafe: async_save is off: the communicator has no channel "
+                             "of its own for the background save (for_async() gave None): "
+                             "saves are synchronous",
                              1) < 0)
                 goto fail;
             if ((rc = shs_config_set(&self->cfg, "async_save", "false")) < 0) {
@@ -183,8 +206,10 @@ static int Manager_init(ManagerObject *self, PyObject *args, PyObject *kw)
                 goto fail;
             }
         }
-        Py_INCREF(comm_o);
-        self->comm = comm_o;
+        if (!self->comm) {
+            Py_INCREF(comm_o);
+            self->comm = comm_o;
+        }
     }
     Py_BEGIN_ALLOW_THREADS;
     rc = comm ? shs_manager_create_comm(&self->m, &self->cfg, self->state, comm)

@@ -7,9 +7,11 @@ tensor; pass it instead of a tensor to `CheckpointManager`.  `TorchComm()`
 (over an initialised torch.distributed process group, gloo) and
 `MPIComm()` (over an mpi4py communicator) carry the library's
 collectives: the C library calls their methods back with the GIL held.
-Saves are synchronous with them (async_save is turned off with a
-warning): the library's async thread would issue collectives on the same
-process group as the training loop, from another thread.
+With async_save the manager asks the communicator for a channel of its
+own (`for_async()`: a new gloo process group, a duplicated MPI
+communicator), so that the library's background thread never issues
+collectives on the training loop's group; a communicator without one
+(`for_async()` returning None) saves synchronously, with a warning.
 """
 
 from ._errors import InvalidArgumentError
@@ -56,6 +58,13 @@ class PyComm:
     rank = 0
     size = 1
 
+    def for_async(self):
+        """A communicator over a channel of its own, which the library's
+        async-save thread may use while the training loop keeps using this
+        one; None when there is none (saves then stay synchronous).
+        Collective: every rank calls it, in the same order."""
+        return None
+
     def barrier(self):
         raise NotImplementedError
 
@@ -92,6 +101,14 @@ class TorchComm(PyComm):
         self._torch, self._dist, self._group = torch, dist, group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
+
+    def for_async(self):
+        """A new gloo process group over all ranks (for the default group
+        only: torch.distributed.new_group must be called by every process,
+        which a sub-group's communicator cannot promise; None then)."""
+        if self._group is not None:
+            return None
+        return TorchComm(self._dist.new_group(backend="gloo"))
 
     def _t(self, data):
         return self._torch.frombuffer(bytearray(data), dtype=self._torch.uint8)
@@ -155,6 +172,13 @@ class MPIComm(PyComm):
         self._c = comm if comm is not None else MPI.COMM_WORLD
         self.rank = self._c.Get_rank()
         self.size = self._c.Get_size()
+
+    def for_async(self):
+        """A duplicate of the communicator (MPI_Comm_dup), when MPI runs
+        with MPI_THREAD_MULTIPLE (mpi4py asks for it by default); else None."""
+        if self._MPI.Query_thread() < self._MPI.THREAD_MULTIPLE:
+            return None
+        return MPIComm(self._c.Dup())
 
     def barrier(self):
         self._c.Barrier()

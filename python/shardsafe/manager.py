@@ -80,6 +80,23 @@ def _agree(comm, error):
         raise error
 
 
+def _async_comm_of(comm):
+    """The factory _C.Manager calls, on every rank, once the config is
+    read: wants is 1 with async_save.  The ranks first agree on it (a rank
+    that alone asked for a new channel would wait for the others forever)."""
+    def make(wants):
+        got = comm.allgather(bytes([wants]))
+        if len(set(got)) > 1:
+            on = [r for r in range(comm.size) if got[r]]
+            raise InvalidArgumentError(f"async_save is on for ranks {on} only: every rank "
+                                       f"must use the same checkpoint config")
+        if not wants:
+            return None
+        ac = comm.for_async()
+        return None if ac is None else _C.Comm(ac, ac.rank, ac.size)
+    return make
+
+
 class CheckpointManager:
     """shs_manager over caller-owned numpy arrays or CPU torch tensors.
 
@@ -91,7 +108,9 @@ class CheckpointManager:
     A value may be a shardsafe.Shard (this rank's chunk of a global tensor).
     comm: None (one process) or a communicator (shardsafe.dist.TorchComm,
     MPIComm, or any PyComm): every rank creates and calls the manager
-    collectively; saves are synchronous (async_save is turned off).
+    collectively.  With async_save the manager runs its collectives on
+    comm.for_async() (a channel of its own); a comm without one saves
+    synchronously (RuntimeWarning).
     """
 
     def __init__(self, model, optimizer=None, config=None, yaml=None, master_of=None, comm=None):
@@ -107,14 +126,15 @@ class CheckpointManager:
             items = [(k, _config_text(k, v)) for k, v in (config or {}).items()]
         except Exception as e:  # noqa: BLE001 - re-raised on every rank below
             error = e
-        ccomm = None
+        ccomm = async_comm = None
         if comm is not None:
             _agree(comm, error)
             ccomm = _C.Comm(comm, comm.rank, comm.size)
+            async_comm = _async_comm_of(comm)
         elif error is not None:
             raise error
         self.comm = comm
-        self._m = _C.Manager(items, yaml, entries, ccomm)
+        self._m = _C.Manager(items, yaml, entries, ccomm, async_comm)
 
     def __enter__(self):
         return self

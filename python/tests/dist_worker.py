@@ -137,6 +137,27 @@ def scenario_die(comm, path):
         m.save({"global_step": 3})
 
 
+def scenario_async(comm, path):
+    """async_save on a channel of its own (comm.for_async()): the save runs
+    in the background while the training loop keeps running collectives on
+    its own group; then the committed step holds this step's values."""
+    import warnings
+    model, optim = state(comm.rank, comm.size, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "async_save is off"
+        m = CheckpointManager(model, optim, config=cfg(path, async_save=True), comm=comm)
+    with m:
+        m.save({"global_step": 5, "global_batch_size": 4})
+        for i in range(20):  # "training": collectives on the caller's own group
+            got = comm.allgather(bytes([comm.rank, i % 256]))
+            assert got == b"".join(bytes([r, i % 256]) for r in range(comm.size))
+        m.wait()
+    with open_checkpoint(path) as c:
+        assert c.step == 5 and c.world_size == comm.size
+        assert np.array_equal(c.get_tensor("w"), global_w(5))
+        assert np.array_equal(c.get_tensor("m.w"), -global_w(5))
+
+
 def scenario_read(path):
     with open_checkpoint(path) as c:
         assert c.step == 3 and c.world_size == 4

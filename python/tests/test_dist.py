@@ -113,6 +113,17 @@ def run_mpi(n, scenario, path):
     assert p.returncode == 0 and p.stdout.count("ok") == n, f"{p.stdout}\n{p.stderr}"
 
 
+@need_torch
+def test_gloo_async_save_on_its_own_group(tmp_path):
+    gloo(2, "async", tmp_path)
+    assert committed_steps(tmp_path) == ["iteration_00000005"]
+
+
+def test_mpi_async_save_on_a_duplicated_communicator(tmp_path):
+    run_mpi(2, "async", tmp_path)
+    assert committed_steps(tmp_path) == ["iteration_00000005"]
+
+
 def test_mpi_save_then_reshard(tmp_path):
     run_mpi(4, "save", tmp_path)
     assert committed_steps(tmp_path) == ["iteration_00000003"]

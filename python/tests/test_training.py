@@ -139,6 +139,57 @@ def test_python_comm_turns_async_off(tmp_path):
         assert np.array_equal(c.get_tensor("w"), w)
 
 
+def test_python_comm_async_uses_its_own_channel(tmp_path):
+    import threading
+    import warnings
+
+    class Chan(shardsafe.dist.PyComm):
+        def __init__(self):
+            self.calls, self.threads, self.child = 0, set(), None
+
+        def _op(self):
+            self.calls += 1
+            self.threads.add(threading.get_ident())
+
+        def barrier(self):
+            self._op()
+
+        def broadcast(self, data, length, root):
+            self._op()
+            return data
+
+        def allgather(self, data):
+            self._op()
+            return data
+
+        def gatherv(self, data, lens, root):
+            self._op()
+            return data
+
+        def for_async(self):
+            self.child = Chan()
+            return self.child
+
+    main = Chan()
+    w = np.arange(6, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "async_save is off"
+        m = shardsafe.CheckpointManager({"w": shardsafe.Shard(w, (6,), (0,))},
+                                        config={"save_path": str(tmp_path), "async_save": True},
+                                        comm=main)
+    before = main.calls
+    with m:
+        m.save({"global_step": 1})
+        m.wait()
+    # after the create's agreement, nothing ran on the caller's channel;
+    # the save's collectives ran on the async channel, from another thread
+    assert main.calls == before and main.child is not None
+    assert main.child.calls > 0
+    assert main.child.threads - {threading.get_ident()}, "no collective ran in the background"
+    with open_checkpoint(tmp_path) as c:
+        assert np.array_equal(c.get_tensor("w"), w)
+
+
 def test_python_comm_error_is_reported(tmp_path):
     class Broken(shardsafe.dist.PyComm):
         def barrier(self):
