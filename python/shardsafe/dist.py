@@ -45,6 +45,26 @@ class Shard:
                     f"[{o}, {o + n}) of {g} (shape {list(shape)}, offsets {list(self.offsets)}, "
                     f"global_shape {list(self.global_shape)})")
 
+    @classmethod
+    def from_sharded_tensor(cls, name, st):
+        """This rank's part of a torch ShardedTensor (any object with
+        local_shards() and metadata().size, as torch.distributed._shard's):
+        exactly one local shard per rank.  (Debian 12's torch 1.13 cannot
+        import that module under Python 3.11 -- a dataclass error -- so the
+        class is taken by its interface, not imported.)"""
+        shards = list(st.local_shards())
+        if len(shards) != 1:
+            raise InvalidArgumentError(
+                f"ShardedTensor '{name}': this rank holds {len(shards)} local shards; a rank "
+                f"saves exactly one chunk of a tensor (one Shard per rank)")
+        s = shards[0]
+        return cls(s.tensor, tuple(st.metadata().size), tuple(s.metadata.shard_offsets))
+
+    @staticmethod
+    def is_sharded_tensor(obj):
+        return callable(getattr(obj, "local_shards", None)) and callable(
+            getattr(obj, "metadata", None))
+
     def __repr__(self):
         return (f"Shard(shape={list(self.tensor.shape)}, global_shape={list(self.global_shape)}, "
                 f"offsets={list(self.offsets)})")

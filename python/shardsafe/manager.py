@@ -48,6 +48,8 @@ def _framework_of(t):
 
 def _entry(name, kind, t, master_of):
     gshape = goff = None
+    if not isinstance(t, Shard) and Shard.is_sharded_tensor(t):
+        t = Shard.from_sharded_tensor(name, t)
     if isinstance(t, Shard):
         t.check(name)
         gshape, goff, t = t.global_shape, t.offsets, t.tensor

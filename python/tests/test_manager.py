@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 
 import shardsafe
 from shardsafe import CheckpointManager, open_checkpoint
@@ -119,3 +120,53 @@ def test_yaml_and_lock_and_mismatch(tmp_path):
     with CheckpointManager(small, opt, yaml=str(y)) as m2:
         with pytest.raises(shardsafe.MismatchError, match="model.w"):
             m2.load()
+
+
+class _FakeShardedTensor:
+    """torch.distributed._shard's ShardedTensor interface (Debian's torch
+    1.13 cannot import the module under Python 3.11): local_shards() and
+    metadata().size."""
+
+    class _Md:
+        def __init__(self, offsets):
+            self.shard_offsets = list(offsets)
+
+    class _Local:
+        def __init__(self, tensor, offsets):
+            self.tensor = tensor
+            self.metadata = _FakeShardedTensor._Md(offsets)
+
+    class _Global:
+        def __init__(self, size):
+            self.size = torch.Size(size)
+
+    def __init__(self, size, locals_):
+        self._size, self._locals = size, locals_
+
+    def local_shards(self):
+        return [self._Local(t, off) for t, off in self._locals]
+
+    def metadata(self):
+        return self._Global(self._size)
+
+
+def test_sharded_tensor_is_taken_as_a_shard(tmp_path):
+    rows = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    sh = shardsafe.Shard.from_sharded_tensor("w", _FakeShardedTensor((6, 4), [(rows, (3, 0))]))
+    assert sh.global_shape == (6, 4) and sh.offsets == (3, 0) and sh.tensor is rows
+    # one process holding the whole tensor as its one local shard: saved
+    # under the global shape, read back equal
+    whole = torch.arange(24, dtype=torch.float32).reshape(6, 4)
+    m = CheckpointManager({"w": _FakeShardedTensor((6, 4), [(whole, (0, 0))])},
+                          config={"save_path": str(tmp_path)})
+    with m:
+        m.save({"global_step": 1})
+    with open_checkpoint(str(tmp_path)) as c:
+        assert c.tensor_info("w")["shape"] == (6, 4)
+        assert np.array_equal(c.get_tensor("w"), whole.numpy())
+    two = _FakeShardedTensor((6, 4), [(rows, (0, 0)), (rows.clone(), (3, 0))])
+    with pytest.raises(shardsafe.InvalidArgumentError, match="holds 2 local shards"):
+        CheckpointManager({"w": two}, config={"save_path": str(tmp_path / "x")})
+    with pytest.raises(shardsafe.InvalidArgumentError, match="does not fit its global shape"):
+        CheckpointManager({"w": _FakeShardedTensor((4, 4), [(rows, (3, 0))])},
+                          config={"save_path": str(tmp_path / "y")})
