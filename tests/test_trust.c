@@ -6,6 +6,7 @@
 #include "testutil.h"
 
 #include "io.h"
+#include "threadcomm.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -706,82 +707,12 @@ static void test_alloc_json_through_hook(void **state)
 /* point 8: two ranks as threads; allocations fail on rank 1 only     */
 /* ------------------------------------------------------------------ */
 
-typedef struct tc_shared {
-    pthread_barrier_t bar;
-    const void *slot[2];
-} tc_shared;
 typedef struct tc_rank {
-    tc_shared *sh;
-    int rank;
+    tcomm tc; /* threadcomm.h */
     int rc;
     char msg[512];
     long count;
 } tc_rank;
-
-static int tc_barrier(void *ctx)
-{
-    pthread_barrier_wait(&((tc_rank *)ctx)->sh->bar);
-    return SHS_OK;
-}
-static int tc_bcast(void *ctx, void *buf, size_t len, int root)
-{
-    tc_rank *r = ctx;
-    if (r->rank == root)
-        r->sh->slot[root] = buf;
-    pthread_barrier_wait(&r->sh->bar);
-    if (r->rank != root && len)
-        memcpy(buf, r->sh->slot[root], len);
-    pthread_barrier_wait(&r->sh->bar);
-    return SHS_OK;
-}
-static int tc_allgather(void *ctx, const void *send, size_t len, void *recv)
-{
-    tc_rank *r = ctx;
-    r->sh->slot[r->rank] = send;
-    pthread_barrier_wait(&r->sh->bar);
-    for (int i = 0; i < 2; i++)
-        if (len)
-            memcpy((char *)recv + (size_t)i * len, r->sh->slot[i], len);
-    pthread_barrier_wait(&r->sh->bar);
-    return SHS_OK;
-}
-static int tc_gatherv(void *ctx, const void *send, const size_t *lens, void *recv, int root)
-{
-    tc_rank *r = ctx;
-    r->sh->slot[r->rank] = send;
-    pthread_barrier_wait(&r->sh->bar);
-    if (r->rank == root) {
-        assert_non_null(recv); /* a root without its buffer must never get here */
-        size_t at = 0;
-        for (int i = 0; i < 2; i++) {
-            if (lens[i])
-                memcpy((char *)recv + at, r->sh->slot[i], lens[i]);
-            at += lens[i];
-        }
-    }
-    pthread_barrier_wait(&r->sh->bar);
-    return SHS_OK;
-}
-static int tc_send(void *c, const void *b, size_t n, int d, int t)
-{
-    (void)c;
-    (void)b;
-    (void)n;
-    (void)d;
-    (void)t;
-    return SHS_EUNSUPPORTED;
-}
-static int tc_recv(void *c, void *b, size_t n, int s, int t)
-{
-    (void)c;
-    (void)b;
-    (void)n;
-    (void)s;
-    (void)t;
-    return SHS_EUNSUPPORTED;
-}
-static const shs_comm_ops k_tc_ops = { SHS_COMM_OPS_VERSION, tc_barrier, tc_bcast, tc_allgather,
-                                       tc_gatherv,           tc_send,    tc_recv,  NULL };
 
 static _Thread_local int t_armed_rank1;
 static _Thread_local long t_count;
@@ -816,10 +747,10 @@ static void *rank_main(void *arg)
     shs_comm *comm = NULL;
     tu_small s;
     tu_small_make(&s, 9.0f, 1);
-    if (shs_comm_create(&comm, r->rank, 2, &k_tc_ops, r) != SHS_OK)
+    if (shs_comm_create(&comm, r->tc.rank, 2, &k_tops, &r->tc) != SHS_OK)
         abort();
     t_count = 0;
-    t_armed_rank1 = r->rank == 1;
+    t_armed_rank1 = r->tc.rank == 1;
     shs_config c;
     tu_cfg_saving(&c, g_rank_sp);
     c.async_save = g_rank_async;
@@ -853,9 +784,8 @@ static void collectives_local_oom(int async)
     for (n = 1;; n++) {
         char *sp = tu_subdir("ranks");
         g_rank_sp = sp;
-        tc_shared sh;
-        memset(&sh, 0, sizeof sh);
-        pthread_barrier_init(&sh.bar, NULL, 2);
+        tshared sh;
+        tshared_init(&sh, 2, 0);
         tc_rank r[2];
         memset(r, 0, sizeof r);
         pthread_t th[2];
@@ -863,15 +793,14 @@ static void collectives_local_oom(int async)
         shs_set_allocator(&a);
         g_rank_fail_at = n;
         for (int i = 0; i < 2; i++) {
-            r[i].sh = &sh;
-            r[i].rank = i;
+            r[i].tc = (tcomm){ &sh, i };
             assert_int_equal(pthread_create(&th[i], NULL, rank_main, &r[i]), 0);
         }
         for (int i = 0; i < 2; i++)
             pthread_join(th[i], NULL);
         g_rank_fail_at = 0;
         shs_set_allocator(NULL);
-        pthread_barrier_destroy(&sh.bar);
+        tshared_destroy(&sh);
         int hit = r[1].count >= n;
         tu_rmtree(sp);
         free(sp);
