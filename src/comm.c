@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The failing rank's message travels whole (what shs_last_error holds):
-   a fixed 200 bytes cut long paths off before the file they named. */
-#define AGREE_MSG 1024
+/* The failing rank's message travels whole: a fixed 200 bytes cut long
+   paths off before the file they named. */
+#define AGREE_MSG SHS__AGREE_MSG
 
 int shs_comm_create(shs_comm **out, int rank, int size, const shs_comm_ops *ops, void *ctx)
 {
