@@ -4,6 +4,7 @@
  *
  *   mpi_tools load SRC [--ref REF] [--chunks RULES] [--hf] [--as DTYPE]
  *                      [--round DTYPE] [--balanced] [--model-only]
+ *                      [--save-path DIR]
  *
  * Every rank registers its box of every tensor of REF (default SRC; a
  * checkpoint, an HF folder or a .safetensors file, opened with
@@ -18,7 +19,9 @@
  * (a dimension smaller than the world size stays whole).  --as registers
  * floating-point tensors as DTYPE; --round reads REF's floating-point
  * values as DTYPE first (REF was exported in it: F32 -> BF16 -> F32).
- * --model-only registers only model tensors of REF.
+ * --model-only registers only model tensors of REF.  --save-path: the
+ * job's own save path (nothing is saved; a checkpoint there is resumed
+ * instead of SRC, which an --hf load must not do).
  *
  * One line per rank on stdout:
  *   rank R: loaded step S: T tensors, W wrong values, own K of T,
@@ -27,7 +30,8 @@
  * rank (a load without resharding); Y is the bytes of the rank's boxes in
  * SRC's dtype, Z those of the whole tensors.  On failure:
  *   rank R: load failed: MESSAGE
- * Exit status 0 when every rank loaded every value right.
+ * A load from anywhere but SRC (load_path; with --hf initial_load_path)
+ * fails.  Exit status 0 when every rank loaded every value right.
  */
 #include <fnmatch.h>
 #include <stdio.h>
@@ -157,8 +161,9 @@ static size_t count_wrong(const shs_checkpoint *ref, size_t t, const reg *r, int
 static int usage(void)
 {
     if (g_rank == 0)
-        fprintf(stderr, "usage: mpi_tools load SRC [--ref REF] [--chunks GLOB=MODE,...] [--hf] "
-                        "[--as DTYPE] [--round DTYPE] [--balanced] [--model-only]\n");
+        fprintf(stderr,
+                "usage: mpi_tools load SRC [--ref REF] [--chunks GLOB=MODE,...] [--hf] "
+                "[--as DTYPE] [--round DTYPE] [--balanced] [--model-only] [--save-path DIR]\n");
     MPI_Finalize();
     return 2;
 }
@@ -170,7 +175,7 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     if (argc < 3 || strcmp(argv[1], "load") != 0)
         return usage();
-    const char *srcp = argv[2], *refp = argv[2], *chunks = "*=rows";
+    const char *srcp = argv[2], *refp = argv[2], *chunks = "*=rows", *save_path = NULL;
     int hf = 0, balanced = 0, model_only = 0, as = -1, round = -1;
     for (int i = 3; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -185,6 +190,8 @@ int main(int argc, char **argv)
             refp = argv[++i];
         else if (v && strcmp(a, "--chunks") == 0)
             chunks = argv[++i];
+        else if (v && strcmp(a, "--save-path") == 0)
+            save_path = argv[++i];
         else if (v && (strcmp(a, "--as") == 0 || strcmp(a, "--round") == 0) &&
                  shs_dtype_parse_alias(&dt, v) == SHS_OK) {
             *(strcmp(a, "--as") == 0 ? &as : &round) = (int)dt;
@@ -289,6 +296,8 @@ int main(int argc, char **argv)
     shs_config cfg;
     shs_config_init(&cfg);
     cfg.enable_save = 0;
+    if (save_path)
+        cfg.save_path = save_path;
     cfg.load_balanced = balanced;
     if (hf) {
         cfg.initial_load_in_hf = 1;
@@ -313,6 +322,9 @@ int main(int argc, char **argv)
             printf("rank %d: load failed: %s\n", g_rank, shs_last_error());
         } else if (!res.loaded) {
             printf("rank %d: load failed: nothing loaded\n", g_rank);
+        } else if (res.source != (hf ? SHS_LOAD_INITIAL : SHS_LOAD_LOAD_PATH)) {
+            printf("rank %d: load failed: loaded from source %d: %s\n", g_rank, res.source,
+                   res.message);
         } else {
             size_t wrong = 0;
             for (size_t i = 0; i < n_regs; i++) {

@@ -23,6 +23,7 @@ SHS_SOURCE_DIR=${SHS_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 py=/usr/bin/python3
 gen=$SHS_SOURCE_DIR/tests/gen_mscp2.py
 cli=$SHS_BUILD_DIR/shardsafe
+command -v mpirun > /dev/null || { echo "no mpirun" >&2; exit 77; }
 for exe in mpi_tools mpi_ckpt trainer_mpi shardsafe; do
   [[ -x $SHS_BUILD_DIR/$exe ]] || { echo "$exe not built" >&2; exit 77; }
 done
@@ -160,7 +161,10 @@ size=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["metadata"]
 # to BF16 (--round), rows (uneven on 44) or columns, biases whole
 for path in "$hf" "$hf/model.safetensors.index.json"; do
   for chunks in rows '*bias=whole,*=cols'; do
-    load 4 "$path" --hf --ref "$tr" --model-only --as f32 --round bf16 --chunks "$chunks"
+    # the job's own save path is empty: it starts from the HF weights
+    mkdir -p "$work/job"
+    load 4 "$path" --hf --ref "$tr" --model-only --as f32 --round bf16 --chunks "$chunks" \
+      --save-path "$work/job"
     [[ $(grep -c "loaded step -1: 5 tensors" "$work/out") == 4 ]] || fail "HF: not 5 tensors"
     only_boxes 4 "HF $path $chunks"
     load 4 "$path" --hf --ref "$tr" --model-only --as f32 --round bf16 --chunks "$chunks" --balanced
