@@ -4,7 +4,7 @@
  *
  *   mpi_tools load SRC [--ref REF] [--chunks RULES] [--hf] [--as DTYPE]
  *                      [--round DTYPE] [--balanced] [--model-only]
- *                      [--save-path DIR]
+ *                      [--save-path DIR] [--no-optim]
  *
  * Every rank registers its box of every tensor of REF (default SRC; a
  * checkpoint, an HF folder or a .safetensors file, opened with
@@ -21,7 +21,8 @@
  * values as DTYPE first (REF was exported in it: F32 -> BF16 -> F32).
  * --model-only registers only model tensors of REF.  --save-path: the
  * job's own save path (nothing is saved; a checkpoint there is resumed
- * instead of SRC, which an --hf load must not do).
+ * instead of SRC, which an --hf load must not do).  --no-optim: SRC's
+ * optimizer state is not loaded (no_load_optim).
  *
  * One line per rank on stdout:
  *   rank R: loaded step S: T tensors, W wrong values, own K of T,
@@ -161,9 +162,9 @@ static size_t count_wrong(const shs_checkpoint *ref, size_t t, const reg *r, int
 static int usage(void)
 {
     if (g_rank == 0)
-        fprintf(stderr,
-                "usage: mpi_tools load SRC [--ref REF] [--chunks GLOB=MODE,...] [--hf] "
-                "[--as DTYPE] [--round DTYPE] [--balanced] [--model-only] [--save-path DIR]\n");
+        fprintf(stderr, "usage: mpi_tools load SRC [--ref REF] [--chunks GLOB=MODE,...] [--hf] "
+                        "[--as DTYPE] [--round DTYPE] [--balanced] [--model-only] [--save-path "
+                        "DIR] [--no-optim]\n");
     MPI_Finalize();
     return 2;
 }
@@ -176,7 +177,7 @@ int main(int argc, char **argv)
     if (argc < 3 || strcmp(argv[1], "load") != 0)
         return usage();
     const char *srcp = argv[2], *refp = argv[2], *chunks = "*=rows", *save_path = NULL;
-    int hf = 0, balanced = 0, model_only = 0, as = -1, round = -1;
+    int hf = 0, balanced = 0, model_only = 0, no_optim = 0, as = -1, round = -1;
     for (int i = 3; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         shs_dtype dt;
@@ -186,6 +187,8 @@ int main(int argc, char **argv)
             balanced = 1;
         else if (strcmp(a, "--model-only") == 0)
             model_only = 1;
+        else if (strcmp(a, "--no-optim") == 0)
+            no_optim = 1;
         else if (v && strcmp(a, "--ref") == 0)
             refp = argv[++i];
         else if (v && strcmp(a, "--chunks") == 0)
@@ -299,6 +302,7 @@ int main(int argc, char **argv)
     if (save_path)
         cfg.save_path = save_path;
     cfg.load_balanced = balanced;
+    cfg.no_load_optim = no_optim;
     if (hf) {
         cfg.initial_load_in_hf = 1;
         cfg.initial_load_path = srcp;

@@ -13,6 +13,7 @@
 #     sharded BF16 files (index.json), loaded by 4 ranks with
 #     initial_load_in_hf into F32 (folder and index.json as the path):
 #     each rank reads exactly its boxes, load_balanced reads each byte once;
+#     the TP x DP trainer started from the folder saves exactly its weights;
 #  4. errors: a layout that does not divide a tensor (named, nothing
 #     written); an index.json naming a missing file or one outside its
 #     folder, a MindSpore directory missing a file: every rank fails with
@@ -176,6 +177,16 @@ must_fail 4 "$SHS_BUILD_DIR/mpi_tools" load "$hf" --hf --ref "$tr" --model-only 
 [[ $(grep -c ": loaded step -1: 5 tensors, [1-9][0-9]* wrong values" "$work/out") == 4 ]] ||
   fail "BF16 values equal to unrounded F32"
 echo "ok: HF initial load (BF16 -> F32) on 4 ranks: each reads its boxes, balanced each byte once (${SECONDS}s)"
+# a real job: the TP 2 x DP 2 trainer starts from the HF folder; its step-0
+# save holds exactly the BF16 weights (in F32), not the unrounded originals
+timeout -k 5 120 mpirun -np 4 --oversubscribe "$SHS_BUILD_DIR/trainer_mpi" --set initial_load_in_hf=true \
+  --set initial_load_path="$hf" --save-path "$work/job2" --steps 0 --log-every 0 > "$work/out" 2>&1 ||
+  fail "trainer_mpi from the HF folder"
+grep -q "resumed from .*model.safetensors.index.json (step -1, weights only)" "$work/out" ||
+  fail "trainer_mpi did not start from the HF weights"
+load 3 "$work/job2" --ref "$hf" --as f32 --no-optim
+must_fail 3 "$SHS_BUILD_DIR/mpi_tools" load "$work/job2" --ref "$tr" --model-only --no-optim
+echo "ok: trainer_mpi (tp 2 x dp 2) started from the HF folder saves exactly its weights (${SECONDS}s)"
 
 # ---------------------------------------------------------------- errors
 cat > "$work/bad.json" << 'EOF'
