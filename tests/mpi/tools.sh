@@ -102,7 +102,8 @@ cat > "$work/tp3.json" << 'EOF'
 EOF
 "$cli" reshard "$work/cols" "$work/r3/iteration_00000008" --layout "$work/tp3.json" > "$work/out" 2>&1 ||
   fail "reshard --layout tp3.json"
-[[ $(ls "$work/r3/iteration_00000008" | grep -c -- '-model-.*-0000003\.safetensors') == 3 ]] ||
+models=("$work"/r3/iteration_00000008/checkpoint-model-000000[0-9]-0000003.safetensors)
+[[ ${#models[@]} == 3 && -f ${models[2]} ]] ||
   fail "not 3 model files"
 load 3 "$work/r3/iteration_00000008" --ref "$work/cols" --chunks 'b=whole,*=cols'
 no_reshard 3 "TP 4 -> 3"
@@ -155,7 +156,8 @@ timeout -k 5 120 mpirun -np 4 --oversubscribe "$SHS_BUILD_DIR/trainer_mpi" --ste
 hf=$work/hf
 "$cli" merge "$tr" "$hf" --dtype bf16 --max-shard-size 8KB > "$work/out" 2>&1 || fail "merge to HF"
 [[ -f $hf/model.safetensors.index.json && ! -e $hf/model.safetensors ]] || fail "not sharded"
-[[ $(ls "$hf" | grep -c '^model-0000[0-9]-of-0000[0-9]\.safetensors$') -ge 3 ]] || fail "fewer than 3 shards"
+shards=("$hf"/model-0000[0-9]-of-0000[0-9].safetensors)
+[[ ${#shards[@]} -ge 3 && -f ${shards[0]} ]] || fail "fewer than 3 shards"
 size=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["metadata"]["total_size"])' \
   "$hf/model.safetensors.index.json")
 # BF16 files into F32 registered tensors: the trainer's F32 weights rounded
