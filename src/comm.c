@@ -5,12 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#define AGREE_MSG 200
-
-typedef struct agree_entry {
-    int32_t status;
-    char msg[AGREE_MSG];
-} agree_entry;
+/* The failing rank's message travels whole: a fixed 200 bytes cut long
+   paths off before the file they named. */
+#define AGREE_MSG SHS__AGREE_MSG
 
 int shs_comm_create(shs_comm **out, int rank, int size, const shs_comm_ops *ops, void *ctx)
 {
@@ -35,7 +32,7 @@ int shs_comm_create(shs_comm **out, int rank, int size, const shs_comm_ops *ops,
     if (size < 1 || rank < 0 || rank >= size)
         return shs__err(SHS_EINVAL, "shs_comm_create: rank %d of %d", rank, size);
     shs_comm *c = shs__calloc(1, sizeof *c);
-    if (!c || !(c->agree_buf = shs__calloc((size_t)size, sizeof(agree_entry)))) {
+    if (!c || !(c->agree_buf = shs__calloc((size_t)size, sizeof(int32_t)))) {
         shs__free(c);
         return shs__err(SHS_ENOMEM, "out of memory creating a communicator of %d ranks", size);
     }
@@ -233,24 +230,26 @@ int shs__comm_agree(shs_comm *c, int status, const char *msg)
 {
     if (c->size == 1)
         return status;
-    agree_entry mine, *all = c->agree_buf;
-    memset(&mine, 0, sizeof mine);
-    mine.status = status;
-    snprintf(mine.msg, sizeof mine.msg, "%s", status < 0 && msg ? msg : "");
+    /* statuses first (small, every time); the first failing rank's
+       message only when there is one: every rank knows that rank, so the
+       broadcast is collective */
+    int32_t mine = status, *all = c->agree_buf;
+    char m[AGREE_MSG];
     int rc = shs__comm_allgather(c, &mine, sizeof mine, all);
     if (rc < 0)
         return rc;
     for (int i = 0; i < c->size; i++)
-        if (all[i].status < 0) {
-            char m[AGREE_MSG];
-            memcpy(m, all[i].msg, sizeof m);
+        if (all[i] < 0) {
+            snprintf(m, sizeof m, "%s", i == c->rank && msg ? msg : "");
+            if ((rc = shs__comm_bcast(c, m, sizeof m, i)) < 0)
+                return rc;
             m[sizeof m - 1] = '\0';
-            rc = shs__err(all[i].status, "rank %d: %s", i, m);
+            rc = shs__err(all[i], "rank %d: %s", i, m);
             break;
         }
     /* A rank that failed never goes on, even with a backend that lost its
        status in the exchange. */
     if (rc >= 0 && status < 0)
-        rc = shs__err(status, "rank %d: %s", c->rank, mine.msg);
+        rc = shs__err(status, "rank %d: %s", c->rank, msg ? msg : "");
     return rc;
 }

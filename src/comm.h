@@ -44,5 +44,8 @@ int shs__comm_allgather_bytes(shs_comm *c, const void *send, size_t len, char **
  * agreed on before the data collective that needs the memory.
  */
 int shs__comm_agree(shs_comm *c, int status, const char *msg);
+/* The longest message an agreement carries (what shs_last_error holds):
+   callers copying the error for it use a buffer of this size. */
+#define SHS__AGREE_MSG 1024
 
 #endif

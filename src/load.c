@@ -549,7 +549,7 @@ int shs__ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, shs
     /* a balanced load is collective: a rank that failed before the
        exchange must still meet the others there, carrying its error */
     if (req->balanced && comm->size > 1 && !agreed) {
-        char msg[256];
+        char msg[SHS__AGREE_MSG];
         snprintf(msg, sizeof msg, "%s", shs_last_error());
         rc = shs__comm_agree(comm, rc, msg);
     }
@@ -705,7 +705,7 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
     uint64_t read_bytes = 0;
     if (req->balanced && comm->size > 1) {
         /* collective from here on: every rank must get here, or hear why */
-        char msg[256] = "";
+        char msg[SHS__AGREE_MSG] = "";
         *agreed = 1;
         if ((rc = shs__comm_agree(comm, SHS_OK, msg)) < 0 ||
             (rc = shs__load_balanced(&L, st, req, comm, &read_bytes)) < 0)

@@ -198,7 +198,7 @@ static int do_save(shs_manager *m, const job *j, void *const *data)
         m->last_full_step = -1; /* replaced by a weights-only save */
     /* every rank hears if one failed its bookkeeping (comm.h): the
        retention that follows is collective */
-    char msg[256];
+    char msg[SHS__AGREE_MSG];
     rc = remember_save(m, j->step);
     snprintf(msg, sizeof msg, "%s", shs_last_error());
     if ((rc = shs__comm_agree(m->comm, rc, msg)) < 0)
@@ -459,7 +459,7 @@ int shs_manager_step(shs_manager *m, const shs_progress *progress, int *saved)
 static int full_save_on_disk(shs_manager *m, int64_t step, int *full)
 {
     int32_t v[2] = { 0, SHS_OK };
-    char msg[256] = "";
+    char msg[SHS__AGREE_MSG] = "";
     if (m->comm->rank == 0) {
         char *dir = shs__step_dir_path(m->save_path, step);
         int is_step = 0;
@@ -560,7 +560,7 @@ static char *dup_or_empty(const char *s)
 static int create_failed(shs_comm *comm, int rc)
 {
     if (comm && comm->size > 1) {
-        char msg[256];
+        char msg[SHS__AGREE_MSG];
         snprintf(msg, sizeof msg, "%s", shs_last_error());
         return shs__comm_agree(comm, rc, msg);
     }
@@ -677,7 +677,7 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
         if (rc == SHS_OK)
             rc = shs__clean_leftovers(m->save_path);
     }
-    char msg[256];
+    char msg[SHS__AGREE_MSG];
     snprintf(msg, sizeof msg, "%s", shs_last_error());
     if ((rc = shs__comm_agree(comm, rc, msg)) < 0) {
         shs_manager_free(m);

@@ -56,7 +56,7 @@ static int refresh_masters(shs_manager *m)
    branch afterwards, so the collectives below stay matched. */
 static int agree(shs_manager *m, int rc)
 {
-    char msg[256];
+    char msg[SHS__AGREE_MSG];
     snprintf(msg, sizeof msg, "%s", rc < 0 ? shs_last_error() : "");
     return shs__comm_agree(m->comm, rc, msg);
 }
@@ -68,7 +68,7 @@ static int agree(shs_manager *m, int rc)
 static int fail_before_load(shs_manager *m, int rc)
 {
     if (m->cfg.load_balanced && m->comm->size > 1) {
-        char msg[256];
+        char msg[SHS__AGREE_MSG];
         snprintf(msg, sizeof msg, "%s", shs_last_error());
         return shs__comm_agree(m->comm, rc, msg);
     }
@@ -192,7 +192,7 @@ static int newest_verified(shs_manager *m, const int64_t *steps, size_t n, int64
             shs__err_clear();
     }
     /* rank 0's own failure reaches every rank before the broadcast */
-    char msg[256];
+    char msg[SHS__AGREE_MSG];
     snprintf(msg, sizeof msg, "%s", shs_last_error());
     if ((rc = shs__comm_agree(m->comm, rc, msg)) < 0)
         return rc;

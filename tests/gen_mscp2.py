@@ -19,6 +19,10 @@ coordinates of the flattened tensor_map (value m names mesh axis
 len(device_matrix) - 1 - m, -1 none), and its box is, per dimension, the
 row-major index over that dimension's mesh axes times dim // split.
 
+--check-merged checks instead that OUT is what `shardsafe merge` of such a
+directory must write (--with-optimizer: optimizer tensors included;
+--bf16: merged with --dtype bf16).
+
 --variant V breaks the result the way a hostile or damaged checkpoint
 would (see VARIANTS); the default "good" does not.
 """
@@ -340,6 +344,72 @@ def save_ref(path):
     save_safetensors(path, ts, {"format": "pt"})
 
 
+def read_safetensors(path):
+    """name -> (dtype, shape, raw bytes), __metadata__; checks the layout."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    meta = h.pop("__metadata__", None)
+    data, out, end = raw[8 + n:], {}, 0
+    for name, e in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"]):
+        b0, b1 = e["data_offsets"]
+        if b0 != end:
+            sys.exit("%s: '%s' starts at %d, not %d" % (path, name, b0, end))
+        end = b1
+        out[name] = (e["dtype"], list(e["shape"]), data[b0:b1])
+    if end != len(data):
+        sys.exit("%s: %d data bytes, tensors end at %d" % (path, len(data), end))
+    return out, meta
+
+
+def check_merged(path, with_optimizer, bf16=False):
+    """A merge of a generated directory (any rank count) into the Hugging
+    Face layout at `path`: exactly the model tensors (all with
+    --with-optimizer), each equal to the generator's value, in
+    model.safetensors or in the files model.safetensors.index.json maps
+    them to (sorted keys, total_size the tensor bytes).  bf16: merged
+    with --dtype bf16 (the values are exact in BF16)."""
+    want = {}
+    for name, msd, shape, tm, kind in PARAMS:
+        if with_optimizer or kind == "model":
+            v = value(name, shape, msd)
+            if bf16 and msd == "Float32":
+                msd, v = "BFloat16", (v.view(np.uint32) >> 16).astype(np.uint16)
+            want[name] = (DTYPES[msd][0], shape, v.tobytes())
+    idx = os.path.join(path, "model.safetensors.index.json")
+    got, files = {}, {}
+    if os.path.exists(idx):
+        with open(idx) as f:
+            text = f.read()
+        index = json.loads(text)
+        wm = index["weight_map"]
+        if list(wm) != sorted(wm) or text != json.dumps(index, indent=2, sort_keys=True) + "\n":
+            sys.exit("%s: not written as transformers writes it" % idx)
+        for name, fn in wm.items():
+            files.setdefault(fn, set()).add(name)
+    else:
+        files["model.safetensors"] = None
+    for fn, names in files.items():
+        ts, meta = read_safetensors(os.path.join(path, fn))
+        if meta != {"format": "pt"}:
+            sys.exit("%s: __metadata__ %r" % (fn, meta))
+        if names is not None and set(ts) != names:
+            sys.exit("%s holds %s, the index maps %s to it" % (fn, sorted(ts), sorted(names)))
+        got.update(ts)
+    if set(got) != set(want):
+        sys.exit("merged tensors %s, expected %s" % (sorted(got), sorted(want)))
+    for name, (dt, shape, b) in want.items():
+        if got[name] != (dt, shape, b):
+            sys.exit("tensor '%s': %s %s differs from the generated %s %s"
+                     % (name, got[name][0], got[name][1], dt, shape))
+    total = sum(len(b) for _, _, b in got.values())
+    if os.path.exists(idx) and index["metadata"]["total_size"] != total:
+        sys.exit("%s: total_size %s, tensors %d" % (idx, index["metadata"]["total_size"], total))
+    print("merged: %d tensors in %d file(s), %d bytes, equal to the generated ones"
+          % (len(got), len(files), total))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
@@ -352,7 +422,16 @@ def main():
     ap.add_argument("--ckpt-status", type=int, help="graph mode's health status (0, 1)")
     ap.add_argument("--six-keys", action="store_true",
                     help="common.json without consumed_samples, loss_scale a string")
+    ap.add_argument("--check-merged", action="store_true",
+                    help="OUT is a merge of a generated directory: check it (no output)")
+    ap.add_argument("--with-optimizer", action="store_true",
+                    help="with --check-merged: the merge holds optimizer tensors too")
+    ap.add_argument("--bf16", action="store_true",
+                    help="with --check-merged: merged with --dtype bf16")
     a = ap.parse_args()
+    if a.check_merged:
+        check_merged(a.out, a.with_optimizer, a.bf16)
+        return
     generate(a.out, a.ranks, a.step, a.variant, a.remove_redundancy, a.ckpt_status, a.six_keys)
     if a.ref:
         save_ref(a.ref)
