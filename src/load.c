@@ -152,17 +152,18 @@ static int check_blocks(const shs__loader *L, const shs__mchunk *c, const char *
 int shs__read_hashed(const shs__loader *L, const shs__mchunk *c, const char *tname, shs_file *f,
                      size_t idx, void *dst, uint64_t n)
 {
-    /* an encrypted chunk of a mapped file is checked where it lies and
-       decrypted straight into dst: one pass less than copy, check,
-       decrypt in place */
+    /* an encrypted chunk of a mapped file is checked and authenticated
+       where it lies and decrypted straight into dst: the checksum runs
+       next to the GHASH, then the decryption on two threads (crypt.c) */
     const void *map = c->enc ? shs_file_tensor_data(f, idx) : NULL;
     int rc = map ? SHS_OK : shs_file_read_bytes(f, idx, 0, dst, (size_t)n);
-    if (rc == SHS_OK)
-        rc = shs__check_hash(L, c, tname, map ? map : dst, n);
-    /* the checksum first: damage is told apart from a wrong key */
+    if (rc == SHS_OK && !c->enc)
+        rc = shs__check_hash(L, c, tname, dst, n);
+    /* the checksum is reported first: damage is told apart from a moved
+       chunk */
     if (rc == SHS_OK && c->enc) {
         const shs__mtensor *mt = shs__meta_find(L->m, tname);
-        rc = mt ? shs__crypt_open_chunk(L->key, L->m, L->dir, mt, c, map ? map : dst, dst, n)
+        rc = mt ? shs__crypt_open_checked(L->key, L->m, L->dir, mt, c, map ? map : dst, dst, n)
                 : shs__err(SHS_ECORRUPT, "%s: no tensor '%s'", L->dir, tname);
     }
     return rc;
