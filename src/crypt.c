@@ -543,13 +543,14 @@ static void *open_helper(void *arg)
     pthread_cond_broadcast(&j->cv);
     while (!j->verdict)
         pthread_cond_wait(&j->cv, &j->mu);
-    int go = j->verdict > 0;
+    int go = j->verdict > 0 && j->dst;
     pthread_mutex_unlock(&j->mu);
     if (go)
         j->ctr_rc = gcm_ctr(j->key, j->nonce, j->src, j->dst, j->half, j->n);
     return NULL;
 }
 
+/* buf NULL: authenticate only */
 static int open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
                       const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
                       uint64_t n, int check_hash)
@@ -630,7 +631,7 @@ static int open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
         pthread_mutex_unlock(&j.mu);
     }
     /* phase 2 */
-    int ctr_rc = auth ? gcm_ctr(key, c->nonce, src, buf, 0, j.half) : 0;
+    int ctr_rc = auth && buf ? gcm_ctr(key, c->nonce, src, buf, 0, j.half) : 0;
     if (threaded) {
         pthread_join(th, NULL);
         pthread_mutex_destroy(&j.mu);
@@ -647,13 +648,15 @@ static int open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
         return shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': data does not match its xxh3 checksum",
                         dir, m->f[c->file].name, t->name);
     if (!crypto_ok || ctr_rc < 0) {
-        OPENSSL_cleanse(buf, (size_t)n);
+        if (buf)
+            OPENSSL_cleanse(buf, (size_t)n);
         return shs__err(SHS_EIO, "libcrypto: AES-256-GCM decryption failed");
     }
     if (!auth) {
         /* nothing was decrypted; the destination is wiped all the same
            (it may hold the ciphertext, read there to be opened in place) */
-        OPENSSL_cleanse(buf, (size_t)n);
+        if (buf)
+            OPENSSL_cleanse(buf, (size_t)n);
         return shs__err(SHS_ECHECKSUM,
                         "%s/%s: tensor '%s': chunk does not authenticate (" SHS__CIPHER_NAME
                         " tag mismatch): its bytes, its place (tensor, offset, step) or "
@@ -668,6 +671,12 @@ int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *d
                           uint64_t n)
 {
     return open_chunk(key, m, dir, t, c, src, buf, n, 0);
+}
+
+int shs__crypt_auth_chunk(const shs__key *key, const shs__meta *m, const char *dir,
+                          const shs__mtensor *t, const shs__mchunk *c, const void *src, uint64_t n)
+{
+    return open_chunk(key, m, dir, t, c, src, NULL, n, 0);
 }
 
 int shs__crypt_open_checked(const shs__key *key, const shs__meta *m, const char *dir,

@@ -91,7 +91,11 @@ void shs__seal_free(shs__sealer *s);
 int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
                           const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
                           uint64_t n);
-/* The same, checking the ciphertext against the chunk's xxh3 (when it
+/* Authenticate chunk c only (verify): the same checks, nothing is
+   decrypted. */
+int shs__crypt_auth_chunk(const shs__key *key, const shs__meta *m, const char *dir,
+                          const shs__mtensor *t, const shs__mchunk *c, const void *src, uint64_t n);
+/* shs__crypt_open_chunk, checking the ciphertext against the chunk's xxh3 (when it
    has one) on the calling thread while the helper computes the tag: one
    pass less for a load.  A mismatch is SHS_ECHECKSUM "does not match its
    xxh3 checksum", reported before a tag mismatch (damage is told apart

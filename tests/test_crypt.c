@@ -656,6 +656,8 @@ static void test_open_lengths(void **state)
                 fail_msg("n=%llu in place: %s", (unsigned long long)x.n, shs_last_error());
             assert_memory_equal(buf, x.plain, x.n);
         }
+        /* verify's authentication alone */
+        TU_OK(shs__crypt_auth_chunk(&x.key, &x.m, "D", &x.t, &x.c, x.ct, x.n));
         free(buf);
         sealed_free(&x);
     }
@@ -686,6 +688,8 @@ static void test_open_tampered(void **state)
             memcpy(buf, x.ct, n);
             assert_int_equal(open_w(&x, buf, buf, 0), SHS_ECHECKSUM);
             assert_true(all_bytes(buf, n, 0));
+            assert_int_equal(shs__crypt_auth_chunk(&x.key, &x.m, "D", &x.t, &x.c, x.ct, n),
+                             SHS_ECHECKSUM);
             /* the checksum (of the original ciphertext) speaks first */
             memset(buf, 0x5a, n);
             assert_int_equal(open_w(&x, x.ct, buf, 1), SHS_ECHECKSUM);
