@@ -351,43 +351,79 @@ int shs__crypt_check_key(const shs__meta *m, const shs__key *key, const char *di
     return SHS_OK;
 }
 
+int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
+                          const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
+                          uint64_t n)
+{
+    unsigned char aad[SHS__AAD_MAX], tag[SHS__TAG_BYTES];
+    int rc, len = 0;
+    if (!c->enc)
+        return SHS_OK;
+    if ((rc = shs__crypt_check_key(m, key, dir)) < 0)
+        return rc;
+    size_t alen = shs__crypt_aad(aad, m->save_id, t->name, t->dtype, t->ndim, t->gshape, c->off,
+                                 c->shape, m->step);
+    memcpy(tag, c->tag, sizeof tag);
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    if (!ctx)
+        return shs__err(SHS_ENOMEM, "out of memory starting decryption");
+    int ok = EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, NULL, NULL) == 1 &&
+             EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, SHS__NONCE_BYTES, NULL) == 1 &&
+             EVP_DecryptInit_ex(ctx, NULL, NULL, key->k, c->nonce) == 1 &&
+             EVP_DecryptUpdate(ctx, NULL, &len, aad, (int)alen) == 1;
+    unsigned char *p = buf;
+    const unsigned char *q = src;
+    for (uint64_t left = n; ok && left;) {
+        int piece = left > SLICE ? SLICE : (int)left;
+        ok = EVP_DecryptUpdate(ctx, p, &len, q, piece) == 1 && len == piece;
+        p += piece;
+        q += piece;
+        left -= (uint64_t)piece;
+    }
+    if (!ok) {
+        EVP_CIPHER_CTX_free(ctx);
+        return shs__err(SHS_EIO, "libcrypto: AES-256-GCM decryption failed");
+    }
+    unsigned char tail[16];
+    ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, SHS__TAG_BYTES, tag) == 1 &&
+         EVP_DecryptFinal_ex(ctx, tail, &len) == 1;
+    EVP_CIPHER_CTX_free(ctx);
+    if (!ok) {
+        /* never hand out unauthenticated plaintext */
+        OPENSSL_cleanse(buf, (size_t)n);
+        return shs__err(SHS_ECHECKSUM,
+                        "%s/%s: tensor '%s': chunk does not authenticate (" SHS__CIPHER_NAME
+                        " tag mismatch): its bytes, its place (tensor, offset, step) or "
+                        "metadata.json were changed",
+                        dir, m->f[c->file].name, t->name);
+    }
+    return SHS_OK;
+}
+
 /*
- * Opening a chunk: authenticated first, decrypted after, on two threads.
+ * Authenticating a chunk without decrypting it (verify).
  *
- * OpenSSL's one-pass GCM decryption (about 5 GB/s per core here) is
- * sequential over a chunk and writes plaintext before it has seen the
- * tag.  GCM is CTR encryption plus GHASH over the ciphertext, so the two
- * are done apart, each by OpenSSL's own code:
- *
- *  1. GHASH.  A GCM context under the key and the chunk's nonce is given a
- *     byte string Y as AAD only (no data): its tag T(Y) = E(J0) ^ (G(Y) ^
- *     L(Y)) * H, where G(Y) is GHASH's running value after the 16-byte
- *     blocks of Y (zero-padded), L(Y) = [8 len(Y), 0] its length block,
- *     H = AES_K(0^128) and E(J0) = AES_K(nonce || 1).  So G(Y) * H = T(Y)
- *     ^ E(J0) ^ L(Y) * H (products in GF(2^128), gf128_mul).  The chunk's
- *     GHASH input is A = aad, zeros to 16 bytes, then the ciphertext C:
- *     split at a 16-byte boundary into A1 (aad, pad, the start of C) and
- *     A2 (the rest of C, k blocks), G(A) * H = (G(A1) * H) * H^k ^ G(A2) *
- *     H, since each block multiplies the running value by H.  The tag is
- *     E(J0) ^ G(A) * H ^ [8 len(aad), 8 len(C)] * H, compared with the
- *     stored one (CRYPTO_memcmp).  The helper thread takes A1, the calling
- *     thread the ciphertext's xxh3 and then A2.
- *  2. Only then AES-256-CTR from the counter block nonce || 2 (GCM's
- *     inc32(J0)) decrypts into the destination, the two halves on the two
- *     threads.  OpenSSL's CTR carries into the upper 96 bits where GCM's
- *     inc32 wraps, which never happens within GCM's limit of 2^32 - 2
- *     blocks (checked).
- *
- * So no plaintext is written before the chunk authenticates, and both
- * cores work on a chunk: the CPU time is about 25% more than one-pass GCM
- * (GHASH ~8 GB/s and CTR ~9 GB/s apart), the wall time about 60%.
- * Same bytes, same tag, same format: the save still encrypts with
- * one-pass GCM, and tests/test_crypt.c checks this path against
- * EVP's GCM decryption at many lengths.
+ * GCM is CTR encryption plus GHASH over the ciphertext; verify needs only
+ * the tag, so only GHASH is computed, by OpenSSL's own code, on two
+ * threads, and no plaintext is ever made.  A GCM context under the key and
+ * the chunk's nonce is given a byte string Y as AAD only (no data): its
+ * tag T(Y) = E(J0) ^ (G(Y) ^ L(Y)) * H, where G(Y) is GHASH's running
+ * value after the 16-byte blocks of Y (zero-padded), L(Y) = [8 len(Y), 0]
+ * its length block, H = AES_K(0^128) and E(J0) = AES_K(nonce || 1).  So
+ * G(Y) * H = T(Y) ^ E(J0) ^ L(Y) * H (products in GF(2^128), gf128_mul).
+ * The chunk's GHASH input is A = aad, zeros to 16 bytes, then the
+ * ciphertext C: split at a 16-byte boundary into A1 (aad, pad, the first
+ * half of C) and A2 (the rest of C, k blocks), G(A) * H = (G(A1) * H) *
+ * H^k ^ G(A2) * H, since each block multiplies the running value by H.
+ * The tag is E(J0) ^ G(A) * H ^ [8 len(aad), 8 len(C)] * H, compared with
+ * the stored one (CRYPTO_memcmp).  tests/test_crypt.c checks it against
+ * the save's one-pass GCM at many lengths.  (A load decrypts with one-pass
+ * GCM, which costs less CPU than GHASH and CTR apart; its parallelism is
+ * across chunks, load.c.)
  */
 
 /* Chunks from this size on use a helper thread; smaller ones run alone. */
-#define OPEN_THREAD_MIN ((uint64_t)1 << 20)
+#define AUTH_THREAD_MIN ((uint64_t)1 << 20)
 /* GCM's limit on one message: 2^32 - 2 blocks of 16 bytes */
 #define GCM_MAX_BYTES ((((uint64_t)1 << 32) - 2) * 16)
 
@@ -495,71 +531,28 @@ static int ghash_part(unsigned char gh[16], const shs__key *key,
     return 0;
 }
 
-/* AES-256-CTR over bytes [from, to) of the chunk (from a multiple of 16):
-   GCM's keystream for them.  -1 when libcrypto fails. */
-static int gcm_ctr(const shs__key *key, const unsigned char nonce[SHS__NONCE_BYTES],
-                   const unsigned char *src, unsigned char *dst, uint64_t from, uint64_t to)
-{
-    unsigned char iv[16];
-    int len = 0;
-    uint32_t ctr = (uint32_t)(2 + from / 16);
-    memcpy(iv, nonce, SHS__NONCE_BYTES);
-    for (int i = 0; i < 4; i++)
-        iv[12 + i] = (unsigned char)(ctr >> (24 - 8 * i));
-    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-    int ok = ctx && EVP_EncryptInit_ex(ctx, EVP_aes_256_ctr(), NULL, key->k, iv) == 1;
-    for (uint64_t at = from; ok && at < to;) {
-        int piece = to - at > SLICE ? SLICE : (int)(to - at);
-        ok = EVP_EncryptUpdate(ctx, dst + at, &len, src + at, piece) == 1 && len == piece;
-        at += (uint64_t)piece;
-    }
-    EVP_CIPHER_CTX_free(ctx);
-    return ok ? 0 : -1;
-}
-
-/* The helper thread of a large chunk: G(A1) * H (phase 1), then, told to,
-   the second half of the decryption (phase 2). */
-typedef struct open_job {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
+/* The helper thread: G(A1) * H. */
+typedef struct auth_job {
     const shs__key *key;
     const unsigned char *nonce, *h, *ej0, *aad, *src;
-    unsigned char *dst;
     size_t alen;
-    uint64_t n, split, half; /* A1 = aad + src[0, split); CTR of [half, n) */
+    uint64_t split; /* A1 = aad + src[0, split) */
     unsigned char gh[16];
-    int gh_rc, gh_done; /* phase 1 */
-    int verdict;        /* 0 not yet, 1 decrypt, -1 stop */
-    int ctr_rc;         /* phase 2 */
-} open_job;
+    int rc;
+} auth_job;
 
-static void *open_helper(void *arg)
+static void *auth_helper(void *arg)
 {
-    open_job *j = arg;
-    int rc = ghash_part(j->gh, j->key, j->nonce, j->h, j->ej0, j->aad, j->alen, j->src, j->split);
-    pthread_mutex_lock(&j->mu);
-    j->gh_rc = rc;
-    j->gh_done = 1;
-    pthread_cond_broadcast(&j->cv);
-    while (!j->verdict)
-        pthread_cond_wait(&j->cv, &j->mu);
-    int go = j->verdict > 0 && j->dst;
-    pthread_mutex_unlock(&j->mu);
-    if (go)
-        j->ctr_rc = gcm_ctr(j->key, j->nonce, j->src, j->dst, j->half, j->n);
+    auth_job *j = arg;
+    j->rc = ghash_part(j->gh, j->key, j->nonce, j->h, j->ej0, j->aad, j->alen, j->src, j->split);
     return NULL;
 }
 
-/* buf NULL: authenticate only */
-static int open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
-                      const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
-                      uint64_t n, int check_hash)
+int shs__crypt_auth_chunk(const shs__key *key, const shs__meta *m, const char *dir,
+                          const shs__mtensor *t, const shs__mchunk *c, const void *src, uint64_t n)
 {
     unsigned char aad[SHS__AAD_MAX], h[16], ej0[16], gh2[16] = { 0 }, lb[16], tag[16];
     int rc;
-    if (check_hash && c->has_hash && !c->enc && shs__xxh3(src, (size_t)n) != c->hash)
-        return shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': data does not match its xxh3 checksum",
-                        dir, m->f[c->file].name, t->name);
     if (!c->enc)
         return SHS_OK;
     if ((rc = shs__crypt_check_key(m, key, dir)) < 0)
@@ -573,48 +566,22 @@ static int open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
         return shs__err(SHS_EIO, "libcrypto: cannot start AES-256-GCM");
     size_t alen = shs__crypt_aad(aad, m->save_id, t->name, t->dtype, t->ndim, t->gshape, c->off,
                                  c->shape, m->step);
-    /* the helper takes the larger part of the GHASH: the caller also
-       computes the xxh3 */
-    open_job j = { .key = key,
-                   .nonce = c->nonce,
-                   .h = h,
-                   .ej0 = ej0,
-                   .aad = aad,
-                   .src = src,
-                   .dst = buf,
-                   .alen = alen,
-                   .n = n,
-                   .split = n,
-                   .half = n };
+    auth_job j = {
+        .key = key, .nonce = c->nonce, .h = h, .ej0 = ej0, .aad = aad, .src = src, .alen = alen
+    };
+    j.split = n >= AUTH_THREAD_MIN ? n / 32 * 16 : n;
     pthread_t th;
-    int threaded = 0;
-    if (n >= OPEN_THREAD_MIN) {
-        j.split = (check_hash && c->has_hash ? n / 16 * 5 / 8 : n / 16 / 2) * 16;
-        j.half = n / 32 * 16;
-        pthread_mutex_init(&j.mu, NULL);
-        pthread_cond_init(&j.cv, NULL);
-        threaded = pthread_create(&th, NULL, open_helper, &j) == 0;
-        if (!threaded) {
-            pthread_mutex_destroy(&j.mu);
-            pthread_cond_destroy(&j.cv);
-            j.split = j.half = n;
-        }
-    }
-    /* phase 1; the checksum is checked even when the tag fails, and
-       reported first: damage is told apart from a moved chunk */
-    int hash_ok = !check_hash || !c->has_hash || shs__xxh3(src, (size_t)n) == c->hash;
-    int gh2_rc = 0;
-    if (j.split < n)
-        gh2_rc = ghash_part(gh2, key, c->nonce, h, ej0, NULL, 0,
-                            (const unsigned char *)src + j.split, n - j.split);
-    if (threaded) {
-        pthread_mutex_lock(&j.mu);
-        while (!j.gh_done)
-            pthread_cond_wait(&j.cv, &j.mu);
-        pthread_mutex_unlock(&j.mu);
-    } else {
-        j.gh_rc = ghash_part(j.gh, key, c->nonce, h, ej0, aad, alen, src, n);
-    }
+    int threaded = j.split < n && pthread_create(&th, NULL, auth_helper, &j) == 0;
+    int rc2 = 0;
+    if (threaded)
+        rc2 = ghash_part(gh2, key, c->nonce, h, ej0, NULL, 0, (const unsigned char *)src + j.split,
+                         n - j.split);
+    else
+        j.split = n;
+    if (threaded)
+        pthread_join(th, NULL);
+    else
+        auth_helper(&j);
     /* tag = E(J0) ^ (G(A1) * H) * H^k ^ G(A2) * H ^ [8 len(aad), 8 n] * H */
     gf128_mul_pow(j.gh, h, (n - j.split + 15) / 16);
     put_be64(lb, (uint64_t)alen * 8);
@@ -622,68 +589,22 @@ static int open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
     gf128_mul(lb, h);
     for (int i = 0; i < 16; i++)
         tag[i] = ej0[i] ^ j.gh[i] ^ gh2[i] ^ lb[i];
-    int crypto_ok = j.gh_rc == 0 && gh2_rc == 0;
-    int auth = hash_ok && crypto_ok && CRYPTO_memcmp(tag, c->tag, SHS__TAG_BYTES) == 0;
-    if (threaded) {
-        pthread_mutex_lock(&j.mu);
-        j.verdict = auth ? 1 : -1;
-        pthread_cond_broadcast(&j.cv);
-        pthread_mutex_unlock(&j.mu);
-    }
-    /* phase 2 */
-    int ctr_rc = auth && buf ? gcm_ctr(key, c->nonce, src, buf, 0, j.half) : 0;
-    if (threaded) {
-        pthread_join(th, NULL);
-        pthread_mutex_destroy(&j.mu);
-        pthread_cond_destroy(&j.cv);
-        if (ctr_rc == 0)
-            ctr_rc = j.ctr_rc;
-    }
+    int ok = j.rc == 0 && rc2 == 0;
+    int auth = ok && CRYPTO_memcmp(tag, c->tag, SHS__TAG_BYTES) == 0;
     OPENSSL_cleanse(h, sizeof h);
     OPENSSL_cleanse(ej0, sizeof ej0);
     OPENSSL_cleanse(&j, sizeof j);
     OPENSSL_cleanse(gh2, sizeof gh2);
     OPENSSL_cleanse(tag, sizeof tag);
-    if (!hash_ok)
-        return shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': data does not match its xxh3 checksum",
-                        dir, m->f[c->file].name, t->name);
-    if (!crypto_ok || ctr_rc < 0) {
-        if (buf)
-            OPENSSL_cleanse(buf, (size_t)n);
-        return shs__err(SHS_EIO, "libcrypto: AES-256-GCM decryption failed");
-    }
-    if (!auth) {
-        /* nothing was decrypted; the destination is wiped all the same
-           (it may hold the ciphertext, read there to be opened in place) */
-        if (buf)
-            OPENSSL_cleanse(buf, (size_t)n);
+    if (!ok)
+        return shs__err(SHS_EIO, "libcrypto: AES-256-GCM authentication failed");
+    if (!auth)
         return shs__err(SHS_ECHECKSUM,
                         "%s/%s: tensor '%s': chunk does not authenticate (" SHS__CIPHER_NAME
                         " tag mismatch): its bytes, its place (tensor, offset, step) or "
                         "metadata.json were changed",
                         dir, m->f[c->file].name, t->name);
-    }
     return SHS_OK;
-}
-
-int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
-                          const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
-                          uint64_t n)
-{
-    return open_chunk(key, m, dir, t, c, src, buf, n, 0);
-}
-
-int shs__crypt_auth_chunk(const shs__key *key, const shs__meta *m, const char *dir,
-                          const shs__mtensor *t, const shs__mchunk *c, const void *src, uint64_t n)
-{
-    return open_chunk(key, m, dir, t, c, src, NULL, n, 0);
-}
-
-int shs__crypt_open_checked(const shs__key *key, const shs__meta *m, const char *dir,
-                            const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
-                            uint64_t n)
-{
-    return open_chunk(key, m, dir, t, c, src, buf, n, 1);
 }
 
 /* ---- metadata.json's spelling ---- */

@@ -80,30 +80,20 @@ int shs__seal_stream(shs__sealer *s, const void *src, uint64_t n, unsigned char 
 int shs__seal_end(shs__sealer *s, unsigned char tag[SHS__TAG_BYTES]);
 void shs__seal_free(shs__sealer *s);
 
-/* Authenticate chunk c of tensor t of model m (its n bytes of ciphertext
-   at src, already checked against its xxh3), then decrypt it into buf --
-   src may be buf: in place.  No plaintext is written before the tag has
-   matched.  SHS_EKEY when there is no key or it is not the checkpoint's;
-   SHS_ECHECKSUM, naming the file and tensor, when the tag does not match
-   (a changed byte, a moved chunk, a changed metadata.json): buf is then
-   wiped.  A chunk of 1 MiB or more uses one helper thread (GHASH next to
-   the caller's work, then CTR on both). */
+/* Decrypt chunk c of tensor t of model m (its n bytes of ciphertext at
+   src, already checked against its xxh3) into buf -- src may be buf: in
+   place -- and authenticate it.  SHS_EKEY when there is no key or it is
+   not the checkpoint's; SHS_ECHECKSUM, naming the file and tensor, when
+   the tag does not match (a changed byte, a moved chunk, a changed
+   metadata.json): buf is then wiped. */
 int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
                           const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
                           uint64_t n);
-/* Authenticate chunk c only (verify): the same checks, nothing is
-   decrypted. */
+/* Authenticate chunk c without decrypting it (verify): the same checks
+   and errors, from GHASH over the ciphertext alone, on two threads for a
+   chunk of 1 MiB or more; no plaintext is made. */
 int shs__crypt_auth_chunk(const shs__key *key, const shs__meta *m, const char *dir,
                           const shs__mtensor *t, const shs__mchunk *c, const void *src, uint64_t n);
-/* shs__crypt_open_chunk, checking the ciphertext against the chunk's xxh3 (when it
-   has one) on the calling thread while the helper computes the tag: one
-   pass less for a load.  A mismatch is SHS_ECHECKSUM "does not match its
-   xxh3 checksum", reported before a tag mismatch (damage is told apart
-   from a moved chunk); buf is then left as it was.  An unencrypted chunk
-   is only checked. */
-int shs__crypt_open_checked(const shs__key *key, const shs__meta *m, const char *dir,
-                            const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
-                            uint64_t n);
 
 /* The checkpoint m needs a key: SHS_EKEY "encrypted ... key required"
    when key is NULL, "wrong key" when its id is not the checkpoint's.
