@@ -16,7 +16,7 @@
  *                               encrypted vs unencrypted sync save (fsync=1),
  *                               interleaved, and the warm-cache load of each
  *   bench_ckpt profile-load DIR [ITERS [WORKERS]]   load in a loop, for perf record
- *   bench_ckpt profile-load-enc DIR [ITERS]  the same, saved and loaded with a key
+ *   bench_ckpt profile-load-enc DIR [ITERS [WORKERS]]  the same, saved and loaded with a key
  *
  * Each mode is its own process (peak RSS per mode).  Results: human lines
  * plus "@@ {json}" lines for bench/report.py, like bench_io.

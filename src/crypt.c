@@ -5,7 +5,6 @@
  */
 #include "crypt.h"
 
-#include "hash.h"
 #include "io.h"
 
 #include <openssl/crypto.h>
