@@ -399,6 +399,213 @@ int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *d
     return SHS_OK;
 }
 
+/*
+ * Authenticating a chunk without decrypting it (verify).
+ *
+ * GCM is CTR encryption plus GHASH over the ciphertext; verify needs only
+ * the tag, so only GHASH is computed, by OpenSSL's own code, on two
+ * threads, and no plaintext is ever made.  A GCM context under the key and
+ * the chunk's nonce is given a byte string Y as AAD only (no data): its
+ * tag T(Y) = E(J0) ^ (G(Y) ^ L(Y)) * H, where G(Y) is GHASH's running
+ * value after the 16-byte blocks of Y (zero-padded), L(Y) = [8 len(Y), 0]
+ * its length block, H = AES_K(0^128) and E(J0) = AES_K(nonce || 1).  So
+ * G(Y) * H = T(Y) ^ E(J0) ^ L(Y) * H (products in GF(2^128), gf128_mul).
+ * The chunk's GHASH input is A = aad, zeros to 16 bytes, then the
+ * ciphertext C: split at a 16-byte boundary into A1 (aad, pad, the first
+ * half of C) and A2 (the rest of C, k blocks), G(A) * H = (G(A1) * H) *
+ * H^k ^ G(A2) * H, since each block multiplies the running value by H.
+ * The tag is E(J0) ^ G(A) * H ^ [8 len(aad), 8 len(C)] * H, compared with
+ * the stored one (CRYPTO_memcmp).  tests/test_crypt.c checks it against
+ * the save's one-pass GCM at many lengths.  (A load decrypts with one-pass
+ * GCM, which costs less CPU than GHASH and CTR apart; its parallelism is
+ * across chunks, load.c.)
+ */
+
+/* Chunks from this size on use a helper thread; smaller ones run alone. */
+#define AUTH_THREAD_MIN ((uint64_t)1 << 20)
+/* GCM's limit on one message: 2^32 - 2 blocks of 16 bytes */
+#define GCM_MAX_BYTES ((((uint64_t)1 << 32) - 2) * 16)
+
+static void put_be64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (56 - 8 * i));
+}
+
+static uint64_t get_be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* x = x * y in GCM's GF(2^128) (NIST SP 800-38D, algorithm 1: bit 0 is
+   the most significant bit of byte 0); no branch on the values. */
+static void gf128_mul(unsigned char x[16], const unsigned char y[16])
+{
+    uint64_t zh = 0, zl = 0, vh = get_be64(y), vl = get_be64(y + 8);
+    for (int i = 0; i < 128; i++) {
+        uint64_t bit = 0 - (uint64_t)((x[i / 8] >> (7 - i % 8)) & 1);
+        zh ^= vh & bit;
+        zl ^= vl & bit;
+        uint64_t lsb = 0 - (vl & 1);
+        vl = (vl >> 1) | (vh << 63);
+        vh = (vh >> 1) ^ (0xe100000000000000ull & lsb);
+    }
+    put_be64(x, zh);
+    put_be64(x + 8, zl);
+}
+
+/* x = x * h^k (square and multiply; k is a public length) */
+static void gf128_mul_pow(unsigned char x[16], const unsigned char h[16], uint64_t k)
+{
+    unsigned char sq[16];
+    memcpy(sq, h, 16);
+    for (; k; k >>= 1) {
+        if (k & 1)
+            gf128_mul(x, sq);
+        if (k > 1) {
+            unsigned char t[16];
+            memcpy(t, sq, 16);
+            gf128_mul(sq, t);
+            OPENSSL_cleanse(t, sizeof t);
+        }
+    }
+    OPENSSL_cleanse(sq, sizeof sq);
+}
+
+/* H = AES_K(0^128) and E(J0) = AES_K(nonce || 0x00000001) */
+static int gcm_blocks(const shs__key *key, const unsigned char nonce[SHS__NONCE_BYTES],
+                      unsigned char h[16], unsigned char ej0[16])
+{
+    unsigned char in[32] = { 0 }, out[32];
+    int len = 0;
+    memcpy(in + 16, nonce, SHS__NONCE_BYTES);
+    in[31] = 1;
+    EVP_CIPHER_CTX *ecb = EVP_CIPHER_CTX_new();
+    int ok = ecb && EVP_EncryptInit_ex(ecb, EVP_aes_256_ecb(), NULL, key->k, NULL) == 1 &&
+             EVP_CIPHER_CTX_set_padding(ecb, 0) == 1 &&
+             EVP_EncryptUpdate(ecb, out, &len, in, 32) == 1 && len == 32;
+    EVP_CIPHER_CTX_free(ecb);
+    memcpy(h, out, 16);
+    memcpy(ej0, out + 16, 16);
+    OPENSSL_cleanse(out, sizeof out);
+    return ok ? 0 : -1;
+}
+
+/* gh = G(Y) * H for Y = (aad, zeros to 16 bytes, then the len bytes at
+   ct); aad may be empty.  -1 when libcrypto fails. */
+static int ghash_part(unsigned char gh[16], const shs__key *key,
+                      const unsigned char nonce[SHS__NONCE_BYTES], const unsigned char h[16],
+                      const unsigned char ej0[16], const unsigned char *aad, size_t alen,
+                      const unsigned char *ct, uint64_t len)
+{
+    static const unsigned char zeros[16];
+    unsigned char tail[16], lb[16];
+    int olen = 0;
+    size_t apad = (16 - alen % 16) % 16;
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    int ok = ctx && EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, NULL, NULL) == 1 &&
+             EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, SHS__NONCE_BYTES, NULL) == 1 &&
+             EVP_EncryptInit_ex(ctx, NULL, NULL, key->k, nonce) == 1 &&
+             (alen == 0 || EVP_EncryptUpdate(ctx, NULL, &olen, aad, (int)alen) == 1) &&
+             (apad == 0 || EVP_EncryptUpdate(ctx, NULL, &olen, zeros, (int)apad) == 1);
+    for (uint64_t left = len; ok && left;) {
+        int piece = left > SLICE ? SLICE : (int)left;
+        ok = EVP_EncryptUpdate(ctx, NULL, &olen, ct, piece) == 1;
+        ct += piece;
+        left -= (uint64_t)piece;
+    }
+    ok = ok && EVP_EncryptFinal_ex(ctx, tail, &olen) == 1 && olen == 0 &&
+         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, SHS__TAG_BYTES, gh) == 1;
+    EVP_CIPHER_CTX_free(ctx);
+    if (!ok)
+        return -1;
+    put_be64(lb, ((uint64_t)(alen + apad) + len) * 8);
+    put_be64(lb + 8, 0);
+    gf128_mul(lb, h);
+    for (int i = 0; i < 16; i++)
+        gh[i] ^= ej0[i] ^ lb[i];
+    return 0;
+}
+
+/* The helper thread: G(A1) * H. */
+typedef struct auth_job {
+    const shs__key *key;
+    const unsigned char *nonce, *h, *ej0, *aad, *src;
+    size_t alen;
+    uint64_t split; /* A1 = aad + src[0, split) */
+    unsigned char gh[16];
+    int rc;
+} auth_job;
+
+static void *auth_helper(void *arg)
+{
+    auth_job *j = arg;
+    j->rc = ghash_part(j->gh, j->key, j->nonce, j->h, j->ej0, j->aad, j->alen, j->src, j->split);
+    return NULL;
+}
+
+int shs__crypt_auth_chunk(const shs__key *key, const shs__meta *m, const char *dir,
+                          const shs__mtensor *t, const shs__mchunk *c, const void *src, uint64_t n)
+{
+    unsigned char aad[SHS__AAD_MAX], h[16], ej0[16], gh2[16] = { 0 }, lb[16], tag[16];
+    int rc;
+    if (!c->enc)
+        return SHS_OK;
+    if ((rc = shs__crypt_check_key(m, key, dir)) < 0)
+        return rc;
+    if (n > GCM_MAX_BYTES)
+        return shs__err(SHS_ECORRUPT,
+                        "%s/%s: tensor '%s': a chunk of %llu bytes is longer than one "
+                        "AES-256-GCM message can be",
+                        dir, m->f[c->file].name, t->name, (unsigned long long)n);
+    if (gcm_blocks(key, c->nonce, h, ej0) < 0)
+        return shs__err(SHS_EIO, "libcrypto: cannot start AES-256-GCM");
+    size_t alen = shs__crypt_aad(aad, m->save_id, t->name, t->dtype, t->ndim, t->gshape, c->off,
+                                 c->shape, m->step);
+    auth_job j = {
+        .key = key, .nonce = c->nonce, .h = h, .ej0 = ej0, .aad = aad, .src = src, .alen = alen
+    };
+    j.split = n >= AUTH_THREAD_MIN ? n / 32 * 16 : n;
+    pthread_t th;
+    int threaded = j.split < n && pthread_create(&th, NULL, auth_helper, &j) == 0;
+    int rc2 = 0;
+    if (threaded)
+        rc2 = ghash_part(gh2, key, c->nonce, h, ej0, NULL, 0, (const unsigned char *)src + j.split,
+                         n - j.split);
+    else
+        j.split = n;
+    if (threaded)
+        pthread_join(th, NULL);
+    else
+        auth_helper(&j);
+    /* tag = E(J0) ^ (G(A1) * H) * H^k ^ G(A2) * H ^ [8 len(aad), 8 n] * H */
+    gf128_mul_pow(j.gh, h, (n - j.split + 15) / 16);
+    put_be64(lb, (uint64_t)alen * 8);
+    put_be64(lb + 8, n * 8);
+    gf128_mul(lb, h);
+    for (int i = 0; i < 16; i++)
+        tag[i] = ej0[i] ^ j.gh[i] ^ gh2[i] ^ lb[i];
+    int ok = j.rc == 0 && rc2 == 0;
+    int auth = ok && CRYPTO_memcmp(tag, c->tag, SHS__TAG_BYTES) == 0;
+    OPENSSL_cleanse(h, sizeof h);
+    OPENSSL_cleanse(ej0, sizeof ej0);
+    OPENSSL_cleanse(&j, sizeof j);
+    OPENSSL_cleanse(gh2, sizeof gh2);
+    OPENSSL_cleanse(tag, sizeof tag);
+    if (!ok)
+        return shs__err(SHS_EIO, "libcrypto: AES-256-GCM authentication failed");
+    if (!auth)
+        return shs__err(SHS_ECHECKSUM,
+                        "%s/%s: tensor '%s': chunk does not authenticate (" SHS__CIPHER_NAME
+                        " tag mismatch): its bytes, its place (tensor, offset, step) or "
+                        "metadata.json were changed",
+                        dir, m->f[c->file].name, t->name);
+    return SHS_OK;
+}
+
 /* ---- metadata.json's spelling ---- */
 
 void shs__crypt_hex_nt(char out[57], const unsigned char nonce[SHS__NONCE_BYTES],

@@ -169,22 +169,16 @@ static int same_as_earlier_copy(shs__loader *L, const shs__mtensor *t, size_t k,
     return rc;
 }
 
-/* An encrypted chunk whose checksums matched (its bytes at p): decrypted
-   in a copy (*buf, reallocated) and authenticated.  Without a key it is
-   left for the end of the verify, which says a key is needed. */
+/* An encrypted chunk whose checksums matched (its bytes at p):
+   authenticated, not decrypted (crypt.c: the tag is computed from the
+   ciphertext).  Without a key it is left for the end of the verify, which
+   says a key is needed. */
 static int verify_sealed(const shs__loader *L, const shs__mtensor *t, const shs__mchunk *c,
-                         const void *p, void **buf)
+                         const void *p)
 {
-    uint64_t n = c->b1 - c->b0;
     if (!c->enc || !L->key)
         return SHS_OK;
-    if (p != *buf) {
-        shs__free(*buf);
-        if (!(*buf = shs__malloc((size_t)n + 1)))
-            return shs__err(SHS_ENOMEM, "out of memory");
-        memcpy(*buf, p, (size_t)n);
-    }
-    return shs__crypt_open_chunk(L->key, L->m, L->dir, t, c, *buf, *buf, n);
+    return shs__crypt_auth_chunk(L->key, L->m, L->dir, t, c, p, c->b1 - c->b0);
 }
 
 static int verify(const char *dir, const shs__key *key);
@@ -280,7 +274,7 @@ static int verify(const char *dir, const shs__key *key)
                                   dir, m.t[j].name, q);
             }
             if (rc == SHS_OK)
-                rc = verify_sealed(&L, &m.t[j], c, p, &buf);
+                rc = verify_sealed(&L, &m.t[j], c, p);
         }
     }
     for (size_t k = 0; k < m.nb && rc == SHS_OK; k++) {

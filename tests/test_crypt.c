@@ -645,6 +645,184 @@ static void test_tools(void **state)
     free(pdst);
 }
 
+/* ---- opening a chunk (crypt.c), and authenticating it alone (verify:
+   GHASH over the ciphertext on two threads) ---- */
+
+/* One chunk of n bytes of tensor "w" (U8, 1-D) sealed by the save's own
+   one-pass GCM, and what it takes to open it again. */
+typedef struct sealed {
+    shs__key key;
+    shs__meta m;
+    shs__mfile f;
+    shs__mtensor t;
+    shs__mchunk c;
+    uint64_t gshape[1], off[1], shape[1];
+    unsigned char *plain, *ct;
+    uint64_t n;
+} sealed;
+
+static void sealed_make(sealed *x, uint64_t n)
+{
+    unsigned char aad[SHS__AAD_MAX];
+    memset(x, 0, sizeof *x);
+    TU_OK(shs__key_from_bytes(&x->key, k_key, 32));
+    x->n = n;
+    x->gshape[0] = x->shape[0] = n;
+    x->f.name = "w.safetensors";
+    x->m.f = &x->f;
+    x->m.nf = 1;
+    x->m.step = 7;
+    x->m.encrypted = 1;
+    memcpy(x->m.key_id, x->key.id, sizeof x->m.key_id);
+    memcpy(x->m.save_id, "0123456789abcdef", 17);
+    x->t = (shs__mtensor){ .name = "w", .dtype = SHS_U8, .ndim = 1, .gshape = x->gshape };
+    x->c.off = x->off;
+    x->c.shape = x->shape;
+    x->c.enc = 1;
+    x->plain = malloc(n + 1);
+    x->ct = malloc(n + 1);
+    assert_non_null(x->plain);
+    assert_non_null(x->ct);
+    for (uint64_t i = 0; i < n; i++)
+        x->plain[i] = (unsigned char)(i * 131 + (i >> 9) + 7);
+    size_t alen = shs__crypt_aad(aad, x->m.save_id, "w", SHS_U8, 1, x->gshape, x->off, x->shape,
+                                 x->m.step);
+    shs__sealer *s;
+    TU_OK(shs__seal_begin(&s, &x->key, aad, alen, x->c.nonce));
+    TU_OK(shs__seal_update(s, x->plain, x->ct, (size_t)n));
+    TU_OK(shs__seal_end(s, x->c.tag));
+    shs__seal_free(s);
+    x->c.has_hash = 1;
+    x->c.hash = shs__xxh3(x->ct, (size_t)n);
+}
+
+static void sealed_free(sealed *x)
+{
+    free(x->plain);
+    free(x->ct);
+}
+
+static int all_bytes(const unsigned char *p, uint64_t n, unsigned char v)
+{
+    for (uint64_t i = 0; i < n; i++)
+        if (p[i] != v)
+            return 0;
+    return 1;
+}
+
+static int open_w(sealed *x, const void *src, void *buf)
+{
+    return shs__crypt_open_chunk(&x->key, &x->m, "D", &x->t, &x->c, src, buf, x->n);
+}
+
+static int auth_w(sealed *x)
+{
+    return shs__crypt_auth_chunk(&x->key, &x->m, "D", &x->t, &x->c, x->ct, x->n);
+}
+
+/* Lengths around the 16-byte blocks, the thread threshold (1 MiB) and the
+   split point of verify's two threads: what one-pass GCM sealed opens to
+   the same bytes, out of place and in place, and authenticates alone. */
+static void test_open_lengths(void **state)
+{
+    (void)state;
+    static const uint64_t lens[] = { 0,
+                                     1,
+                                     15,
+                                     16,
+                                     17,
+                                     31,
+                                     33,
+                                     1000,
+                                     (1u << 20) - 1,
+                                     1u << 20,
+                                     (1u << 20) + 1,
+                                     (1u << 20) + 17,
+                                     (3u << 20) + 5,
+                                     (5u << 20) + 9,
+                                     (5u << 20) + 32 };
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+        sealed x;
+        sealed_make(&x, lens[k]);
+        unsigned char *buf = malloc(x.n + 1);
+        assert_non_null(buf);
+        memset(buf, 0x5a, x.n + 1);
+        if (open_w(&x, x.ct, buf) != SHS_OK)
+            fail_msg("n=%llu: %s", (unsigned long long)x.n, shs_last_error());
+        assert_memory_equal(buf, x.plain, x.n);
+        assert_int_equal(buf[x.n], 0x5a);
+        memcpy(buf, x.ct, x.n);
+        if (open_w(&x, buf, buf) != SHS_OK)
+            fail_msg("n=%llu in place: %s", (unsigned long long)x.n, shs_last_error());
+        assert_memory_equal(buf, x.plain, x.n);
+        if (auth_w(&x) != SHS_OK)
+            fail_msg("n=%llu authenticated alone: %s", (unsigned long long)x.n, shs_last_error());
+        free(buf);
+        sealed_free(&x);
+    }
+}
+
+/* A changed byte anywhere (in either of verify's two GHASH parts, in the
+   last partial block), a changed tag, nonce, place or key: opening leaves
+   no plaintext (the buffer is wiped), authenticating alone refuses it. */
+static void test_open_tampered(void **state)
+{
+    (void)state;
+    static const uint64_t lens[] = { 40, (3u << 20) + 5 };
+    for (size_t k = 0; k < 2; k++) {
+        sealed x;
+        sealed_make(&x, lens[k]);
+        uint64_t n = x.n;
+        unsigned char *buf = malloc(n + 1);
+        assert_non_null(buf);
+        const uint64_t at[] = { 0, n / 4, n / 2 - 1, n / 2, n * 3 / 4, n - 1 };
+        for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
+            x.ct[at[i]] ^= 0x10;
+            memset(buf, 0x5a, n);
+            assert_int_equal(open_w(&x, x.ct, buf), SHS_ECHECKSUM);
+            TU_ASSERT_MSG_HAS("does not authenticate");
+            TU_ASSERT_MSG_HAS("D/w.safetensors: tensor 'w'");
+            assert_true(all_bytes(buf, n, 0));
+            memcpy(buf, x.ct, n);
+            assert_int_equal(open_w(&x, buf, buf), SHS_ECHECKSUM);
+            assert_true(all_bytes(buf, n, 0));
+            assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
+            TU_ASSERT_MSG_HAS("does not authenticate");
+            TU_ASSERT_MSG_HAS("D/w.safetensors: tensor 'w'");
+            x.ct[at[i]] ^= 0x10;
+        }
+        /* the tag, the nonce */
+        unsigned char *fields[2] = { x.c.tag, x.c.nonce };
+        for (int f = 0; f < 2; f++) {
+            fields[f][3] ^= 1;
+            memset(buf, 0x5a, n);
+            assert_int_equal(open_w(&x, x.ct, buf), SHS_ECHECKSUM);
+            assert_true(all_bytes(buf, n, 0));
+            assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
+            fields[f][3] ^= 1;
+        }
+        /* the step (in the AAD) */
+        x.m.step++;
+        assert_int_equal(open_w(&x, x.ct, buf), SHS_ECHECKSUM);
+        assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
+        x.m.step--;
+        /* another key with the right id (only the tag can tell), no key */
+        shs__key right = x.key;
+        x.key.k[0] ^= 1;
+        assert_int_equal(open_w(&x, x.ct, buf), SHS_ECHECKSUM);
+        assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
+        x.key = right;
+        assert_int_equal(shs__crypt_auth_chunk(NULL, &x.m, "D", &x.t, &x.c, x.ct, n), SHS_EKEY);
+        TU_ASSERT_MSG_HAS("key required");
+        /* and untouched, it opens */
+        TU_OK(auth_w(&x));
+        TU_OK(open_w(&x, x.ct, buf));
+        assert_memory_equal(buf, x.plain, n);
+        free(buf);
+        sealed_free(&x);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -652,6 +830,7 @@ int main(void)
         cmocka_unit_test(test_read_api),       cmocka_unit_test(test_async_env),
         cmocka_unit_test(test_two_ranks),      cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_write_failures), cmocka_unit_test(test_tools),
+        cmocka_unit_test(test_open_lengths),   cmocka_unit_test(test_open_tampered),
     };
     return TU_RUN_GROUP(tests, setup, teardown);
 }
