@@ -7,6 +7,7 @@
  * metadata: test_crypt_tamper.c.
  */
 #include "crypt_fixture.h"
+#include "threadcomm.h"
 
 #include <pthread.h>
 
@@ -272,74 +273,14 @@ static void test_async_env(void **state)
 
 /* ---- two ranks as threads, a tensor split by rows ---- */
 
-typedef struct tc_shared {
-    pthread_barrier_t bar;
-    const void *slot[2];
-} tc_shared;
 typedef struct tc_rank {
-    tc_shared *sh;
-    int rank;
+    tcomm tc; /* threadcomm.h, with point-to-point (load_balanced) */
     int rc;
     char msg[512];
     const char *key_file;
     int async;
+    int swapped; /* load only, the other rank's rows, load_balanced */
 } tc_rank;
-
-static int tc_barrier(void *ctx)
-{
-    pthread_barrier_wait(&((tc_rank *)ctx)->sh->bar);
-    return SHS_OK;
-}
-static int tc_bcast(void *ctx, void *buf, size_t len, int root)
-{
-    tc_rank *r = ctx;
-    if (r->rank == root)
-        r->sh->slot[root] = buf;
-    pthread_barrier_wait(&r->sh->bar);
-    if (r->rank != root && len)
-        memcpy(buf, r->sh->slot[root], len);
-    pthread_barrier_wait(&r->sh->bar);
-    return SHS_OK;
-}
-static int tc_allgather(void *ctx, const void *send, size_t len, void *recv)
-{
-    tc_rank *r = ctx;
-    r->sh->slot[r->rank] = send;
-    pthread_barrier_wait(&r->sh->bar);
-    for (int i = 0; i < 2; i++)
-        if (len)
-            memcpy((char *)recv + (size_t)i * len, r->sh->slot[i], len);
-    pthread_barrier_wait(&r->sh->bar);
-    return SHS_OK;
-}
-static int tc_gatherv(void *ctx, const void *send, const size_t *lens, void *recv, int root)
-{
-    tc_rank *r = ctx;
-    r->sh->slot[r->rank] = send;
-    pthread_barrier_wait(&r->sh->bar);
-    if (r->rank == root) {
-        size_t at = 0;
-        for (int i = 0; i < 2; i++) {
-            if (lens[i])
-                memcpy((char *)recv + at, r->sh->slot[i], lens[i]);
-            at += lens[i];
-        }
-    }
-    pthread_barrier_wait(&r->sh->bar);
-    return SHS_OK;
-}
-static int tc_send(void *c, const void *b, size_t n, int d, int t)
-{
-    (void)c, (void)b, (void)n, (void)d, (void)t;
-    return SHS_EUNSUPPORTED;
-}
-static int tc_recv(void *c, void *b, size_t n, int s, int t)
-{
-    (void)c, (void)b, (void)n, (void)s, (void)t;
-    return SHS_EUNSUPPORTED;
-}
-static const shs_comm_ops k_tc_ops = { SHS_COMM_OPS_VERSION, tc_barrier, tc_bcast, tc_allgather,
-                                       tc_gatherv,           tc_send,    tc_recv,  NULL };
 
 static const char *g_rank_sp;
 static const uint64_t k_gshape[2] = { 4, 3 };
@@ -347,13 +288,14 @@ static const uint64_t k_gshape[2] = { 4, 3 };
 static void *rank_main(void *arg)
 {
     tc_rank *r = arg;
+    int rank = r->tc.rank, holds = r->swapped ? 1 - rank : rank;
     shs_comm *comm = NULL;
     shs_state *st = NULL;
     float rows[6], got[6];
-    uint64_t shape[2] = { 2, 3 }, off[2] = { (uint64_t)(2 * r->rank), 0 };
+    uint64_t shape[2] = { 2, 3 }, off[2] = { (uint64_t)(2 * holds), 0 };
     for (int i = 0; i < 6; i++)
-        rows[i] = (float)(100 * r->rank + i);
-    if (shs_comm_create(&comm, r->rank, 2, &k_tc_ops, r) != SHS_OK || shs_state_create(&st) < 0)
+        rows[i] = r->swapped ? 0.0f : (float)(100 * rank + i);
+    if (shs_comm_create(&comm, rank, 2, &k_tops, &r->tc) != SHS_OK || shs_state_create(&st) < 0)
         abort();
     shs_tensor_spec w = SHS_TENSOR_SPEC_INIT;
     w.name = "w";
@@ -366,11 +308,28 @@ static void *rank_main(void *arg)
     tu_cfg_saving(&c, g_rank_sp);
     c.async_save = r->async;
     c.encrypt_key_file = r->key_file;
+    c.load_balanced = r->swapped;
     shs_manager *m = NULL;
     shs_progress p = tu_prog(4);
     int rc = shs_state_add_tensor(st, &w);
     if (rc == SHS_OK)
         rc = shs_manager_create_comm(&m, &c, st, comm);
+    if (rc == SHS_OK && r->swapped) {
+        /* every saved chunk is read once, decrypted, and sent to the
+           rank that holds those rows now */
+        shs_progress q = tu_prog(0);
+        shs_load_result res = SHS_LOAD_RESULT_INIT;
+        rc = shs_manager_load(m, &q, &res);
+        for (int i = 0; rc == SHS_OK && i < 6; i++)
+            if (rows[i] != (float)(100 * holds + i))
+                rc = SHS_ECORRUPT;
+        r->rc = rc;
+        snprintf(r->msg, sizeof r->msg, "%s", rc ? shs_last_error() : "");
+        shs_manager_free(m);
+        shs_comm_free(comm);
+        shs_state_free(st);
+        return NULL;
+    }
     if (rc == SHS_OK)
         rc = shs_manager_save(m, &p, 0);
     if (rc == SHS_OK)
@@ -393,23 +352,22 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-static void run_ranks(tc_rank *r, const char *key0, const char *key1, int async)
+static void run_ranks(tc_rank *r, const char *key0, const char *key1, int async, int swapped)
 {
-    tc_shared sh;
-    memset(&sh, 0, sizeof sh);
-    pthread_barrier_init(&sh.bar, NULL, 2);
+    tshared sh;
+    tshared_init(&sh, 2, 1);
     pthread_t th[2];
     for (int i = 0; i < 2; i++) {
         memset(&r[i], 0, sizeof r[i]);
-        r[i].sh = &sh;
-        r[i].rank = i;
+        r[i].tc = (tcomm){ &sh, i };
         r[i].key_file = i ? key1 : key0;
         r[i].async = async;
+        r[i].swapped = swapped;
         assert_int_equal(pthread_create(&th[i], NULL, rank_main, &r[i]), 0);
     }
     for (int i = 0; i < 2; i++)
         pthread_join(th[i], NULL);
-    pthread_barrier_destroy(&sh.bar);
+    assert_int_equal(tshared_destroy(&sh), 0); /* every message was received */
 }
 
 static void test_two_ranks(void **state)
@@ -420,10 +378,18 @@ static void test_two_ranks(void **state)
         char *sp = tu_subdir("ranks");
         g_rank_sp = sp;
         tc_rank r[2];
-        run_ranks(r, g_key_file, g_key_file, async);
+        run_ranks(r, g_key_file, g_key_file, async, 0);
         for (int i = 0; i < 2; i++)
             if (r[i].rc)
                 fail_msg("rank %d: %s", i, r[i].msg);
+        /* load_balanced: each rank now holds the other's rows */
+        run_ranks(r, g_key_file, g_key_file, async, 1);
+        for (int i = 0; i < 2; i++)
+            if (r[i].rc)
+                fail_msg("balanced load, rank %d: %s", i, r[i].msg);
+        run_ranks(r, g_other_file, g_other_file, async, 1);
+        assert_int_equal(r[0].rc, SHS_EKEY);
+        assert_int_equal(r[1].rc, SHS_EKEY);
         /* one process reads the whole tensor back through the read API */
         shs_checkpoint *ck;
         shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
@@ -439,14 +405,14 @@ static void test_two_ranks(void **state)
         TU_OK(shs_checkpoint_verify_key(tu_step_dir(sp, 4), k_key, 32));
         /* ranks with different keys: the save fails on both, nothing
            committed */
-        run_ranks(r, g_key_file, g_other_file, async);
+        run_ranks(r, g_key_file, g_other_file, async, 0);
         assert_int_equal(r[0].rc, SHS_EKEY);
         assert_int_equal(r[1].rc, SHS_EKEY);
         if (!strstr(r[0].msg, "same key"))
             fail_msg("rank 0: %s", r[0].msg);
         /* rank 1 cannot read its key: the create fails on both ranks */
         char *missing = tu_path_dup(sp, "no-such-key");
-        run_ranks(r, g_key_file, missing, async);
+        run_ranks(r, g_key_file, missing, async, 0);
         free(missing);
         assert_int_equal(r[1].rc, SHS_EKEY);
         if (r[0].rc >= 0 || !strstr(r[0].msg, "rank 1") || !strstr(r[0].msg, "no-such-key"))
