@@ -1,7 +1,14 @@
 /* hash.c -- XXH3-64 dispatched on the CPU's vector unit (see hash.h). */
 #include "hash.h"
 
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t's size */
 #include <xxhash.h>
+
+#include <stdalign.h>
+
+_Static_assert(sizeof(XXH3_state_t) <= sizeof(((shs__xxh3_state *)0)->opaque) &&
+                   alignof(XXH3_state_t) <= 64,
+               "shs__xxh3_state must hold an XXH3_state_t");
 
 static int have_avx2(void)
 {
@@ -47,4 +54,25 @@ uint64_t shs__xxh3_blocks(const void *data, uint64_t len, uint64_t block, uint64
     uint64_t h = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     return h;
+}
+
+/* The state is the same struct in the library's build and in the inline
+   AVX2 one (one xxhash header); only the accumulation loop differs, and
+   have_avx2() does not change within a process. */
+void shs__xxh3_reset(shs__xxh3_state *s)
+{
+    XXH3_64bits_reset((XXH3_state_t *)(void *)s->opaque);
+}
+
+void shs__xxh3_update(shs__xxh3_state *s, const void *data, size_t len)
+{
+    if (have_avx2())
+        shs__xxh3_update_avx2(s, data, len);
+    else
+        XXH3_64bits_update((XXH3_state_t *)(void *)s->opaque, data, len);
+}
+
+uint64_t shs__xxh3_digest(const shs__xxh3_state *s)
+{
+    return XXH3_64bits_digest((const XXH3_state_t *)(const void *)s->opaque);
 }

@@ -19,8 +19,19 @@ uint64_t shs__xxh3(const void *data, size_t len);
    block is hashed while it is in the cache, then folded into the whole. */
 uint64_t shs__xxh3_blocks(const void *data, uint64_t len, uint64_t block, uint64_t *blocks);
 
+/* Streaming XXH3-64 of one message seen in pieces (the value shs__xxh3
+   gives for the whole), with the same vector unit.  The state is
+   xxhash's XXH3_state_t, held opaquely (hash.c checks that it fits). */
+typedef struct shs__xxh3_state {
+    _Alignas(64) unsigned char opaque[640];
+} shs__xxh3_state;
+void shs__xxh3_reset(shs__xxh3_state *s);
+void shs__xxh3_update(shs__xxh3_state *s, const void *data, size_t len);
+uint64_t shs__xxh3_digest(const shs__xxh3_state *s);
+
 /* The AVX2 builds (hash_avx2.c); only called when the CPU has AVX2. */
 uint64_t shs__xxh3_avx2(const void *data, size_t len);
 uint64_t shs__xxh3_blocks_avx2(const void *data, uint64_t len, uint64_t block, uint64_t *blocks);
+void shs__xxh3_update_avx2(shs__xxh3_state *s, const void *data, size_t len);
 
 #endif

@@ -13,6 +13,11 @@ uint64_t shs__xxh3_avx2(const void *data, size_t len)
     return XXH3_64bits(data, len);
 }
 
+void shs__xxh3_update_avx2(shs__xxh3_state *s, const void *data, size_t len)
+{
+    XXH3_64bits_update((XXH3_state_t *)(void *)s->opaque, data, len);
+}
+
 uint64_t shs__xxh3_blocks_avx2(const void *data, uint64_t len, uint64_t block, uint64_t *blocks)
 {
     XXH3_state_t st;

@@ -14,8 +14,6 @@
 #include "layout.h"
 #include "plan.h"
 
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
 
 #include <pthread.h>
 #include <stdio.h>
@@ -191,7 +189,7 @@ typedef struct fill_ctx {
     char *win;                /* pread window */
     uint64_t wsize, nwin, wq; /* window size, count, current (UINT64_MAX none) */
     uint64_t next_hash;       /* streaming: next window to hash */
-    XXH3_state_t *hs;         /* streaming whole-chunk hash, or NULL */
+    shs__xxh3_state *hs;      /* streaming whole-chunk hash, or NULL */
     uint64_t *read_bytes;
 } fill_ctx;
 
@@ -206,7 +204,7 @@ static int load_window(fill_ctx *x, uint64_t q)
     x->wq = q;
     *x->read_bytes += len;
     if (x->hs) {
-        XXH3_64bits_update(x->hs, x->win, len);
+        shs__xxh3_update(x->hs, x->win, len);
         x->next_hash = q + 1;
         return SHS_OK;
     }
@@ -327,7 +325,7 @@ static int fill_from_chunk(shs__loader *L, const shs__mtensor *mt, const shs__mc
         return SHS_OK;
     }
     fill_ctx x = { 0 };
-    XXH3_state_t hs;
+    shs__xxh3_state hs;
     x.L = L;
     x.c = c;
     x.tname = mt->name;
@@ -371,14 +369,14 @@ static int fill_from_chunk(shs__loader *L, const shs__mtensor *mt, const shs__mc
     x.nwin = (n + x.wsize - 1) / x.wsize;
     if (!c->nblocks && c->has_hash && x.nwin > 1) {
         x.hs = &hs;
-        XXH3_64bits_reset(&hs);
+        shs__xxh3_reset(&hs);
     }
     if (!(x.win = shs__malloc((size_t)x.wsize)))
         return shs__err(SHS_ENOMEM, "out of memory reading '%s'", mt->name);
     rc = shs__box_runs2(bits, nd, c->shape, src_start, bshape, dst_start, ishape, fill_run, &x);
     for (uint64_t q = x.next_hash; rc == SHS_OK && x.hs && q < x.nwin; q++)
         rc = load_window(&x, q);
-    if (rc == SHS_OK && x.hs && XXH3_64bits_digest(&hs) != c->hash)
+    if (rc == SHS_OK && x.hs && shs__xxh3_digest(&hs) != c->hash)
         rc = shs__err(SHS_ECHECKSUM, "%s/%s: tensor '%s': data does not match its xxh3 checksum",
                       L->dir, L->m->f[c->file].name, mt->name);
     shs__free(x.win);

@@ -208,7 +208,7 @@ static int scan_file(mparse *s, size_t i)
     shs__mfile *f = &s->m->f[i];
     rfile *r = &s->rf[i];
     uint32_t obj = ++js->next_obj, seen = 0;
-    int rc, which;
+    int rc, which = -1;
     r->obj = 1;
     if (closes_at_once(js, '}'))
         return SHS_OK;
@@ -304,7 +304,7 @@ static int scan_chunk(mparse *s, shs__mchunk *c, rchunk *r)
 {
     shs__json *js = &s->js;
     uint32_t obj = ++js->next_obj, seen = 0;
-    int rc, which;
+    int rc, which = -1;
     r->obj = 1;
     r->bad_block = SIZE_MAX;
     if (closes_at_once(js, '}'))
@@ -368,7 +368,7 @@ static int scan_tensor(mparse *s, shs__mtensor *t, rtensor *r)
 {
     shs__json *js = &s->js;
     uint32_t obj = ++js->next_obj, seen = 0;
-    int rc, which;
+    int rc, which = -1;
     r->obj = 1;
     if (closes_at_once(js, '}'))
         return SHS_OK;
@@ -430,7 +430,7 @@ static int scan_blob(mparse *s, shs__mblob *b, rblob *r)
 {
     shs__json *js = &s->js;
     uint32_t obj = ++js->next_obj, seen = 0;
-    int rc, which;
+    int rc, which = -1;
     r->obj = 1;
     if (closes_at_once(js, '}'))
         return SHS_OK;
@@ -527,7 +527,7 @@ static int scan_model_only(mparse *s)
 int shs__meta_scan(mparse *s)
 {
     shs__json *js = &s->js;
-    int rc, which;
+    int rc, which = -1;
     size_t bad = shs__utf8_check((const unsigned char *)js->start, (size_t)(js->end - js->start));
     if (bad != (size_t)(js->end - js->start)) {
         js->p = js->start + bad;

@@ -19,8 +19,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
 
 /* Where a tensor of the state goes in this save. */
 enum {
@@ -101,13 +99,13 @@ static int same_as_prev(const shs__tensor *t, const shs__mtensor *pt, const shs_
 typedef struct sealed_out {
     shs_writer *w;
     const char *name;
-    XXH3_state_t *hs;
+    shs__xxh3_state *hs;
 } sealed_out;
 
 static int sealed_sink(void *ctx, uint64_t at, const void *data, size_t len)
 {
     sealed_out *o = ctx;
-    XXH3_64bits_update(o->hs, data, len);
+    shs__xxh3_update(o->hs, data, len);
     return shs_writer_write_part(o->w, o->name, at, data, len);
 }
 
@@ -124,8 +122,8 @@ static int write_sealed(const shs_state *st, const shs__save_req *req, shs_write
     size_t alen = shs__crypt_aad(aad, req->save_id, t->name, t->dtype, t->ndim, t->gshape, t->goff,
                                  t->shape, req->step);
     shs__sealer *s = NULL;
-    XXH3_state_t hs;
-    XXH3_64bits_reset(&hs);
+    shs__xxh3_state hs;
+    shs__xxh3_reset(&hs);
     int rc = shs__seal_begin(&s, req->key, aad, alen, o->nonce);
     if (rc == SHS_OK && t->nbytes == 0)
         rc = shs_writer_write(w, t->name, buf, 0);
@@ -135,7 +133,7 @@ static int write_sealed(const shs_state *st, const shs__save_req *req, shs_write
     if (rc == SHS_OK)
         rc = shs__seal_end(s, o->tag);
     shs__seal_free(s);
-    o->hash = XXH3_64bits_digest(&hs);
+    o->hash = shs__xxh3_digest(&hs);
     o->enc = 1;
     return rc;
 }
