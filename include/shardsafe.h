@@ -585,7 +585,8 @@ typedef struct shs_config {
     int load_balanced;             /* each needed saved chunk read by one
                                        rank, sent to the others (several
                                        ranks only) */
-    int load_worker_number;        /* reader threads per rank (1) */
+    int load_worker_number;        /* reader threads per rank (1; an encrypted
+                                      checkpoint: at least 2) */
     int strict;                    /* missing/extra tensors are errors (1) */
     /* internal: strings owned by the config */
     void *owned_;
