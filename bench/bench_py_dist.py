@@ -149,7 +149,17 @@ def rank_main(args):
             step[0] += 1
             m.save({"global_step": step[0]})
 
-        cases = {"shs": (lambda: fresh(shs_dir), shs_save),
+        raw_dir = os.path.join(args.dir, "raw")
+
+        def raw_save():  # the physical baseline: this rank's bytes, one file, fsync
+            with open(os.path.join(raw_dir, f"rank{rank}.bin"), "wb") as fh:
+                for t in local:
+                    fh.write(memoryview(t.reshape(-1).view(torch.uint8).numpy()))
+                fh.flush()
+                os.fsync(fh.fileno())
+
+        cases = {"raw": (lambda: fresh(raw_dir), raw_save),
+                 "shs": (lambda: fresh(shs_dir), shs_save),
                  "torch": (lambda: fresh(dcp_dir), lambda: dcp.save_state_dict(
                      dcp_state, dcp.FileSystemWriter(dcp_dir, single_file_per_rank=True,
                                                      sync_files=True)))}
@@ -160,7 +170,14 @@ def rank_main(args):
             if not res["loaded"]:
                 raise SystemExit(f"rank {rank}: shardsafe loaded nothing: {res}")
 
-        cases = {"shs": (lambda: None, shs_load),
+        src = [values(torch, k, r0, nrows) for k in range(N_TENSORS)]
+
+        def memcpy():  # the physical baseline: this rank's bytes copied in place
+            for t, x in zip(local, src):
+                t.copy_(x)
+
+        cases = {"raw": (lambda: None, memcpy),
+                 "shs": (lambda: None, shs_load),
                  "torch": (lambda: None, lambda: dcp.load_state_dict(
                      dcp_state, dcp.FileSystemReader(dcp_dir)))}
         after = check
@@ -191,6 +208,7 @@ def rank_main(args):
             du[k] = int(out.split()[0]) if out else 0
         print("@@ " + json.dumps({"op": args.op, "ranks": world, "nbytes": int(tot),
                                   "t_shs": times["shs"], "t_torch": times["torch"],
+                                  "t_raw": times["raw"],
                                   "disk_bytes": du, "peak_rss_mib": float(rss),
                                   "loadavg": os.getloadavg()[0]}), flush=True)
     dist.barrier()
@@ -234,10 +252,12 @@ def launch(op, ranks, args, d):
 def table(s, lo):
     import statistics
     med = statistics.median
-    rows = ["| row | shardsafe (best; median) | torch 1.13 _shard.checkpoint (best; median) | ratio (torch time / shardsafe time; by median) | target | status | on disk (shardsafe / torch) | peak RSS, max over ranks (MiB) | load avg |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for what, r, target in ((f"save, {s['ranks']} gloo ranks, fsync", s, 2.0),
-                            (f"load {s['ranks']} -> {lo['ranks']} ranks (resharding), warm cache", lo, 1.0)):
+    rows = ["| row | shardsafe (best; median) | torch 1.13 _shard.checkpoint (best; median) | ratio (torch time / shardsafe time; by median) | target | status | baseline, same ranks (best) | baseline time / shardsafe time; / torch time | on disk (shardsafe / torch) | peak RSS, max over ranks (MiB) | load avg |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for what, r, target, base in (
+            (f"save, {s['ranks']} gloo ranks, fsync", s, 2.0, "each rank write(2) + fsync of its bytes"),
+            (f"load {s['ranks']} -> {lo['ranks']} ranks (resharding), warm cache", lo, 1.0,
+             "each rank memcpy of its bytes in place")):
         n = r["nbytes"]
         bs, bt = min(r["t_shs"]), min(r["t_torch"])
         ratio = bt / bs
@@ -246,6 +266,8 @@ def table(s, lo):
             f"{bt:.3f} s = {n / bt / 1e9:.2f} GB/s; {med(r['t_torch']):.3f} s | {ratio:.2f}; "
             f"{med(r['t_torch']) / med(r['t_shs']):.2f} | >= {target:g} | "
             f"{'PASS' if ratio >= target else '**MISS**'} | "
+            f"{base}: {min(r['t_raw']):.3f} s = {n / min(r['t_raw']) / 1e9:.2f} GB/s | "
+            f"{min(r['t_raw']) / bs:.2f}; {min(r['t_raw']) / bt:.2f} | "
             f"{s['disk_bytes']['shs'] / 1e6:.0f} MB / {s['disk_bytes']['torch'] / 1e6:.0f} MB | "
             f"{r['peak_rss_mib']:.0f} | {r['loadavg']:.2f} |")
     return "\n".join(rows)
