@@ -429,6 +429,7 @@ def main():
                               peak_rss_mib=max(x["peak_rss_mib"] for x in pys))
             r["cman"] = dict(cs[0], t=sum((x["t"] for x in cs), []),
                              cpu=sum((x["cpu"] for x in cs), []),
+                             total_seconds=sum((x["total_seconds"] for x in cs), []),
                              peak_rss_mib=max(x["peak_rss_mib"] for x in cs))
     print("@@ " + json.dumps({"op": "all", **r}))
     if not all(k in r for k in ("save", "async", "pyman")):
