@@ -29,6 +29,13 @@ load is checked against them (not timed).
         new layout (target >= 1x); warm page cache (one untimed load of
         each first).
 
+Why ShardedTensor on the torch side: torch 1.13's prototype has no way
+to say that a plain tensor is one rank's part of a larger one; its
+default planner treats plain tensors as replicated and writes them from
+the coordinator rank only, whole (create_default_local_save_plan).
+ShardedTensors carry the global shape and each shard's offsets, and its
+loader reshards them (a 4 -> 3 row split here).
+
 Times: every rank waits at a barrier, times its call, waits at a barrier
 again; the row's time is the largest over the ranks (all_reduce MAX).
 Best of --reps, the two libraries interleaved rep after rep, after one

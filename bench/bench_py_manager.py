@@ -438,7 +438,7 @@ def main():
                             capture_output=True, text=True).stdout.strip()
     md = (f"\n### Python checkpoint manager (bench/bench_py_manager.py)\n\n"
           f"Reproduce: `scripts/build.sh build && PYTHONPATH=build/python /usr/bin/python3 "
-          f"bench/bench_py_manager.py --size-mib {args.size} --reps {args.reps}` "
+          f"bench/bench_py_manager.py --size-mib {args.size} --reps {args.reps} --rounds {args.rounds}` "
           f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit}, "
           f"shardsafe {shardsafe.__version__}, torch {torch.__version__}, load average "
           f"{' '.join(f'{x:.2f}' for x in load0)} at start, "
