@@ -7,7 +7,12 @@ writes; this module only turns memory into arrays and back.
 
 import numpy as _np
 
+from . import _C
 from ._errors import DtypeError, InvalidArgumentError
+
+# new torch tensors of this size and more that a read fills get huge pages
+# (numpy's threshold for its own arrays)
+_HUGE_MIN = 4 << 20
 
 # safetensors dtype name -> numpy dtype (numpy has no BF16, F8, F4, F6)
 _NP_DTYPES = {
@@ -124,7 +129,12 @@ class TorchFramework:
 
     def empty(self, dname, shape, what):
         t = self.torch.empty(shape, dtype=self.dtype(dname, what))
-        return t, t.view(-1).view(self.torch.uint8).numpy()
+        buf = t.view(-1).view(self.torch.uint8).numpy()
+        if buf.nbytes >= _HUGE_MIN:
+            # fresh memory about to be filled: huge pages, as numpy does
+            # for its arrays (bench/README.md, "Python binding")
+            _C.advise_huge(buf)
+        return t, buf
 
     def post(self, t, steps, squeeze):
         if any(s != 1 for s in steps):

@@ -180,3 +180,27 @@ def test_misaligned_tensor_is_copied_aligned(tmp_path):
         assert x.data_ptr() % 4 == 0 and torch.equal(x, torch.from_numpy(vals))
     with safe_open(p, "np") as f:
         assert np.array_equal(f.get_tensor("x"), vals)
+
+
+def test_large_tensors_load_into_their_own_writable_memory(tmp_path):
+    """load_file / get_slice of tensors >= 4 MiB (their new memory gets
+    huge-page advice before the read): exact bytes, each tensor its own
+    writable storage, slices included; bad buffers to advise_huge raise."""
+    p = tmp_path / "big.safetensors"
+    src = {"a": random_tensor(torch.float32, (1025, 1031), seed=3),   # ~4.03 MiB, odd size
+           "b": random_tensor(torch.bfloat16, (4096, 1024), seed=4),  # 8 MiB
+           "c": random_tensor(torch.int8, (3,), seed=5)}
+    st.save_file(src, p)
+    got = st.load_file(p)
+    for k, t in src.items():
+        assert raw(got[k]) == raw(t), k
+    ptrs = {got[k].storage().data_ptr() for k in got}
+    assert len(ptrs) == 3
+    got["b"].view(torch.int16).fill_(7)
+    with safe_open(p, "pt") as f:
+        assert raw(f.get_tensor("b")) == raw(src["b"])  # the file is unchanged
+        part = f.get_slice("a")[1:1025]
+        assert raw(part) == raw(src["a"][1:1025])
+    with pytest.raises(BufferError):
+        shardsafe._C.advise_huge(b"read-only bytes")
+    shardsafe._C.advise_huge(bytearray(10))  # small: nothing to advise, no error
