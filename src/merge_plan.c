@@ -44,8 +44,9 @@ int shs_parse_size(uint64_t *out, const char *text)
     size_t n = strlen(p);
     if (n >= sizeof unit)
         return shs__err(SHS_EINVAL, "'%s' is not a size (e.g. 5GB, 500MiB, 1000000)", text);
-    for (size_t i = 0; i <= n; i++)
+    for (size_t i = 0; i < n && i < sizeof unit - 1; i++)
         unit[i] = (char)toupper((unsigned char)p[i]);
+    unit[n] = '\0';
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcmp(unit, units[i].unit) != 0)
             continue;

@@ -195,10 +195,12 @@ static int box_bytes(const reshard *R, size_t i, size_t k, uint64_t *nb, uint64_
 {
     const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(R->ck, i);
     const shs__lboxes *b = &R->boxes[i];
+    *padded = 0;
     int rc = shs_tensor_nbytes(nb, t->dtype, t->ndim, b->shape + k * b->ndim);
     if (rc == SHS_OK && shs__add_u64(*nb, 63, padded))
         rc = shs__err(SHS_EOVERFLOW, "tensor '%s': box too large", t->name);
-    *padded &= ~(uint64_t)63;
+    if (rc == SHS_OK)
+        *padded &= ~(uint64_t)63;
     return rc;
 }
 

@@ -36,7 +36,8 @@ static void flip_at(const char *path, uint64_t bit)
 static void try_bit(campaign *cp, const char *name, uint64_t bit)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", cp->dir, name);
+    int n = snprintf(path, sizeof path, "%s/%s", cp->dir, name);
+    assert_true(n > 0 && (size_t)n < sizeof path);
     flip_at(path, bit);
     int rc = shs_checkpoint_verify(cp->dir);
     flip_at(path, bit);
