@@ -1,0 +1,406 @@
+/*
+ * fuzz_hfindex.c -- libFuzzer target for Hugging Face weights
+ * (docs/hf.md): a folder made once at startup holds two small valid
+ * shards (model-00001-of-00002.safetensors: a F32 [2,3], b BF16 [4];
+ * model-00002-of-00002.safetensors: c I32 [2], d F16 [], e U8 [0,2]), a
+ * stray valid file (consolidated.safetensors: z F32 [2,3]) and a file
+ * that is not safetensors (config.json).  The first byte picks the mode
+ * (byte % 4), the rest is the input:
+ *
+ *   0, 1  the input is model.safetensors.index.json, opened with
+ *         shs_checkpoint_open (0: the folder, 1: the index's path).  A
+ *         failure is a documented status with a message.  A success means
+ *         the index and the files agree exactly: every weight_map entry
+ *         names a plain file name (shs_file_name_problem == NULL) that
+ *         holds that tensor, the view holds exactly the weight_map's
+ *         tensors, with their dtype and shape, and each reads back
+ *         (shs_checkpoint_read) equal to the file's bytes.
+ *   2     the input is an hf_name_map_file, applied by the manager's
+ *         initial_load_in_hf load of the folder (a fixed valid index;
+ *         registered, strict off: a, x F32 [2,3], b BF16 [4], y F32 [4],
+ *         sc F32 [], c I32 [2]).  The outcome is predicted from the
+ *         input (parsed with jansson): a map that is not an object of
+ *         non-empty strings is SHS_ECONFIG, two tensors of the files
+ *         onto one name or a registered tensor fed a tensor of another
+ *         shape or an incompatible dtype is SHS_EMISMATCH, anything else
+ *         loads; on success each registered tensor holds the (converted)
+ *         bytes of the file tensor renamed to it, or is untouched.
+ *   3     the input is the hf_name_map rules (shs_config_set): a failure
+ *         is SHS_ECONFIG or SHS_EMISMATCH with a message; on success each
+ *         registered tensor is untouched or holds the (converted) bytes
+ *         of a file tensor of its shape.
+ */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shardsafe.h"
+
+#define F1 "model-00001-of-00002.safetensors"
+#define F2 "model-00002-of-00002.safetensors"
+#define FZ "consolidated.safetensors"
+#define INDEX "model.safetensors.index.json"
+
+/* The tensors of the files. */
+typedef struct ftensor {
+    const char *name, *file;
+    shs_dtype dt;
+    size_t nd;
+    uint64_t shape[2];
+    unsigned char bytes[32];
+    size_t len;
+} ftensor;
+
+#define NF 6
+static ftensor g_f[NF] = {
+    { "a", F1, SHS_F32, 2, { 2, 3 }, { 0 }, 24 }, { "b", F1, SHS_BF16, 1, { 4, 0 }, { 0 }, 8 },
+    { "c", F2, SHS_I32, 1, { 2, 0 }, { 0 }, 8 },  { "d", F2, SHS_F16, 0, { 0, 0 }, { 0 }, 2 },
+    { "e", F2, SHS_U8, 2, { 0, 2 }, { 0 }, 0 },   { "z", FZ, SHS_F32, 2, { 2, 3 }, { 0 }, 24 },
+};
+
+/* The registered tensors of the manager modes. */
+typedef struct rtensor {
+    const char *name;
+    shs_dtype dt;
+    size_t nd;
+    uint64_t shape[2];
+    size_t len;
+} rtensor;
+
+#define NR 6
+static const rtensor k_r[NR] = {
+    { "a", SHS_F32, 2, { 2, 3 }, 24 }, { "x", SHS_F32, 2, { 2, 3 }, 24 },
+    { "b", SHS_BF16, 1, { 4, 0 }, 8 }, { "y", SHS_F32, 1, { 4, 0 }, 16 },
+    { "sc", SHS_F32, 0, { 0, 0 }, 4 }, { "c", SHS_I32, 1, { 2, 0 }, 8 },
+};
+
+static const char k_index[] = "{\"metadata\": {\"total_size\": 42}, \"weight_map\": {\"a\": \"" F1
+                              "\", \"b\": \"" F1 "\", \"c\": \"" F2 "\", \"d\": \"" F2
+                              "\", \"e\": \"" F2 "\"}}";
+
+static char g_root[256], g_dir[300], g_index[400], g_map[300];
+
+static void cleanup(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_root);
+    if (system(cmd) != 0)
+        fprintf(stderr, "fuzz_hfindex: could not remove %s\n", g_root);
+}
+
+static void put(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        abort();
+    if (len)
+        fwrite(data, 1, len, f);
+    fclose(f);
+}
+
+static void save(const char *file, int first, int n)
+{
+    char p[400];
+    shs_tensor_view v[3];
+    for (int i = 0; i < n; i++)
+        v[i] = (shs_tensor_view){ g_f[first + i].name, g_f[first + i].dt, g_f[first + i].nd,
+                                  g_f[first + i].shape, g_f[first + i].bytes };
+    snprintf(p, sizeof p, "%s/%s", g_dir, file);
+    if (shs_save_file(p, v, (size_t)n, NULL, 0, NULL) != SHS_OK)
+        abort();
+}
+
+static void setup(void)
+{
+    if (g_root[0])
+        return;
+    snprintf(g_root, sizeof g_root, "/tmp/shs-fuzz-hfindex-%d", (int)getpid());
+    snprintf(g_dir, sizeof g_dir, "%s/hf", g_root);
+    snprintf(g_index, sizeof g_index, "%s/" INDEX, g_dir);
+    snprintf(g_map, sizeof g_map, "%s/names.json", g_root);
+    if (mkdir(g_root, 0755) != 0 || mkdir(g_dir, 0755) != 0)
+        abort();
+    atexit(cleanup);
+    float a[6] = { 1.5f, -2, 3, 4.25f, 5, 6 }, z[6] = { 9, 8, 7, 6, 5, 4 };
+    uint16_t b[4] = { 0x3f80, 0x4000, 0xc040, 0x4080 }; /* 1 2 -3 4 */
+    int32_t c[2] = { 7, -9 };
+    uint16_t d = 0x3c00; /* 1.0 */
+    memcpy(g_f[0].bytes, a, sizeof a);
+    memcpy(g_f[1].bytes, b, sizeof b);
+    memcpy(g_f[2].bytes, c, sizeof c);
+    memcpy(g_f[3].bytes, &d, sizeof d);
+    memcpy(g_f[5].bytes, z, sizeof z);
+    save(F1, 0, 2);
+    save(F2, 2, 3);
+    save(FZ, 5, 1);
+    char p[400];
+    snprintf(p, sizeof p, "%s/config.json", g_dir);
+    put(p, "{\"architectures\": [\"X\"], \"hidden_size\": 6}", 42);
+}
+
+static const ftensor *file_tensor(const char *name)
+{
+    for (int i = 0; i < NF; i++)
+        if (!strcmp(g_f[i].name, name))
+            return &g_f[i];
+    return NULL;
+}
+
+static int same_shape(size_t nd, const uint64_t *s, size_t nd2, const uint64_t *s2)
+{
+    if (nd != nd2)
+        return 0;
+    for (size_t d = 0; d < nd; d++)
+        if (s[d] != s2[d])
+            return 0;
+    return 1;
+}
+
+static int is_float(shs_dtype t)
+{
+    return t == SHS_F32 || t == SHS_BF16 || t == SHS_F16 || t == SHS_F64;
+}
+
+/* ---- modes 0 and 1: the index through the read API ---- */
+
+static void check_index_view(const shs_checkpoint *c, const uint8_t *data, size_t size)
+{
+    json_error_t je;
+    json_t *root = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, &je);
+    json_t *wm = json_object_get(root, "weight_map");
+    const char *key;
+    json_t *v;
+    if (!json_is_object(wm))
+        abort(); /* opened without a weight_map */
+    json_object_foreach(wm, key, v)
+    {
+        const char *fname = json_string_value(v);
+        const ftensor *t = file_tensor(key);
+        if (!fname || shs_file_name_problem(fname) != NULL || !t || strcmp(t->file, fname) != 0) {
+            fprintf(stderr, "fuzz_hfindex: opened, but maps '%s' to '%s'\n", key,
+                    fname ? fname : "(not a string)");
+            abort();
+        }
+    }
+    if (shs_checkpoint_tensor_count(c) != json_object_size(wm) || shs_checkpoint_world_size(c) != 1)
+        abort();
+    for (size_t i = 0; i < shs_checkpoint_file_count(c); i++)
+        if (shs_file_name_problem(shs_checkpoint_file_name(c, i)) != NULL)
+            abort();
+    for (size_t i = 0; i < shs_checkpoint_tensor_count(c); i++) {
+        const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(c, i);
+        const ftensor *t = file_tensor(ti->name);
+        if (!t || !json_object_get(wm, ti->name) || ti->dtype != t->dt || ti->n_chunks != 1 ||
+            !same_shape(ti->ndim, ti->shape, t->nd, t->shape))
+            abort();
+        shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
+        if (shs_checkpoint_chunk(&ci, c, i, 0) != SHS_OK ||
+            ci.file >= shs_checkpoint_file_count(c) ||
+            strcmp(shs_checkpoint_file_name(c, ci.file), t->file) != 0)
+            abort();
+        uint64_t zero[2] = { 0, 0 };
+        unsigned char buf[32];
+        memset(buf, 0xee, sizeof buf);
+        if (shs_checkpoint_read(c, i, zero, t->shape, t->dt, buf, t->len) != SHS_OK) {
+            fprintf(stderr, "fuzz_hfindex: '%s' does not read back: %s\n", t->name,
+                    shs_last_error());
+            abort();
+        }
+        if (memcmp(buf, t->bytes, t->len) != 0)
+            abort();
+    }
+    json_decref(root);
+}
+
+static void run_index(const uint8_t *data, size_t size, int by_file)
+{
+    put(g_index, data, size);
+    shs_checkpoint *c = NULL;
+    int rc = shs_checkpoint_open(&c, by_file ? g_index : g_dir);
+    if (getenv("SHS_FUZZ_VERBOSE"))
+        fprintf(stderr, "fuzz_hfindex: open %d %s\n", rc, rc ? shs_last_error() : "");
+    if (rc == SHS_OK) {
+        check_index_view(c, data, size);
+        shs_checkpoint_close(c);
+        return;
+    }
+    if (shs_last_error()[0] == '\0')
+        abort(); /* a failure always says why */
+    /* docs/hf.md: SHS_ECORRUPT, an empty weight_map SHS_ENOCHECKPOINT, a
+       file that is not safetensors the reader's own status (the format
+       statuses) */
+    if (rc != SHS_ECORRUPT && rc != SHS_ENOCHECKPOINT &&
+        !(rc <= SHS_EHEADER_TOO_SMALL && rc >= SHS_ECONVERT)) {
+        fprintf(stderr, "fuzz_hfindex: status %d: %s\n", rc, shs_last_error());
+        abort();
+    }
+}
+
+/* ---- modes 2 and 3: renaming through the manager's load ---- */
+
+/* The bytes registered tensor r gets from file tensor t. */
+static void expected(unsigned char *out, const rtensor *r, const ftensor *t)
+{
+    size_t n = 1;
+    for (size_t d = 0; d < r->nd; d++)
+        n *= r->shape[d];
+    if (r->dt == t->dt)
+        memcpy(out, t->bytes, r->len);
+    else if (shs_convert(out, r->dt, t->bytes, t->dt, n) != SHS_OK)
+        abort();
+}
+
+static int compatible(const rtensor *r, const ftensor *t)
+{
+    return same_shape(r->nd, r->shape, t->nd, t->shape) &&
+           (r->dt == t->dt || (is_float(r->dt) && is_float(t->dt)));
+}
+
+/* The outcome of map file `map` (NULL: unparsable): the file tensor each
+   registered tensor gets (NULL: none), and the status. */
+static int predict(const json_t *map, const ftensor **from)
+{
+    const char *key;
+    json_t *v;
+    const char *newname[5];
+    if (!json_is_object(map))
+        return SHS_ECONFIG;
+    json_object_foreach((json_t *)map, key, v)
+    {
+        if (!json_is_string(v) || json_string_length(v) == 0 ||
+            strlen(json_string_value(v)) != json_string_length(v))
+            return SHS_ECONFIG;
+    }
+    /* the five tensors of the index */
+    for (int i = 0; i < 5; i++) {
+        const char *s = json_string_value(json_object_get(map, g_f[i].name));
+        newname[i] = s ? s : g_f[i].name;
+        for (int j = 0; j < i; j++)
+            if (!strcmp(newname[i], newname[j]))
+                return SHS_EMISMATCH;
+    }
+    int rc = SHS_OK;
+    for (int k = 0; k < NR; k++) {
+        from[k] = NULL;
+        for (int i = 0; i < 5; i++)
+            if (!strcmp(newname[i], k_r[k].name))
+                from[k] = &g_f[i];
+        if (from[k] && !compatible(&k_r[k], from[k]))
+            rc = SHS_EMISMATCH;
+    }
+    return rc;
+}
+
+static void run_manager(const uint8_t *data, size_t size, int rules)
+{
+    static unsigned char buf[NR][32];
+    char *text = NULL;
+    shs_config c;
+    shs_config_init(&c);
+    c.enable_save = 0;
+    c.initial_load_in_hf = 1;
+    c.initial_load_path = g_dir;
+    c.strict = 0;
+    put(g_index, k_index, sizeof k_index - 1);
+    if (rules) {
+        if (!(text = malloc(size + 1)))
+            abort();
+        memcpy(text, data, size);
+        text[size] = '\0';
+        int rc = shs_config_set(&c, "hf_name_map", text);
+        free(text);
+        if (rc != SHS_OK) {
+            if (rc != SHS_ECONFIG || shs_last_error()[0] == '\0')
+                abort();
+            shs_config_release(&c);
+            return;
+        }
+    } else {
+        put(g_map, data, size);
+        c.hf_name_map_file = g_map;
+    }
+    shs_state *st = NULL;
+    if (shs_state_create(&st) != SHS_OK)
+        abort();
+    for (int k = 0; k < NR; k++) {
+        shs_tensor_spec sp = SHS_TENSOR_SPEC_INIT;
+        memset(buf[k], 0xee, sizeof buf[k]);
+        sp.name = k_r[k].name;
+        sp.dtype = k_r[k].dt;
+        sp.ndim = k_r[k].nd;
+        sp.shape = k_r[k].shape;
+        sp.data = buf[k];
+        if (shs_state_add_tensor(st, &sp) != SHS_OK)
+            abort();
+    }
+    shs_manager *m = NULL;
+    shs_progress p = SHS_PROGRESS_INIT;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
+    int rc = shs_manager_create(&m, &c, st);
+    if (rc == SHS_OK)
+        rc = shs_manager_load(m, &p, &res);
+    if (getenv("SHS_FUZZ_VERBOSE"))
+        fprintf(stderr, "fuzz_hfindex: load %d %s\n", rc, rc ? shs_last_error() : "");
+
+    const ftensor *from[NR] = { NULL };
+    int want = SHS_OK;
+    if (!rules) {
+        json_error_t je;
+        json_t *map = json_loadb((const char *)data, size, JSON_REJECT_DUPLICATES, &je);
+        want = predict(map, from);
+        json_decref(map);
+        if (rc != want) {
+            fprintf(stderr, "fuzz_hfindex: the map should give %d, got %d: %s\n", want, rc,
+                    rc ? shs_last_error() : "");
+            abort();
+        }
+    }
+    if (rc == SHS_OK) {
+        if (!res.loaded || res.source != SHS_LOAD_INITIAL)
+            abort();
+        for (int k = 0; k < NR; k++) {
+            unsigned char e[32], untouched[32];
+            memset(untouched, 0xee, sizeof untouched);
+            int ok = 0;
+            if (!rules) {
+                if (from[k])
+                    expected(e, &k_r[k], from[k]);
+                ok = !memcmp(buf[k], from[k] ? e : untouched, k_r[k].len);
+            } else {
+                ok = !memcmp(buf[k], untouched, k_r[k].len);
+                for (int i = 0; i < 5 && !ok; i++)
+                    if (compatible(&k_r[k], &g_f[i])) {
+                        expected(e, &k_r[k], &g_f[i]);
+                        ok = !memcmp(buf[k], e, k_r[k].len);
+                    }
+            }
+            if (!ok) {
+                fprintf(stderr, "fuzz_hfindex: registered '%s' holds wrong bytes\n", k_r[k].name);
+                abort();
+            }
+        }
+    } else if (shs_last_error()[0] == '\0' || (rc != SHS_ECONFIG && rc != SHS_EMISMATCH)) {
+        fprintf(stderr, "fuzz_hfindex: status %d: %s\n", rc, shs_last_error());
+        abort();
+    }
+    shs_manager_free(m);
+    shs_state_free(st);
+    shs_config_release(&c);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    setup();
+    if (size == 0)
+        return 0;
+    int mode = data[0] % 4;
+    if (mode < 2)
+        run_index(data + 1, size - 1, mode);
+    else
+        run_manager(data + 1, size - 1, mode == 3);
+    return 0;
+}
