@@ -3,8 +3,10 @@
  * (docs/hf.md): a folder made once at startup holds two small valid
  * shards (model-00001-of-00002.safetensors: a F32 [2,3], b BF16 [4];
  * model-00002-of-00002.safetensors: c I32 [2], d F16 [], e U8 [0,2]), a
- * stray valid file (consolidated.safetensors: z F32 [2,3]) and a file
- * that is not safetensors (config.json).  The first byte picks the mode
+ * shard whose name contains "-opt-" (facebook-opt-125m.safetensors: o
+ * F32 [2]; model weights all the same), a stray valid file
+ * (consolidated.safetensors: z F32 [2,3]) and a file that is not
+ * safetensors (config.json).  The first byte picks the mode
  * (byte % 4), the rest is the input:
  *
  *   0, 1  the input is model.safetensors.index.json, opened with
@@ -13,12 +15,12 @@
  *         the index and the files agree exactly: every weight_map entry
  *         names a plain file name (shs_file_name_problem == NULL) that
  *         holds that tensor, the view holds exactly the weight_map's
- *         tensors, with their dtype and shape, and each reads back
+ *         tensors, as model tensors of their dtype and shape, each reads back
  *         (shs_checkpoint_read) equal to the file's bytes.
  *   2     the input is an hf_name_map_file, applied by the manager's
  *         initial_load_in_hf load of the folder (a fixed valid index;
  *         registered, strict off: a, x F32 [2,3], b BF16 [4], y F32 [4],
- *         sc F32 [], c I32 [2]).  The outcome is predicted from the
+ *         sc F32 [], c I32 [2], o F32 [2]).  The outcome is predicted from the
  *         input (parsed with jansson): a map that is not an object of
  *         non-empty strings is SHS_ECONFIG, two tensors of the files
  *         onto one name or a registered tensor fed a tensor of another
@@ -43,6 +45,7 @@
 #define F1 "model-00001-of-00002.safetensors"
 #define F2 "model-00002-of-00002.safetensors"
 #define FZ "consolidated.safetensors"
+#define FO "facebook-opt-125m.safetensors" /* "-opt-": still model weights */
 #define INDEX "model.safetensors.index.json"
 
 /* The tensors of the files. */
@@ -55,11 +58,13 @@ typedef struct ftensor {
     size_t len;
 } ftensor;
 
-#define NF 6
+#define NF 7
+#define NIDX 6 /* the first NIDX are in the manager modes' index */
 static ftensor g_f[NF] = {
     { "a", F1, SHS_F32, 2, { 2, 3 }, { 0 }, 24 }, { "b", F1, SHS_BF16, 1, { 4, 0 }, { 0 }, 8 },
     { "c", F2, SHS_I32, 1, { 2, 0 }, { 0 }, 8 },  { "d", F2, SHS_F16, 0, { 0, 0 }, { 0 }, 2 },
-    { "e", F2, SHS_U8, 2, { 0, 2 }, { 0 }, 0 },   { "z", FZ, SHS_F32, 2, { 2, 3 }, { 0 }, 24 },
+    { "e", F2, SHS_U8, 2, { 0, 2 }, { 0 }, 0 },   { "o", FO, SHS_F32, 1, { 2, 0 }, { 0 }, 8 },
+    { "z", FZ, SHS_F32, 2, { 2, 3 }, { 0 }, 24 },
 };
 
 /* The registered tensors of the manager modes. */
@@ -71,16 +76,17 @@ typedef struct rtensor {
     size_t len;
 } rtensor;
 
-#define NR 6
+#define NR 7
 static const rtensor k_r[NR] = {
     { "a", SHS_F32, 2, { 2, 3 }, 24 }, { "x", SHS_F32, 2, { 2, 3 }, 24 },
     { "b", SHS_BF16, 1, { 4, 0 }, 8 }, { "y", SHS_F32, 1, { 4, 0 }, 16 },
     { "sc", SHS_F32, 0, { 0, 0 }, 4 }, { "c", SHS_I32, 1, { 2, 0 }, 8 },
+    { "o", SHS_F32, 1, { 2, 0 }, 8 },
 };
 
 static const char k_index[] = "{\"metadata\": {\"total_size\": 42}, \"weight_map\": {\"a\": \"" F1
                               "\", \"b\": \"" F1 "\", \"c\": \"" F2 "\", \"d\": \"" F2
-                              "\", \"e\": \"" F2 "\"}}";
+                              "\", \"e\": \"" F2 "\", \"o\": \"" FO "\"}}";
 
 static char g_root[256], g_dir[300], g_index[400], g_map[300];
 
@@ -133,10 +139,13 @@ static void setup(void)
     memcpy(g_f[1].bytes, b, sizeof b);
     memcpy(g_f[2].bytes, c, sizeof c);
     memcpy(g_f[3].bytes, &d, sizeof d);
-    memcpy(g_f[5].bytes, z, sizeof z);
+    float o[2] = { -0.5f, 0.25f };
+    memcpy(g_f[5].bytes, o, sizeof o);
+    memcpy(g_f[6].bytes, z, sizeof z);
     save(F1, 0, 2);
     save(F2, 2, 3);
-    save(FZ, 5, 1);
+    save(FO, 5, 1);
+    save(FZ, 6, 1);
     char p[400];
     snprintf(p, sizeof p, "%s/config.json", g_dir);
     put(p, "{\"architectures\": [\"X\"], \"hidden_size\": 6}", 42);
@@ -194,8 +203,9 @@ static void check_index_view(const shs_checkpoint *c, const uint8_t *data, size_
     for (size_t i = 0; i < shs_checkpoint_tensor_count(c); i++) {
         const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(c, i);
         const ftensor *t = file_tensor(ti->name);
+        /* Hugging Face weights are model weights, whatever the file name */
         if (!t || !json_object_get(wm, ti->name) || ti->dtype != t->dt || ti->n_chunks != 1 ||
-            !same_shape(ti->ndim, ti->shape, t->nd, t->shape))
+            ti->kind != SHS_KIND_MODEL || !same_shape(ti->ndim, ti->shape, t->nd, t->shape))
             abort();
         shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
         if (shs_checkpoint_chunk(&ci, c, i, 0) != SHS_OK ||
@@ -266,7 +276,7 @@ static int predict(const json_t *map, const ftensor **from)
 {
     const char *key;
     json_t *v;
-    const char *newname[5];
+    const char *newname[NIDX];
     if (!json_is_object(map))
         return SHS_ECONFIG;
     json_object_foreach((json_t *)map, key, v)
@@ -275,8 +285,8 @@ static int predict(const json_t *map, const ftensor **from)
             strlen(json_string_value(v)) != json_string_length(v))
             return SHS_ECONFIG;
     }
-    /* the five tensors of the index */
-    for (int i = 0; i < 5; i++) {
+    /* the tensors of the index */
+    for (int i = 0; i < NIDX; i++) {
         const char *s = json_string_value(json_object_get(map, g_f[i].name));
         newname[i] = s ? s : g_f[i].name;
         for (int j = 0; j < i; j++)
@@ -286,7 +296,7 @@ static int predict(const json_t *map, const ftensor **from)
     int rc = SHS_OK;
     for (int k = 0; k < NR; k++) {
         from[k] = NULL;
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < NIDX; i++)
             if (!strcmp(newname[i], k_r[k].name))
                 from[k] = &g_f[i];
         if (from[k] && !compatible(&k_r[k], from[k]))
@@ -372,7 +382,7 @@ static void run_manager(const uint8_t *data, size_t size, int rules)
                 ok = !memcmp(buf[k], from[k] ? e : untouched, k_r[k].len);
             } else {
                 ok = !memcmp(buf[k], untouched, k_r[k].len);
-                for (int i = 0; i < 5 && !ok; i++)
+                for (int i = 0; i < NIDX && !ok; i++)
                     if (compatible(&k_r[k], &g_f[i])) {
                         expected(e, &k_r[k], &g_f[i]);
                         ok = !memcmp(buf[k], e, k_r[k].len);

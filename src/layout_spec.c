@@ -415,6 +415,14 @@ static int scale_mesh(json_t **out, const json_t *spec, const char *name, size_t
         json_object_del(o, "alias_name");
         if (rc == SHS_OK && json_array_append_new(dm, json_integer(to)) < 0)
             rc = SHS_ENOMEM;
+        /* a dimension "split" over axes of size 1 names axes the one-axis
+           mesh does not have: nothing is split */
+        json_t *tm = json_array();
+        if (!tm || json_object_set_new(o, "tensor_map", tm) < 0)
+            rc = SHS_ENOMEM;
+        for (size_t d = 0; d < ndim && rc == SHS_OK; d++)
+            if (json_array_append_new(tm, json_integer(-1)) < 0)
+                rc = SHS_ENOMEM;
         goto built;
     }
     uint64_t s2 = (uint64_t)to / r;
