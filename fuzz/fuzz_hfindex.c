@@ -5,8 +5,10 @@
  * model-00002-of-00002.safetensors: c I32 [2], d F16 [], e U8 [0,2]), a
  * shard whose name contains "-opt-" (facebook-opt-125m.safetensors: o
  * F32 [2]; model weights all the same), a stray valid file
- * (consolidated.safetensors: z F32 [2,3]) and a file that is not
- * safetensors (config.json).  The first byte picks the mode
+ * (consolidated.safetensors: z F32 [2,3]), a file that is not
+ * safetensors (config.json) and entries that are no regular file (a
+ * directory "subdir", a FIFO "fifo", links "zero" to /dev/zero and "loop"
+ * to itself, "dangling" to nothing).  The first byte picks the mode
  * (byte % 4), the rest is the input:
  *
  *   0, 1  the input is model.safetensors.index.json, opened with
@@ -149,6 +151,21 @@ static void setup(void)
     char p[400];
     snprintf(p, sizeof p, "%s/config.json", g_dir);
     put(p, "{\"architectures\": [\"X\"], \"hidden_size\": 6}", 42);
+    /* no regular files: never read, never waited on (a FIFO) */
+    snprintf(p, sizeof p, "%s/subdir", g_dir);
+    if (mkdir(p, 0755) != 0)
+        abort();
+    snprintf(p, sizeof p, "%s/fifo", g_dir);
+    if (mkfifo(p, 0644) != 0)
+        abort();
+    static const char *const links[3][2] = { { "/dev/zero", "zero" },
+                                             { "loop", "loop" },
+                                             { "missing", "dangling" } };
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", g_dir, links[i][1]);
+        if (symlink(links[i][0], p) != 0)
+            abort();
+    }
 }
 
 static const ftensor *file_tensor(const char *name)
@@ -242,8 +259,9 @@ static void run_index(const uint8_t *data, size_t size, int by_file)
         abort(); /* a failure always says why */
     /* docs/hf.md: SHS_ECORRUPT, an empty weight_map SHS_ENOCHECKPOINT, a
        file that is not safetensors the reader's own status (the format
-       statuses) */
-    if (rc != SHS_ECORRUPT && rc != SHS_ENOCHECKPOINT &&
+       statuses; SHS_EINVAL for no regular file, SHS_EIO when it cannot be
+       opened) */
+    if (rc != SHS_ECORRUPT && rc != SHS_ENOCHECKPOINT && rc != SHS_EINVAL && rc != SHS_EIO &&
         !(rc <= SHS_EHEADER_TOO_SMALL && rc >= SHS_ECONVERT)) {
         fprintf(stderr, "fuzz_hfindex: status %d: %s\n", rc, shs_last_error());
         abort();
