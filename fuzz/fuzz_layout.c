@@ -3,7 +3,8 @@
  * (docs/reshard.md): the input (after its first byte) becomes the layout
  * file of shs_reshard on a small valid checkpoint saved once at startup
  * with the manager (model tensors w F32 [4,6], h BF16 [2,4], r F32 [3],
- * s F32 [] and the optimizer tensor opt.w F32 [4,6], a blob "rng").  The
+ * s F32 [], e U8 [0,3] and the optimizer tensor opt.w F32 [4,6], a blob
+ * "rng").  The
  * first byte picks the target world size (1 + byte % 4): a document of
  * another world_size goes through the scaling path, one without
  * world_size or of that world size is resolved as written.
@@ -25,11 +26,13 @@
 
 #include "shardsafe.h"
 
-#define NT 5
-static const char *const k_names[NT] = { "w", "h", "r", "s", "opt.w" };
-static const shs_dtype k_dt[NT] = { SHS_F32, SHS_BF16, SHS_F32, SHS_F32, SHS_F32 };
-static const size_t k_nd[NT] = { 2, 2, 1, 0, 2 };
-static const uint64_t k_shape[NT][2] = { { 4, 6 }, { 2, 4 }, { 3, 0 }, { 0, 0 }, { 4, 6 } };
+#define NT 6
+static const char *const k_names[NT] = { "w", "h", "r", "s", "e", "opt.w" };
+static const shs_dtype k_dt[NT] = { SHS_F32, SHS_BF16, SHS_F32, SHS_F32, SHS_U8, SHS_F32 };
+static const size_t k_nd[NT] = { 2, 2, 1, 0, 2, 2 };
+static const uint64_t k_shape[NT][2] = {
+    { 4, 6 }, { 2, 4 }, { 3, 0 }, { 0, 0 }, { 0, 3 }, { 4, 6 }
+};
 
 static char g_root[256], g_src[320], g_out[320], g_dst[400], g_layout[320];
 static unsigned char g_ref[NT][96]; /* the source's bytes of each tensor */
@@ -68,6 +71,7 @@ static void setup(void)
 
     /* the source: one process saving the five tensors at step 1 */
     static float w[24], ow[24], r[3], s[1];
+    static uint8_t e[1];
     static uint16_t h[8];
     for (int i = 0; i < 24; i++) {
         w[i] = 1.0f + (float)i * 0.5f;
@@ -78,14 +82,14 @@ static void setup(void)
     for (int i = 0; i < 3; i++)
         r[i] = 100.0f + (float)i;
     s[0] = 42.0f;
-    void *data[NT] = { w, h, r, s, ow };
+    void *data[NT] = { w, h, r, s, e, ow };
     shs_state *st = NULL;
     if (shs_state_create(&st) != SHS_OK)
         abort();
     for (int t = 0; t < NT; t++) {
         shs_tensor_spec sp = SHS_TENSOR_SPEC_INIT;
         sp.name = k_names[t];
-        sp.kind = t == 4 ? SHS_KIND_OPTIMIZER : SHS_KIND_MODEL;
+        sp.kind = t == NT - 1 ? SHS_KIND_OPTIMIZER : SHS_KIND_MODEL;
         sp.dtype = k_dt[t];
         sp.ndim = k_nd[t];
         sp.shape = k_shape[t];
