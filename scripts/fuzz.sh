@@ -44,7 +44,8 @@ mkdir -p "$work" "$artifacts"
 cp -n "$seeds"/* "$work"/ 2>/dev/null || true
 
 echo "fuzz.sh: running fuzz_$target for ${secs}s (corpus $work)"
-# A dictionary of the header's tokens, so mutations speak safetensors JSON.
+# A dictionary of the header's tokens, so mutations speak safetensors JSON,
+# plus fuzz/TARGET.dict when the target has one.
 dict=$build/$target.dict
 {
     for tok in '{' '}' '[' ']' ':' ',' '"' '\\' '\\u' '\\ud83d\\ude00' \
@@ -59,6 +60,10 @@ dict=$build/$target.dict
               I64 U64; do
         printf '"\\"%s\\""\n' "$dt"
     done
+    # the target's own tokens (fuzz/TARGET.dict), if it has any
+    if [[ -f $root/fuzz/$target.dict ]]; then
+        grep -v '^#' "$root/fuzz/$target.dict"
+    fi
 } > "$dict"
 
 # Several processes: fork mode, which keeps going after a crash (each find

@@ -326,6 +326,10 @@ int shs__hf_open(shs__meta *m, char **dir, char **source, const char *path, cons
     }
     if (rc == SHS_OK)
         rc = is_index ? shs__meta_from_hf_index(m, file) : shs__meta_from_file(m, file);
+    /* model weights only: a file named like shardsafe's optimizer files
+       ("-opt-") is no optimizer state here */
+    for (size_t i = 0; rc == SHS_OK && i < m->nt; i++)
+        m->t[i].kind = SHS_KIND_MODEL;
     if (rc == SHS_OK && !(*dir = shs__path_dirname(file))) {
         shs__meta_free(m);
         rc = shs__err(SHS_ENOMEM, "out of memory");

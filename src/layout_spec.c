@@ -243,11 +243,15 @@ static int check_tiling(const shs__lboxes *b, const char *name, const uint64_t *
     for (size_t k = 0; k < b->n; k++) {
         const uint64_t *ko = b->off + k * nd, *ks = b->shape + k * nd;
         int replica = 0;
-        for (size_t j = 0; j < k && !replica; j++) {
+        /* every earlier box for the rank check, not only up to the first
+           equal one: a replica may sit on a rank that already has a box */
+        for (size_t j = 0; j < k; j++) {
             const uint64_t *jo = b->off + j * nd, *js = b->shape + j * nd;
             if (b->rank[j] == b->rank[k])
                 return shs__err(SHS_EINVAL, "%s: tensor '%s': rank %d has two boxes", where, name,
                                 b->rank[k]);
+            if (replica)
+                continue; /* its overlaps are those of the box it repeats */
             if ((nd == 0 || (!memcmp(jo, ko, nd * 8) && !memcmp(js, ks, nd * 8))))
                 replica = 1;
             else if (boxes_overlap(jo, js, ko, ks, nd))
@@ -415,6 +419,14 @@ static int scale_mesh(json_t **out, const json_t *spec, const char *name, size_t
         json_object_del(o, "alias_name");
         if (rc == SHS_OK && json_array_append_new(dm, json_integer(to)) < 0)
             rc = SHS_ENOMEM;
+        /* a dimension "split" over axes of size 1 names axes the one-axis
+           mesh does not have: nothing is split */
+        json_t *tm = json_array();
+        if (!tm || json_object_set_new(o, "tensor_map", tm) < 0)
+            rc = SHS_ENOMEM;
+        for (size_t d = 0; d < ndim && rc == SHS_OK; d++)
+            if (json_array_append_new(tm, json_integer(-1)) < 0)
+                rc = SHS_ENOMEM;
         goto built;
     }
     uint64_t s2 = (uint64_t)to / r;

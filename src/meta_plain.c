@@ -100,7 +100,10 @@ static int build(shs__meta *m, const char *dir, char **names, size_t n, json_t *
                           m->f[i].name);
         if (rc < 0)
             break;
-        shs_kind kind = strstr(m->f[i].name, "-opt-") ? SHS_KIND_OPTIMIZER : SHS_KIND_MODEL;
+        /* shardsafe's own file names tell optimizer state; a Hugging Face
+           index names model weights only, whatever its file names */
+        shs_kind kind = !weight_map && strstr(m->f[i].name, "-opt-") ? SHS_KIND_OPTIMIZER
+                                                                     : SHS_KIND_MODEL;
         for (size_t k = 0; k < shs_file_tensor_count(f) && rc == SHS_OK; k++) {
             const shs_tensor_info *ti = shs_file_tensor(f, k);
             if (weight_map) {
