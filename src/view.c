@@ -44,7 +44,9 @@ static int scan_names(const char *path, int *any_step, int *any_st)
     *any_step = *any_st = 0;
     for (size_t i = 0; rc == SHS_OK && i < n; i++) {
         *any_step |= shs__step_of_name(names[i]) >= 0;
-        *any_st |= shs__is_safetensors_name(names[i]);
+        /* a folder holding only its index still is one: its errors
+           (missing files) are the index's, not "no checkpoint" */
+        *any_st |= shs__is_safetensors_name(names[i]) || !strcmp(names[i], SHS__HF_INDEX);
     }
     shs__io_names_free(names, n);
     return rc;

@@ -167,6 +167,12 @@ static void test_scale(void **state)
              "{\"device_matrix\": [2, 1], \"tensor_map\": [1, 0]}");
     scale_ok("{\"device_matrix\": [2, 3], \"tensor_map\": [1, 0]}", 6, 12,
              "{\"device_matrix\": [2, 6], \"tensor_map\": [1, 0]}");
+    /* split only over an axis of size 1: replicated in truth, and stays so
+       (the tensor_map named an axis the scaled one-axis mesh lacks) */
+    scale_ok("{\"device_matrix\": [1, 2], \"tensor_map\": [1, -1]}", 2, 1,
+             "{\"device_matrix\": [1], \"tensor_map\": [-1, -1]}");
+    scale_ok("{\"device_matrix\": [1, 2], \"tensor_map\": [1, -1]}", 2, 4,
+             "{\"device_matrix\": [4], \"tensor_map\": [-1, -1]}");
     scale_ok("{\"split_dim\": 1, \"ranks\": 2}", 4, 8, "{\"split_dim\": 1, \"ranks\": 4}");
     scale_ok("{\"split_dim\": 1}", 4, 8, "{\"split_dim\": 1}");
     /* what cannot be scaled */

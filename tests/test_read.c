@@ -640,6 +640,14 @@ static void test_hf_index(void **state)
                    "\"q\": \"model-00003-of-00003.safetensors\"}");
     assert_int_equal(shs_checkpoint_open(&ck, dir), SHS_ECORRUPT);
     TU_ASSERT_MSG_HAS("model-00003-of-00003.safetensors");
+    /* a folder holding only its index: the index's error, not "no
+       checkpoint" */
+    char *lone = tu_subdir("hf-lone");
+    put_index(lone, "{\"x\": \"model-00001-of-00002.safetensors\"}");
+    assert_int_equal(shs_checkpoint_open(&ck, lone), SHS_ECORRUPT);
+    TU_ASSERT_MSG_HAS("'model-00001-of-00002.safetensors', which does not exist");
+    tu_rmtree(lone);
+    free(lone);
     /* a tensor its file does not hold */
     put_index(dir, "{\"x\": \"model-00001-of-00002.safetensors\", "
                    "\"z\": \"model-00001-of-00002.safetensors\"}");
