@@ -350,6 +350,17 @@ int shs__crypt_check_key(const shs__meta *m, const shs__key *key, const char *di
     return SHS_OK;
 }
 
+/* The error of a chunk whose GCM tag does not match (open and verify). */
+static int tag_mismatch(const char *dir, const shs__meta *m, const shs__mtensor *t,
+                        const shs__mchunk *c)
+{
+    return shs__err(SHS_ECHECKSUM,
+                    "%s/%s: tensor '%s': chunk does not authenticate (" SHS__CIPHER_NAME
+                    " tag mismatch): its bytes, its place (tensor, offset, step) or "
+                    "metadata.json were changed",
+                    dir, m->f[c->file].name, t->name);
+}
+
 int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
                           const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
                           uint64_t n)
@@ -390,11 +401,7 @@ int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *d
     if (!ok) {
         /* never hand out unauthenticated plaintext */
         OPENSSL_cleanse(buf, (size_t)n);
-        return shs__err(SHS_ECHECKSUM,
-                        "%s/%s: tensor '%s': chunk does not authenticate (" SHS__CIPHER_NAME
-                        " tag mismatch): its bytes, its place (tensor, offset, step) or "
-                        "metadata.json were changed",
-                        dir, m->f[c->file].name, t->name);
+        return tag_mismatch(dir, m, t, c);
     }
     return SHS_OK;
 }
@@ -598,11 +605,7 @@ int shs__crypt_auth_chunk(const shs__key *key, const shs__meta *m, const char *d
     if (!ok)
         return shs__err(SHS_EIO, "libcrypto: AES-256-GCM authentication failed");
     if (!auth)
-        return shs__err(SHS_ECHECKSUM,
-                        "%s/%s: tensor '%s': chunk does not authenticate (" SHS__CIPHER_NAME
-                        " tag mismatch): its bytes, its place (tensor, offset, step) or "
-                        "metadata.json were changed",
-                        dir, m->f[c->file].name, t->name);
+        return tag_mismatch(dir, m, t, c);
     return SHS_OK;
 }
 

@@ -323,12 +323,7 @@ static void *rank_main(void *arg)
         for (int i = 0; rc == SHS_OK && i < 6; i++)
             if (rows[i] != (float)(100 * holds + i))
                 rc = SHS_ECORRUPT;
-        r->rc = rc;
-        snprintf(r->msg, sizeof r->msg, "%s", rc ? shs_last_error() : "");
-        shs_manager_free(m);
-        shs_comm_free(comm);
-        shs_state_free(st);
-        return NULL;
+        goto done;
     }
     if (rc == SHS_OK)
         rc = shs_manager_save(m, &p, 0);
@@ -344,6 +339,7 @@ static void *rank_main(void *arg)
         if (rc == SHS_OK && memcmp(got, rows, sizeof got) != 0)
             rc = SHS_ECORRUPT;
     }
+done:
     r->rc = rc;
     snprintf(r->msg, sizeof r->msg, "%s", rc ? shs_last_error() : "");
     shs_manager_free(m);
