@@ -626,16 +626,9 @@ static void set_recorded(const char *dir, const char *layouts)
     json_error_t e;
     json_t *m = json_load_file(mp, 0, &e);
     assert_non_null(m);
-    json_object_del(m, "metadata_xxh3");
     assert_int_equal(json_object_set_new(m, "layouts", J(layouts)), 0);
-    char *plain = json_dumps(m, JSON_INDENT(1) | JSON_COMPACT);
-    size_t len = 0;
-    char *sealed = shs__meta_seal(plain, strlen(plain), &len);
-    assert_non_null(sealed);
-    assert_int_equal(tu_write_file(mp, sealed, len), 0);
-    free(plain);
+    tu_meta_reseal(mp, m);
     json_decref(m);
-    shs__free(sealed);
 }
 
 /* A recorded layout is input like any other: validated when used, and

@@ -1,6 +1,10 @@
 /* testutil.c -- helpers shared by the unit tests. */
 #include "testutil.h"
 
+#include "meta.h"
+
+#include <jansson.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -370,4 +374,17 @@ void tu_assert_blob_str(shs_state *st, const char *name, const char *want)
         fail_msg("no blob '%s'", name);
     if (n != strlen(want) || memcmp(d, want, n) != 0)
         fail_msg("blob '%s' = '%.*s', want '%s'", name, (int)n, (const char *)d, want);
+}
+
+void tu_meta_reseal(const char *path, json_t *root)
+{
+    json_object_del(root, "metadata_xxh3");
+    char *plain = json_dumps(root, JSON_COMPACT);
+    assert_non_null(plain);
+    size_t len = 0;
+    char *sealed = shs__meta_seal(plain, strlen(plain), &len);
+    free(plain);
+    assert_non_null(sealed);
+    assert_int_equal(tu_write_file(path, sealed, len), 0);
+    shs__free(sealed);
 }

@@ -18,6 +18,11 @@ char *tu_mkdtemp(void);
 void tu_rmtree(const char *path);
 /* Write / read a whole file.  tu_read_file returns malloc'd data or NULL. */
 int tu_write_file(const char *path, const void *data, size_t len);
+/* Write `root` (a metadata.json tree, edited by a test) to `path` sealed
+   as the writer seals it (its "metadata_xxh3" recomputed), so that only
+   the test's edit differs.  `root` stays the caller's. */
+struct json_t;
+void tu_meta_reseal(const char *path, struct json_t *root);
 void *tu_read_file(const char *path, size_t *len);
 /* "<dir>/<name>" in a static rotating buffer (8 slots). */
 const char *tu_path(const char *dir, const char *name);

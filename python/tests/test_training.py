@@ -190,6 +190,40 @@ def test_python_comm_async_uses_its_own_channel(tmp_path):
         assert np.array_equal(c.get_tensor("w"), w)
 
 
+def test_python_comm_async_save_must_agree(tmp_path):
+    """Rank 0 asks for async_save, the (simulated) rank 1 does not: every
+    rank raises before anyone asks for a channel of its own."""
+    class HalfAsync(shardsafe.dist.PyComm):
+        rank, size = 0, 2
+        asked = False
+
+        def barrier(self):
+            pass
+
+        def broadcast(self, data, length, root):
+            return data
+
+        def allgather(self, data):
+            if len(data) == 1:  # the async_save flags: rank 1 says no
+                return data + bytes([0])
+            return data * 2
+
+        def gatherv(self, data, lens, root):
+            return data
+
+        def for_async(self):
+            HalfAsync.asked = True
+            return None
+
+    w = np.arange(6, dtype=np.float32)
+    with pytest.raises(shardsafe.InvalidArgumentError, match=r"async_save is on for ranks \[0\]"):
+        shardsafe.CheckpointManager({"w": shardsafe.Shard(w, (6,), (0,))},
+                                    config={"save_path": str(tmp_path), "async_save": True},
+                                    comm=HalfAsync())
+    assert not HalfAsync.asked
+    assert not os.listdir(tmp_path)
+
+
 def test_python_comm_error_is_reported(tmp_path):
     class Broken(shardsafe.dist.PyComm):
         def barrier(self):
