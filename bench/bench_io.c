@@ -22,7 +22,7 @@
  * elements (~136 KiB).  bench_torch.py builds the same shapes.
  */
 #include "shardsafe.h"
-#include "internal.h" /* shs__utf8_check, for the header breakdown */
+#include "common/internal.h" /* shs__utf8_check, for the header breakdown */
 
 #include <errno.h>
 #include <fcntl.h>

@@ -20,8 +20,8 @@
  * bench/report.py.  The data files are not written: parsing does not open
  * them.
  */
-#include "internal.h"
-#include "meta.h"
+#include "common/internal.h"
+#include "source/meta.h"
 
 #include <jansson.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /*
- * bench_plan.c -- time and memory of the save and load planners (src/plan.c)
+ * bench_plan.c -- time and memory of the save and load planners (src/dist/plan.c)
  * at scale, on one core, without MPI.
  *
  *   bench_plan save [RANKS [CHUNKS_PER_RANK]]   save plan of RANKS x CHUNKS
@@ -21,8 +21,8 @@
  * lines {"mode","key","value","unit","label"} for bench/report.py.
  */
 #include "shardsafe.h"
-#include "internal.h"
-#include "plan.h"
+#include "common/internal.h"
+#include "dist/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>

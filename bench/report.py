@@ -606,7 +606,7 @@ def distributed(g, w):
 
 
 def plan(g, w):
-    """Section 6: bench_plan (the pure planner, src/plan.c, simulated ranks)."""
+    """Section 6: bench_plan (the pure planner, src/dist/plan.c, simulated ranks)."""
     S = lambda k: g("plan_save", k)
     L = lambda k: g("plan_load", k)
     w("## 6. Plan (pure, simulated ranks)")
@@ -614,7 +614,7 @@ def plan(g, w):
     ranks = S("ranks") or L("ranks")
     per = S("chunks_per_rank") or L("chunks_per_rank")
     w(f"`bench_plan` (one process per mode, one core, no I/O, no MPI): the save and load "
-      f"plans of `src/plan.c` for {ranks or 0:,.0f} simulated ranks x {per or 0:,.0f} chunks "
+      f"plans of `src/dist/plan.c` for {ranks or 0:,.0f} simulated ranks x {per or 0:,.0f} chunks "
       "(1,000 tensors: even ids `[16384*k + r, 1024]` F32 split on dim 0 over all ranks, "
       "unevenly; odd ids `[1024 + t, 256]` BF16 replicated on every rank). The load reads "
       f"the deduplicated save back into {L('target_ranks') or 0:,.0f} ranks with the same "

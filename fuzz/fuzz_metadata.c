@@ -97,7 +97,7 @@ static void check_view(const shs_checkpoint *c)
             shs_chunk_info ci = SHS_CHUNK_INFO_INIT, cj = SHS_CHUNK_INFO_INIT;
             if (shs_checkpoint_chunk(&ci, c, i, k) != SHS_OK)
                 abort();
-            /* MindSpore's metadata.json (src/meta_ms.c) has no checksums */
+            /* MindSpore's metadata.json (src/source/meta_ms.c) has no checksums */
             if (ci.file >= shs_checkpoint_file_count(c) ||
                 (!ci.has_xxh3 && shs_checkpoint_format(c) == SHS_CKPT_FORMAT_SHARDSAFE) ||
                 strcmp(ci.key, t->name) != 0)

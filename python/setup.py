@@ -1,7 +1,7 @@
 """Build the shardsafe package: `pip install --no-build-isolation ./python`.
 
 The extension module shardsafe._C is compiled from the binding's C files
-and the library's own sources (../src/*.c), so the installed package needs
+and the library's own sources (../src/*/*.c), so the installed package needs
 no libshardsafe.so; its dependencies come from pkg-config, the list the
 library's own pkg-config file gives (cmake/shardsafe.pc.in: jansson,
 libyaml, libcrypto; xxhash).  Nothing is downloaded.
@@ -61,14 +61,14 @@ def header_version():
     return f"{parts['MAJOR']}.{parts['MINOR']}.{parts['PATCH']}"
 
 
-AVX2 = os.path.join(ROOT, "src", "hash_avx2.c")
-LIB_SOURCES = sorted(glob.glob(os.path.join(ROOT, "src", "*.c")))
+AVX2 = os.path.join(ROOT, "src", "common", "hash_avx2.c")
+LIB_SOURCES = sorted(glob.glob(os.path.join(ROOT, "src", "**", "*.c"), recursive=True))
 X86 = platform.machine() in ("x86_64", "AMD64")
 
 
 class BuildExt(build_ext):
-    """src/hash_avx2.c is compiled on its own with -mavx2 (chosen at run
-    time by src/hash.c), as the CMake build does."""
+    """src/common/hash_avx2.c is compiled on its own with -mavx2 (chosen at run
+    time by src/common/hash.c), as the CMake build does."""
 
     def build_extension(self, ext):
         if X86:
@@ -90,7 +90,7 @@ ext = Extension(
     extra_compile_args=["-std=c11", "-fvisibility=hidden"]
     + [f for f in pkgconfig("--cflags") if f.startswith(("-I", "-D"))],
     extra_link_args=pkgconfig("--libs") + ["-lpthread"],
-    depends=[rel(p) for p in glob.glob(os.path.join(ROOT, "src", "*.h"))]
+    depends=[rel(p) for p in glob.glob(os.path.join(ROOT, "src", "**", "*.h"), recursive=True)]
     + [rel(os.path.join(ROOT, "include", "shardsafe.h")), "shardsafe/_C.h"],
 )
 

@@ -10,10 +10,10 @@
 
 #include "testutil.h"
 
-#include "crypt.h"
-#include "hash.h"
-#include "io.h"
-#include "meta.h"
+#include "crypto/crypt.h"
+#include "common/hash.h"
+#include "store/io.h"
+#include "source/meta.h"
 
 #include <errno.h>
 #include <jansson.h>

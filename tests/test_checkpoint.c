@@ -8,8 +8,8 @@
  */
 #include "testutil.h"
 
-#include "checkpoint.h"
-#include "io.h"
+#include "checkpoint/checkpoint.h"
+#include "store/io.h"
 
 #include <dirent.h>
 #include <errno.h>

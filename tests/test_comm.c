@@ -1,11 +1,11 @@
-/* test_comm.c -- the collective helpers of src/comm.c over a scripted
+/* test_comm.c -- the collective helpers of src/dist/comm.c over a scripted
  * backend: rank 0 of 2 in one process, whose peer (rank 1) always
  * succeeds and holds the bytes "xyz".  The backend logs the collectives
  * rank 0 takes part in, so a test can check that on an error rank 0 still
  * makes the calls that the peer makes (else the peer would wait forever).
  */
 #include "testutil.h"
-#include "comm.h"
+#include "dist/comm.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -42,7 +42,7 @@
  */
 #include "testutil.h"
 
-#include "io.h"
+#include "store/io.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * test_crypt.c -- encryption at rest (src/crypt.c, docs/encryption.md):
+ * test_crypt.c -- encryption at rest (src/crypto/crypt.c, docs/encryption.md):
  * keys from files and environment variables, round trips through the
  * manager (sync, async, two ranks as threads), the read API and verify,
  * and every allocation and every write of an encrypted save failing in

@@ -1,4 +1,4 @@
-/* test_dtype.c -- dtype names, sizes and conversions (src/dtype.c).
+/* test_dtype.c -- dtype names, sizes and conversions (src/format/dtype.c).
  *
  * Conversions are checked against references computed a different way:
  * values decoded from the bit fields with ldexp, and rounding done by
@@ -7,7 +7,7 @@
  * compiler's own _Float16 conversions where gcc has them.
  */
 #include "testutil.h"
-#include "internal.h"
+#include "common/internal.h"
 
 #include <float.h>
 #include <math.h>

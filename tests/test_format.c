@@ -5,7 +5,7 @@
  */
 #include "testutil.h"
 
-#include "io.h"
+#include "store/io.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -10,7 +10,7 @@
 #include "hf_fixture.h"
 #include "threadcomm.h"
 
-#include "io.h"
+#include "store/io.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

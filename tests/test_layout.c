@@ -1,4 +1,4 @@
-/* test_layout.c -- N-d box math (src/layout.c).
+/* test_layout.c -- N-d box math (src/format/layout.c).
  *
  * shs__box_copy / shs__box_runs2 / shs__box_runs are checked against a
  * naive element-by-element reference (index arithmetic per element), on
@@ -8,8 +8,8 @@
  * possible (compared with a greedy count over the element mapping).
  */
 #include "testutil.h"
-#include "internal.h"
-#include "layout.h"
+#include "common/internal.h"
+#include "format/layout.h"
 
 #include <stdio.h>
 #include <stdlib.h>

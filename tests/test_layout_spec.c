@@ -8,7 +8,7 @@
  */
 #include "testutil.h"
 
-#include "layout_spec.h"
+#include "tools/layout_spec.h"
 
 #include <jansson.h>
 #include <stdlib.h>

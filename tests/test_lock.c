@@ -2,7 +2,7 @@
  * path, the public lock API for tools, and their error paths. */
 #include "testutil.h"
 
-#include "io.h"
+#include "store/io.h"
 
 #include <errno.h>
 #include <fcntl.h>

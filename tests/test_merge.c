@@ -11,8 +11,8 @@
  */
 #include "testutil.h"
 
-#include "io.h"
-#include "merge.h"
+#include "store/io.h"
+#include "tools/merge.h"
 
 #include <errno.h>
 #include <fcntl.h>

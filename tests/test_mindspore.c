@@ -1,6 +1,6 @@
 /*
  * test_mindspore.c -- MindSpore Transformers "Checkpoint 2.0" directories
- * (src/meta_ms.c), made by tests/gen_mscp2.py from the documented format:
+ * (src/source/meta_ms.c), made by tests/gen_mscp2.py from the documented format:
  * saved on 1 and 4 ranks (tensor_map splits, nested maps, replicated
  * tensors, layout-less ones), read through the public read API (every
  * tensor, boxes across slices, dtype conversion, progress, verify) and
@@ -12,7 +12,7 @@
  */
 #include "testutil.h"
 
-#include "meta_ms.h"
+#include "source/meta_ms.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* test_plan.c -- save / load planning (src/plan.c).
+/* test_plan.c -- save / load planning (src/dist/plan.c).
  *
  * Small layouts are checked against exact expectations; the general
  * checkers below verify the plan's invariants independently of plan.c:
@@ -6,8 +6,8 @@
  * once, from a saved chunk that holds it), chunk by chunk for saves.
  */
 #include "testutil.h"
-#include "internal.h"
-#include "plan.h"
+#include "common/internal.h"
+#include "dist/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>

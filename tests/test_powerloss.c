@@ -40,7 +40,7 @@
  */
 #include "testutil.h"
 
-#include "io.h"
+#include "store/io.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -9,8 +9,8 @@
  */
 #include "testutil.h"
 
-#include "io.h"
-#include "meta.h"
+#include "store/io.h"
+#include "source/meta.h"
 
 #include <jansson.h>
 #include <pthread.h>

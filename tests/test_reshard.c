@@ -11,8 +11,8 @@
  */
 #include "testutil.h"
 
-#include "layout_spec.h"
-#include "meta.h"
+#include "tools/layout_spec.h"
+#include "source/meta.h"
 
 #include <jansson.h>
 #include <limits.h>

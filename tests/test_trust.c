@@ -5,7 +5,7 @@
  */
 #include "testutil.h"
 
-#include "io.h"
+#include "store/io.h"
 #include "threadcomm.h"
 
 #include <errno.h>

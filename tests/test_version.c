@@ -1,9 +1,9 @@
 /* test_version.c -- the library's version (shs_version, shs_version_number,
  * the header's SHS_VERSION_*) and the option-struct version check
- * (shs__check_opts_version, src/opts.c).
+ * (shs__check_opts_version, src/common/opts.c).
  */
 #include "testutil.h"
-#include "opts.h"
+#include "common/opts.h"
 
 #include <dirent.h>
 #include <stdio.h>

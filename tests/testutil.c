@@ -1,7 +1,7 @@
 /* testutil.c -- helpers shared by the unit tests. */
 #include "testutil.h"
 
-#include "meta.h"
+#include "source/meta.h"
 
 #include <jansson.h>
 

@@ -20,8 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "io.h"
+#include "dist/comm.h"
+#include "store/io.h"
 #include "shardsafe_mpi.h"
 
 #define R 10

@@ -1,0 +1,484 @@
+/*
+ * view.c -- the public read-only side of checkpoints: resolving a path to
+ * a step directory, verifying one, the accessors of the shs_checkpoint
+ * handle's model (read.c opens it and reads data), and the save-path
+ * maintenance entry points (list, tracker, remove, clean).  Format:
+ * docs/checkpoint.md.
+ */
+#include "source/common_json.h"
+#include "crypto/crypt.h"
+#include "common/hash.h"
+#include "store/io.h"
+#include "checkpoint/loader.h"
+#include "store/lock.h"
+#include "common/opts.h"
+#include "source/stepdir.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Copy `path` into out, or SHS_ERANGE when it does not fit: a cut path
+   would name another directory. */
+static int copy_out(char *out, size_t cap, const char *path)
+{
+    size_t n = strlen(path);
+    if (n >= cap)
+        return shs__err(SHS_ERANGE,
+                        "checkpoint path '%s' (%zu bytes) does not fit in a "
+                        "%zu-byte buffer",
+                        path, n, cap);
+    memcpy(out, path, n + 1);
+    return SHS_OK;
+}
+
+/* Whether a directory holds entries named like step directories (then it
+   is a save path, even with none complete), or safetensors files. */
+static int scan_names(const char *path, int *any_step, int *any_st)
+{
+    char **names = NULL;
+    size_t n = 0;
+    int rc = shs__io_list_dir(&names, &n, path);
+    *any_step = *any_st = 0;
+    for (size_t i = 0; rc == SHS_OK && i < n; i++) {
+        *any_step |= shs__step_of_name(names[i]) >= 0;
+        /* a folder holding only its index still is one: its errors
+           (missing files) are the index's, not "no checkpoint" */
+        *any_st |= shs__is_safetensors_name(names[i]) || !strcmp(names[i], SHS__HF_INDEX);
+    }
+    shs__io_names_free(names, n);
+    return rc;
+}
+
+int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step)
+{
+    struct stat st;
+    int rc, is_step = 0;
+    int64_t *steps = NULL;
+    size_t n = 0;
+    char *full = NULL;
+    if (!out || !cap || !path || !*path)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_resolve: empty path or buffer");
+    if (shs__io->stat(path, &st) != 0)
+        return shs__err_errno(errno, "cannot find checkpoint path", path);
+    if (!S_ISDIR(st.st_mode))
+        return shs__err(SHS_EINVAL, "%s: a checkpoint path is a directory", path);
+    if ((rc = shs__step_dir_probe(path, &is_step)) < 0)
+        return rc;
+    if (is_step)
+        return copy_out(out, cap, path);
+    if ((rc = shs__list_steps(&steps, &n, path)) < 0)
+        return rc;
+    int64_t pick = -1;
+    if (step >= 0) {
+        for (size_t i = 0; i < n; i++)
+            if (steps[i] == step)
+                pick = step;
+        if (pick < 0) {
+            rc = shs__err(SHS_ENOCHECKPOINT, "%s: no complete checkpoint of step %lld", path,
+                          (long long)step);
+            goto done;
+        }
+    } else {
+        int64_t tracked;
+        rc = shs__read_tracker(&tracked, path);
+        if (rc == SHS_OK) {
+            for (size_t i = 0; i < n; i++)
+                if (steps[i] == tracked)
+                    pick = tracked;
+            if (pick < 0) {
+                rc = shs__err(SHS_ECORRUPT,
+                              "%s/" SHS__TRACKER " names step %lld, but there is no complete "
+                              "directory of that step",
+                              path, (long long)tracked);
+                goto done;
+            }
+        } else if (rc == SHS_ENOENT) {
+            shs__err_clear();
+            rc = SHS_OK;
+            pick = n ? steps[n - 1] : -1;
+        } else {
+            goto done;
+        }
+    }
+    if (pick < 0) {
+        /* a plain directory of safetensors files, named as such; never a
+           save path whose step directories are all incomplete */
+        int any_step, any_st;
+        if ((rc = scan_names(path, &any_step, &any_st)) < 0)
+            goto done;
+        if (any_step)
+            rc = shs__err(SHS_ENOCHECKPOINT,
+                          "%s: no complete checkpoint (its step directories "
+                          "lack metadata.json or common.json)",
+                          path);
+        else if (any_st)
+            rc = copy_out(out, cap, path);
+        else
+            rc = shs__err(SHS_ENOCHECKPOINT, "%s: no checkpoint", path);
+        goto done;
+    }
+    if ((rc = shs__step_dir_find(&full, path, pick)) == SHS_OK)
+        rc = copy_out(out, cap, full);
+done:
+    shs__free(full);
+    shs__free(steps);
+    return rc;
+}
+
+/* Mark tensor idx of file fi as described by metadata.json. */
+static void mark_used(uint8_t **used, uint32_t fi, size_t idx)
+{
+    if (used[fi])
+        used[fi][idx] = 1;
+}
+
+/* Without checksums (MindSpore's files) a replica is compared with the
+   nearest earlier copy of its box (equal copies chain to the one readers
+   use): copies that differ cannot both be right. */
+static int same_as_earlier_copy(shs__loader *L, const shs__mtensor *t, size_t k, const void *p,
+                                const char *dir)
+{
+    const shs__mchunk *c = &t->c[k], *o = NULL;
+    size_t nd = t->ndim * sizeof(uint64_t);
+    for (size_t i = k; i-- > 0 && !o;)
+        if (memcmp(t->c[i].off, c->off, nd) == 0 && memcmp(t->c[i].shape, c->shape, nd) == 0)
+            o = &t->c[i];
+    if (!o)
+        return SHS_OK;
+    shs_file *f;
+    size_t idx;
+    uint64_t n = c->b1 - c->b0;
+    void *tmp = NULL;
+    int rc = shs__chunk_locate(L, o->file, o->key, o->b0, o->b1, &f, &idx);
+    if (rc < 0)
+        return rc;
+    const void *q = shs_file_tensor_data(f, idx);
+    if (!q) {
+        if (!(tmp = shs__malloc((size_t)n + 1)))
+            return shs__err(SHS_ENOMEM, "out of memory");
+        if ((rc = shs_file_read(f, idx, tmp, (size_t)n)) == SHS_OK)
+            q = tmp;
+    }
+    if (rc == SHS_OK && memcmp(p, q, (size_t)n) != 0)
+        rc = shs__err(SHS_ECORRUPT,
+                      "%s: tensor '%s': its copies in '%s' and '%s' differ (no checksums say "
+                      "which is right)",
+                      dir, t->name, L->m->f[o->file].name, L->m->f[c->file].name);
+    shs__free(tmp);
+    return rc;
+}
+
+/* An encrypted chunk whose checksums matched (its bytes at p):
+   authenticated, not decrypted (crypt.c: the tag is computed from the
+   ciphertext).  Without a key it is left for the end of the verify, which
+   says a key is needed. */
+static int verify_sealed(const shs__loader *L, const shs__mtensor *t, const shs__mchunk *c,
+                         const void *p)
+{
+    if (!c->enc || !L->key)
+        return SHS_OK;
+    return shs__crypt_auth_chunk(L->key, L->m, L->dir, t, c, p, c->b1 - c->b0);
+}
+
+static int verify(const char *dir, const shs__key *key);
+
+int shs_checkpoint_verify(const char *dir)
+{
+    return verify(dir, NULL);
+}
+
+int shs_checkpoint_verify_key(const char *dir, const unsigned char *key, size_t key_len)
+{
+    shs__key k;
+    if (!key)
+        return verify(dir, NULL);
+    int rc = shs__key_from_bytes(&k, key, key_len);
+    if (rc == SHS_OK)
+        rc = verify(dir, &k);
+    shs__key_wipe(&k);
+    return rc;
+}
+
+static int verify(const char *dir, const shs__key *key)
+{
+    shs__meta m;
+    int rc;
+    int is_step = 0;
+    if (!dir)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_verify: NULL path");
+    /* a step directory without metadata.json is named as damaged here;
+       a plain directory fails in the parse for lack of metadata.json */
+    if ((rc = shs__step_dir_probe(dir, &is_step)) < 0)
+        return rc;
+    (void)is_step;
+    if ((rc = shs__meta_parse(&m, dir)) < 0)
+        return rc;
+    shs__loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)), 0, NULL, key };
+    uint8_t **used = shs__calloc(m.nf + 1, sizeof *used);
+    void *buf = NULL;
+    if (!L.fh || !used) {
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+        goto done;
+    }
+    /* a wrong key is said at once; a missing one at the end */
+    if (key && (rc = shs__crypt_check_key(&m, key, dir)) < 0)
+        goto done;
+    /* every listed file exists and is valid (its header matching its
+       checksum in version 2), even one no chunk uses */
+    for (size_t i = 0; i < m.nf && rc == SHS_OK; i++) {
+        shs_file *f;
+        if ((rc = shs__loader_open_file(&L, (uint32_t)i, &f)) == SHS_OK &&
+            !(used[i] = shs__calloc(shs_file_tensor_count(f) + 1, 1)))
+            rc = shs__err(SHS_ENOMEM, "out of memory");
+    }
+    /* every chunk, replicas included, against its checksum and blocks */
+    for (size_t j = 0; j < m.nt && rc == SHS_OK; j++) {
+        for (size_t k = 0; k < m.t[j].nc && rc == SHS_OK; k++) {
+            const shs__mchunk *c = &m.t[j].c[k];
+            shs_file *f;
+            size_t idx;
+            if ((rc = shs__chunk_locate(&L, c->file, c->key, c->b0, c->b1, &f, &idx)) < 0)
+                break;
+            const shs_tensor_info *ti = shs_file_tensor(f, idx);
+            if (ti->dtype != m.t[j].dtype || ti->ndim != m.t[j].ndim ||
+                (ti->ndim && memcmp(ti->shape, c->shape, ti->ndim * sizeof(uint64_t)) != 0)) {
+                rc = shs__err(SHS_ECORRUPT,
+                              "%s/%s: tensor '%s' has another dtype or shape "
+                              "than metadata.json says",
+                              dir, m.f[c->file].name, c->key);
+                break;
+            }
+            mark_used(used, c->file, idx);
+            const void *p = shs_file_tensor_data(f, idx);
+            if (!p) {
+                shs__free(buf);
+                if (!(buf = shs__malloc((size_t)(c->b1 - c->b0) + 1))) {
+                    rc = shs__err(SHS_ENOMEM, "out of memory");
+                    break;
+                }
+                if ((rc = shs_file_read(f, idx, buf, (size_t)(c->b1 - c->b0))) < 0)
+                    break;
+                p = buf;
+            }
+            rc = shs__check_hash(&L, c, m.t[j].name, p, c->b1 - c->b0);
+            if (rc == SHS_OK && c->replica && !c->has_hash)
+                rc = same_as_earlier_copy(&L, &m.t[j], k, p, dir);
+            for (size_t q = 0; rc == SHS_OK && q < c->nblocks; q++) {
+                uint64_t at = (uint64_t)q * c->block, n = c->b1 - c->b0;
+                uint64_t len = n - at < c->block ? n - at : c->block;
+                if (shs__xxh3((const char *)p + at, (size_t)len) != c->blocks[q])
+                    rc = shs__err(SHS_ECHECKSUM,
+                                  "%s: tensor '%s': block %zu does not match its "
+                                  "xxh3 checksum",
+                                  dir, m.t[j].name, q);
+            }
+            if (rc == SHS_OK)
+                rc = verify_sealed(&L, &m.t[j], c, p);
+        }
+    }
+    for (size_t k = 0; k < m.nb && rc == SHS_OK; k++) {
+        const shs__mblob *b = &m.b[k];
+        shs_file *f;
+        size_t idx;
+        if ((rc = shs__chunk_locate(&L, b->file, b->key, b->b0, b->b1, &f, &idx)) < 0)
+            break;
+        mark_used(used, b->file, idx);
+        const void *p = shs_file_tensor_data(f, idx);
+        if (!p) {
+            shs__free(buf);
+            if (!(buf = shs__malloc((size_t)(b->b1 - b->b0) + 1))) {
+                rc = shs__err(SHS_ENOMEM, "out of memory");
+                break;
+            }
+            if ((rc = shs_file_read(f, idx, buf, (size_t)(b->b1 - b->b0))) < 0)
+                break;
+            p = buf;
+        }
+        if (shs__xxh3(p, (size_t)(b->b1 - b->b0)) != b->hash)
+            rc = shs__err(SHS_ECHECKSUM, "%s: blob '%s' does not match its checksum", dir, b->name);
+    }
+    /* bytes no checksum covers would pass unseen: every tensor of every
+       file is a chunk or a blob of metadata.json */
+    for (size_t i = 0; i < m.nf && rc == SHS_OK; i++)
+        for (size_t k = 0; k < shs_file_tensor_count(L.fh[i]) && rc == SHS_OK; k++)
+            if (!used[i][k])
+                rc = shs__err(SHS_ECORRUPT,
+                              "%s/%s: tensor '%s' is not described by "
+                              "metadata.json",
+                              dir, m.f[i].name, shs_file_tensor(L.fh[i], k)->name);
+    if (rc == SHS_OK)
+        rc = shs__meta_check_common(&m, dir);
+    if (rc == SHS_OK) {
+        shs_progress p;
+        rc = shs__common_read(&p, dir);
+    }
+    /* everything the checksums cover is intact; the chunks' contents
+       cannot be authenticated without the key */
+    if (rc == SHS_OK && m.encrypted && !key)
+        rc = shs__err(SHS_EKEY,
+                      "%s: checksums match, but it is encrypted (" SHS__CIPHER_NAME
+                      ", key id %s): key required to authenticate its chunks",
+                      dir, m.key_id);
+done:
+    shs__free(buf);
+    for (size_t i = 0; used && i < m.nf; i++)
+        shs__free(used[i]);
+    shs__free(used);
+    for (size_t i = 0; L.fh && i < m.nf; i++)
+        shs_file_close(L.fh[i]);
+    shs__free(L.fh);
+    shs__meta_free(&m);
+    return rc;
+}
+
+int64_t shs_checkpoint_step(const shs_checkpoint *c)
+{
+    return c->m.step;
+}
+int shs_checkpoint_world_size(const shs_checkpoint *c)
+{
+    return c->m.world_size;
+}
+int shs_checkpoint_is_plain(const shs_checkpoint *c)
+{
+    return c->m.plain;
+}
+size_t shs_checkpoint_file_count(const shs_checkpoint *c)
+{
+    return c->m.nf;
+}
+size_t shs_checkpoint_tensor_count(const shs_checkpoint *c)
+{
+    return c->m.nt;
+}
+size_t shs_checkpoint_blob_count(const shs_checkpoint *c)
+{
+    return c->m.nb;
+}
+
+const char *shs_checkpoint_file_name(const shs_checkpoint *c, size_t i)
+{
+    return i < c->m.nf ? c->m.f[i].name : NULL;
+}
+
+int shs_checkpoint_file_rank(const shs_checkpoint *c, size_t i)
+{
+    return i < c->m.nf ? c->m.f[i].rank : -1;
+}
+
+const shs_ckpt_tensor_info *shs_checkpoint_tensor(const shs_checkpoint *c, size_t i)
+{
+    return i < c->m.nt ? &c->info[i] : NULL;
+}
+
+int shs_checkpoint_find(size_t *out, const shs_checkpoint *c, const char *name)
+{
+    const shs__mtensor *t = shs__meta_find(&c->m, name);
+    if (!t)
+        return shs__err(SHS_ENOTFOUND, "no tensor named '%s' in the checkpoint", name);
+    *out = (size_t)(t - c->m.t);
+    return SHS_OK;
+}
+
+int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *c, size_t ti, size_t ci)
+{
+    if (!out || out->version < 1 || out->version > SHS_CHUNK_INFO_VERSION)
+        return shs__err(SHS_EINVAL,
+                        "shs_checkpoint_chunk: initialise the shs_chunk_info with "
+                        "SHS_CHUNK_INFO_INIT (version %u unknown)",
+                        out ? out->version : 0);
+    if (ti >= c->m.nt || ci >= c->m.t[ti].nc)
+        return shs__err(SHS_ERANGE, "chunk %zu of tensor %zu out of range", ci, ti);
+    const shs__mchunk *k = &c->m.t[ti].c[ci];
+    /* version 1 holds every field below; a later version fills more */
+    *out = (shs_chunk_info){ out->version, k->off, k->shape, k->file,    k->key,
+                             k->b0,        k->b1,  k->hash,  k->has_hash };
+    return SHS_OK;
+}
+
+int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *c, size_t i)
+{
+    if (!out || out->version < 1 || out->version > SHS_BLOB_INFO_VERSION)
+        return shs__err(SHS_EINVAL,
+                        "shs_checkpoint_blob: initialise the shs_blob_info with "
+                        "SHS_BLOB_INFO_INIT (version %u unknown)",
+                        out ? out->version : 0);
+    if (i >= c->m.nb)
+        return shs__err(SHS_ERANGE, "blob %zu out of range", i);
+    const shs__mblob *b = &c->m.b[i];
+    *out = (shs_blob_info){ out->version, b->name, b->rank, b->file,      b->key,
+                            b->b0,        b->b1,   b->hash, b->b1 - b->b0 };
+    return SHS_OK;
+}
+
+int shs_checkpoint_read_progress(shs_progress *out, const char *dir)
+{
+    if (!out || !dir)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_read_progress: NULL argument");
+    if (shs__check_progress(out, "shs_checkpoint_read_progress") < 0)
+        return SHS_EINVAL;
+    return shs__common_read(out, dir);
+}
+
+int shs_checkpoint_list(int64_t *steps, size_t cap, size_t *n, const char *save_path)
+{
+    if (!n || !save_path || (cap && !steps))
+        return shs__err(SHS_EINVAL, "shs_checkpoint_list: NULL argument");
+    int64_t *v;
+    size_t cnt;
+    int rc = shs__list_steps(&v, &cnt, save_path);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < cnt && i < cap; i++)
+        steps[i] = v[i];
+    *n = cnt;
+    shs__free(v);
+    return SHS_OK;
+}
+
+int64_t shs_checkpoint_step_of_name(const char *name)
+{
+    return name ? shs__step_of_name(name) : -1;
+}
+
+int shs_checkpoint_read_tracker(int64_t *step, const char *save_path)
+{
+    if (!step || !save_path)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_read_tracker: NULL argument");
+    return shs__read_tracker(step, save_path);
+}
+
+int shs_checkpoint_remove(const char *save_path, int64_t step)
+{
+    if (!save_path || step < 0)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_remove: bad argument");
+    shs_savepath_lock_handle *lk = NULL;
+    int rc = shs__savepath_lock_for_tool(&lk, save_path);
+    if (rc == SHS_ENOENT) {
+        shs__err_clear();
+        return SHS_OK; /* no save path: nothing to remove */
+    }
+    if (rc == SHS_OK)
+        rc = shs__remove_step(save_path, step);
+    shs_savepath_unlock(lk);
+    return rc;
+}
+
+int shs_checkpoint_clean(const char *save_path)
+{
+    if (!save_path)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_clean: NULL argument");
+    shs_savepath_lock_handle *lk = NULL;
+    int rc = shs__savepath_lock_for_tool(&lk, save_path);
+    if (rc == SHS_ENOENT) {
+        shs__err_clear();
+        return SHS_OK; /* no save path: nothing to clean */
+    }
+    if (rc == SHS_OK)
+        rc = shs__clean_leftovers(save_path);
+    shs_savepath_unlock(lk);
+    return rc;
+}

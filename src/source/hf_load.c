@@ -1,0 +1,362 @@
+/*
+ * hf_load.c -- Hugging Face weights for the manager's initial load
+ * (initial_load_in_hf): which file describes the model (the index or
+ * model.safetensors, never a directory listing), and the renaming of
+ * the files' tensor names to the registered ones (hf_name_map,
+ * hf_name_map_file).  The model built here is loaded by the common
+ * loader (load.c), so chunking, dtype conversion, load_balanced and the
+ * strict checks are the same as for any other checkpoint.  docs/hf.md.
+ */
+#include "source/hf_load.h"
+
+#include "store/io.h"
+#include "source/stepdir.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAP_FILE_MAX (64u << 20) /* a larger name-map file is refused */
+#define HF_SINGLE "model.safetensors"
+
+/* ---- the rules of hf_name_map ---- */
+
+typedef struct rule {
+    const char *from, *to;
+    size_t flen, tlen;
+} rule;
+
+static int is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* [*b, *e) without surrounding blanks. */
+static void trim(const char **b, const char **e)
+{
+    while (*b < *e && is_space(**b))
+        (*b)++;
+    while (*e > *b && is_space((*e)[-1]))
+        (*e)--;
+}
+
+/* Parse `text` into rules pointing into it (*out: caller frees; NULL
+   when there is none). */
+static int parse_rules(rule **out, size_t *n_out, const char *text, const char *field)
+{
+    const char *p = text, *end = text + strlen(text);
+    size_t cap = 1, n = 0;
+    *out = NULL;
+    *n_out = 0;
+    trim(&p, &end);
+    if (p == end)
+        return SHS_OK; /* no rules: nothing to allocate */
+    if (p < end && *p == '[') {
+        if (end[-1] != ']')
+            return shs__err(SHS_ECONFIG, "%s: unbalanced '[' in '%s'", field, text);
+        p++;
+        end--;
+    }
+    for (const char *q = p; q < end; q++)
+        cap += *q == ',';
+    rule *r = shs__calloc(cap, sizeof *r);
+    if (!r)
+        return shs__err(SHS_ENOMEM, "%s: out of memory", field);
+    while (p < end) {
+        const char *b = p, *e = p;
+        while (e < end && *e != ',')
+            e++;
+        p = e < end ? e + 1 : e;
+        trim(&b, &e);
+        if (e - b >= 2 && (*b == '\'' || *b == '"') && e[-1] == *b) {
+            b++;
+            e--;
+        }
+        if (b == e)
+            continue; /* "a=b," */
+        const char *eq = memchr(b, '=', (size_t)(e - b));
+        if (!eq || memchr(eq + 1, '=', (size_t)(e - eq - 1))) {
+            int rc = shs__err(SHS_ECONFIG,
+                              "%s: rule '%.*s' is not from=to (one '=', e.g. "
+                              "\"model.=backbone.\")",
+                              field, (int)(e - b), b);
+            shs__free(r);
+            return rc;
+        }
+        const char *fb = b, *fe = eq, *tb = eq + 1, *te = e;
+        trim(&fb, &fe);
+        trim(&tb, &te);
+        rule x = { fb, tb, (size_t)(fe - fb), (size_t)(te - tb) };
+        for (size_t i = 0; i < n; i++)
+            if (r[i].flen == x.flen && memcmp(r[i].from, x.from, x.flen) == 0) {
+                int rc = shs__err(SHS_ECONFIG, "%s: two rules for the prefix '%.*s'", field,
+                                  (int)x.flen, x.from);
+                shs__free(r);
+                return rc;
+            }
+        r[n++] = x;
+    }
+    if (n == 0) {
+        shs__free(r);
+        r = NULL;
+    }
+    *out = r;
+    *n_out = n;
+    return SHS_OK;
+}
+
+int shs__hf_rules_check(const char *rules, const char *field)
+{
+    rule *r = NULL;
+    size_t n = 0;
+    int rc = parse_rules(&r, &n, rules ? rules : "", field);
+    shs__free(r);
+    return rc;
+}
+
+/* ---- the map file ---- */
+
+static int load_map(json_t **out, const char *path)
+{
+    char *text = NULL;
+    size_t len = 0;
+    json_error_t je;
+    int oom = 0, rc;
+    *out = NULL;
+    if ((rc = shs__read_file(&text, &len, path, MAP_FILE_MAX)) < 0)
+        return shs__err_prefix(rc, "hf_name_map_file");
+    json_t *root = shs__json_loadb(text, len, JSON_REJECT_DUPLICATES, &je, &oom);
+    shs__free(text);
+    if (oom)
+        return shs__err(SHS_ENOMEM, "hf_name_map_file %s: out of memory reading it", path);
+    if (!root)
+        return shs__err(SHS_ECONFIG, "hf_name_map_file %s: not valid JSON: %s (line %d)", path,
+                        je.text, je.line);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return shs__err(SHS_ECONFIG,
+                        "hf_name_map_file %s: expected an object {\"file name\": "
+                        "\"registered name\"}",
+                        path);
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v)
+    {
+        const char *s = json_string_value(v);
+        if (!s || !*s || strlen(s) != json_string_length(v)) {
+            /* the message first: `key` dies with root */
+            rc = shs__err(SHS_ECONFIG,
+                          "hf_name_map_file %s: the entry of '%s' is not a tensor name", path, key);
+            json_decref(root);
+            return rc;
+        }
+    }
+    *out = root;
+    return SHS_OK;
+}
+
+/* ---- renaming ---- */
+
+static int cmp_mtensor(const void *a, const void *b)
+{
+    return strcmp(((const shs__mtensor *)a)->name, ((const shs__mtensor *)b)->name);
+}
+
+/* The name a tensor of the files is registered under (caller frees), or
+   NULL with *same = 1 when it keeps its name. */
+static char *new_name(const char *name, json_t *map, const rule *r, size_t nr, int *same)
+{
+    const char *exact = map ? json_string_value(json_object_get(map, name)) : NULL;
+    *same = 0;
+    if (exact)
+        return shs__strdup(exact);
+    const rule *best = NULL;
+    size_t len = strlen(name);
+    for (size_t i = 0; i < nr; i++)
+        if (r[i].flen <= len && memcmp(r[i].from, name, r[i].flen) == 0 &&
+            (!best || r[i].flen > best->flen))
+            best = &r[i];
+    if (!best) {
+        *same = 1;
+        return NULL;
+    }
+    size_t rest = len - best->flen;
+    char *s = shs__malloc(best->tlen + rest + 1);
+    if (s) {
+        memcpy(s, best->to, best->tlen);
+        memcpy(s + best->tlen, name + best->flen, rest + 1);
+    }
+    return s;
+}
+
+static const char *file_name_of(const shs__mtensor *t)
+{
+    return t->nc ? t->c[0].key : t->name;
+}
+
+int shs__hf_rename(shs__meta *m, const char *rules, const char *map_file)
+{
+    rule *r = NULL;
+    size_t nr = 0;
+    json_t *map = NULL;
+    int rc = parse_rules(&r, &nr, rules ? rules : "", "hf_name_map");
+    if (rc == SHS_OK && map_file && *map_file)
+        rc = load_map(&map, map_file);
+    if (rc < 0 || (!nr && !map))
+        goto done;
+    for (size_t i = 0; i < m->nt; i++) {
+        int same;
+        char *s = new_name(m->t[i].name, map, r, nr, &same);
+        if (same)
+            continue;
+        if (!s) {
+            rc = shs__err(SHS_ENOMEM, "out of memory renaming tensors");
+            goto done;
+        }
+        if (!*s) {
+            rc = shs__err(SHS_ECONFIG, "hf_name_map: tensor '%s' would get an empty name",
+                          m->t[i].name);
+            shs__free(s);
+            goto done;
+        }
+        shs__free(m->t[i].name);
+        m->t[i].name = s;
+    }
+    if (m->nt > 1)
+        qsort(m->t, m->nt, sizeof *m->t, cmp_mtensor);
+    for (size_t i = 1; i < m->nt; i++)
+        if (strcmp(m->t[i - 1].name, m->t[i].name) == 0) {
+            rc = shs__err(SHS_EMISMATCH,
+                          "hf_name_map: the tensors '%s' and '%s' of the files both become "
+                          "'%s'",
+                          file_name_of(&m->t[i - 1]), file_name_of(&m->t[i]), m->t[i].name);
+            goto done;
+        }
+done:
+    json_decref(map);
+    shs__free(r);
+    return rc;
+}
+
+/* ---- the source ---- */
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* 1 when `path` exists, 0 when it does not, < 0 on any other error. */
+static int exists(const char *path)
+{
+    struct stat st;
+    if (shs__io->stat(path, &st) == 0)
+        return 1;
+    return errno == ENOENT ? 0 : shs__err_errno(errno, "cannot read", path);
+}
+
+/* The file that describes the Hugging Face model in folder `dir` (caller
+   frees); *is_index tells which. */
+static int pick_in_folder(char **file, int *is_index, const char *dir)
+{
+    int is_step = 0, rc;
+    int64_t *steps = NULL;
+    size_t n = 0;
+    /* ours: never read as loose files (and never silently as HF) */
+    rc = shs__step_dir_probe(dir, &is_step);
+    if (rc == SHS_ECORRUPT || (rc == SHS_OK && is_step))
+        return shs__err(SHS_EINVAL,
+                        "%s is a checkpoint step directory, not Hugging Face weights "
+                        "(unset initial_load_in_hf to load it)",
+                        dir);
+    if (rc < 0)
+        return rc;
+    if ((rc = shs__list_steps(&steps, &n, dir)) < 0)
+        return rc;
+    shs__free(steps);
+    if (n)
+        return shs__err(SHS_EINVAL,
+                        "%s is a save path holding checkpoints, not Hugging Face weights "
+                        "(unset initial_load_in_hf to load it)",
+                        dir);
+    const char *names[2] = { SHS__HF_INDEX, HF_SINGLE };
+    for (int k = 0; k < 2; k++) {
+        char *p = shs__path_join(dir, names[k]);
+        if (!p)
+            return shs__err(SHS_ENOMEM, "out of memory");
+        if ((rc = exists(p)) != 0) {
+            if (rc < 0) {
+                shs__free(p);
+                return rc;
+            }
+            *file = p;
+            *is_index = k == 0;
+            return SHS_OK;
+        }
+        shs__free(p);
+    }
+    return shs__err(SHS_ENOCHECKPOINT,
+                    "%s: no " SHS__HF_INDEX " and no " HF_SINGLE " (Hugging Face weights)", dir);
+}
+
+int shs__hf_open(shs__meta *m, char **dir, char **source, const char *path, const char *field)
+{
+    struct stat st;
+    char *file = NULL;
+    int is_index = 0, rc;
+    memset(m, 0, sizeof *m);
+    *dir = *source = NULL;
+    if (shs__io->stat(path, &st) != 0) {
+        rc = shs__err_errno(errno, "cannot find Hugging Face weights", path);
+    } else if (S_ISDIR(st.st_mode)) {
+        rc = pick_in_folder(&file, &is_index, path);
+    } else if (S_ISREG(st.st_mode) &&
+               (ends_with(path, ".json") || ends_with(path, ".safetensors"))) {
+        is_index = ends_with(path, ".json");
+        rc = (file = shs__strdup(path)) ? SHS_OK : shs__err(SHS_ENOMEM, "out of memory");
+    } else {
+        rc = shs__err(SHS_EINVAL,
+                      "%s: not Hugging Face weights (a folder, " SHS__HF_INDEX
+                      " or a .safetensors file)",
+                      path);
+    }
+    if (rc == SHS_OK)
+        rc = is_index ? shs__meta_from_hf_index(m, file) : shs__meta_from_file(m, file);
+    /* model weights only: a file named like shardsafe's optimizer files
+       ("-opt-") is no optimizer state here */
+    for (size_t i = 0; rc == SHS_OK && i < m->nt; i++)
+        m->t[i].kind = SHS_KIND_MODEL;
+    if (rc == SHS_OK && !(*dir = shs__path_dirname(file))) {
+        shs__meta_free(m);
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+    }
+    if (rc < 0) {
+        shs__free(file);
+        return shs__err_prefix(rc, field);
+    }
+    *source = file;
+    return SHS_OK;
+}
+
+int shs__hf_config_check(const shs_config *c)
+{
+    int maps = (c->hf_name_map && *c->hf_name_map) || (c->hf_name_map_file && *c->hf_name_map_file);
+    if (c->initial_load_in_hf && !c->initial_load_model_only)
+        return shs__err(SHS_ECONFIG,
+                        "initial_load_in_hf: Hugging Face weights hold model weights only; "
+                        "initial_load_model_only must be true");
+    if (c->initial_load_in_hf && !(c->initial_load_path && *c->initial_load_path) &&
+        !(c->hf_assets_path && *c->hf_assets_path))
+        return shs__err(SHS_ECONFIG,
+                        "initial_load_in_hf: neither initial_load_path nor hf_assets_path "
+                        "names the Hugging Face weights");
+    if (maps && !c->initial_load_in_hf)
+        return shs__err(SHS_ECONFIG,
+                        "hf_name_map / hf_name_map_file apply only to Hugging Face weights: "
+                        "set initial_load_in_hf");
+    return shs__hf_rules_check(c->hf_name_map, "hf_name_map");
+}
