@@ -190,7 +190,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < REPS; k++) {
         shs__meta m;
         double c0 = cpu_now(), t0 = now();
-        rc = shs__meta_parse(&m, dir);
+        rc = shs__meta_parse(&m, dir, 0);
         t_open[k] = now() - t0;
         c_open[k] = cpu_now() - c0;
         if (rc == SHS_OK)

@@ -810,6 +810,137 @@ SHS_API int shs_manager_last_save(const shs_manager *m, shs_save_stats *out);
 SHS_API const char *shs_manager_warning(const shs_manager *m);
 
 /* ------------------------------------------------------------------------
+ * What is at a path.  One answer, shared by the manager's loads, the read
+ * API, the tools and the CLI: each of them reads only the kinds it says
+ * it reads and names the kind it found when it refuses one.
+ * ---------------------------------------------------------------------- */
+typedef enum shs_source_kind {
+    SHS_SOURCE_NONE = 0,         /* nothing there: the path does not exist */
+    SHS_SOURCE_SAVE_PATH = 1,    /* a save path: the tracker and/or step
+                                    directories (ours, torchtitan's step-N or
+                                    MindSpore's), complete or not */
+    SHS_SOURCE_STEP = 2,         /* a shardsafe step directory (metadata.json) */
+    SHS_SOURCE_MS_STEP = 3,      /* a MindSpore Transformers Checkpoint 2.0 step
+                                    directory (its metadata.json) */
+    SHS_SOURCE_MS_SINGLE = 4,    /* a single-card MindSpore save: common.json and
+                                    files that say {"format": "ms"}, no
+                                    metadata.json */
+    SHS_SOURCE_FOLDER = 5,       /* a folder of plain .safetensors files */
+    SHS_SOURCE_HF_INDEX = 6,     /* a Hugging Face model.safetensors.index.json,
+                                    or a folder holding one */
+    SHS_SOURCE_FILE = 7,         /* one safetensors file */
+    SHS_SOURCE_DAMAGED_STEP = 8, /* a step directory (by its name or its
+                                    common.json) without metadata.json: an
+                                    incomplete or damaged checkpoint */
+    SHS_SOURCE_STEP_PART = 9,    /* a file of a checkpoint that is not one by
+                                    itself: a step's metadata.json or
+                                    common.json, a save path's tracker */
+    SHS_SOURCE_OTHER = 10        /* none of these (an empty folder, a text file) */
+} shs_source_kind;
+
+/* What `path` is, without reading tensor data (a step directory's
+   metadata.json is read to tell ours from MindSpore's; a file's first
+   bytes to tell a safetensors file from another).  SHS_OK with *out set,
+   SHS_SOURCE_NONE included; only a failure to look (EACCES, EIO) is an
+   error, with its errno's status. */
+SHS_API int shs_path_kind(shs_source_kind *out, const char *path);
+/* "save path", "step directory", ...: a phrase for messages; NULL for a
+   value that is no kind. */
+SHS_API const char *shs_source_kind_name(shs_source_kind kind);
+
+/* What an entry of a save path is, by its name alone -- the rules the
+   library itself uses, for tools that list or clean a save path. */
+typedef enum shs_savepath_entry {
+    SHS_ENTRY_OTHER = 0, /* not ours: never listed as a step, never deleted */
+    SHS_ENTRY_STEP,      /* iteration_%08d or step-N (complete or not) */
+    SHS_ENTRY_LEFTOVER,  /* of a failed save: .tmp-*, .trash-*, .replaced-*
+                               (a step displaced by a re-save, restored by
+                               shs_checkpoint_clean when its name is free), or
+                               a temporary of the tracker */
+    SHS_ENTRY_TRACKER,   /* latest_checkpointed_iteration.txt */
+    SHS_ENTRY_LOCK,      /* SHS_SAVEPATH_LOCK_NAME, never deleted */
+    SHS_ENTRY_EXPORT     /* hf-<step dir name>: the export at train end
+                            (last_save_in_hf), never deleted by retention
+                            or prune; its temporaries (hf-<step>.tmp-*,
+                            .part-*, .old-*) are leftovers */
+} shs_savepath_entry;
+SHS_API shs_savepath_entry shs_savepath_entry_kind(const char *name);
+
+/*
+ * The entries of a save path as the library reads them: which are
+ * committed steps, which directory a load of each step reads, the
+ * tracker.  Resume, verify, prune, retention and `shardsafe ls` share
+ * this one reading.  A re-save's parked copy (.replaced-iteration_N-*,
+ * left when a re-save without RENAME_EXCHANGE was killed between its two
+ * renames) whose iteration_N does not exist IS step N: it is `selected`
+ * and `parked`, loads read it, and the next start renames it back.
+ */
+typedef struct shs_savepath shs_savepath;
+typedef struct shs_savepath_item {
+    const char *name;        /* the entry's name in the save path */
+    shs_savepath_entry kind; /* by its name (shs_savepath_entry_kind), except
+                                that an entry named like a step that is no
+                                directory is SHS_ENTRY_OTHER and a parked
+                                copy that is its step's directory is
+                                SHS_ENTRY_STEP */
+    int64_t step;            /* a step or an export: its step; else -1 */
+    int complete;            /* a step directory holding metadata.json and
+                                common.json (or a single-card MindSpore save) */
+    int selected;            /* THE directory of its step: what loads read */
+    int parked;              /* selected, and a parked copy (see above) */
+    int latest;              /* the selected directory of the tracker's step */
+} shs_savepath_item;
+/* Read a save path.  SHS_ENOENT when it does not exist.  Entries sorted
+   by name.  The handle owns every string. */
+SHS_API int shs_savepath_open(shs_savepath **out, const char *save_path);
+SHS_API size_t shs_savepath_count(const shs_savepath *savepath);
+SHS_API const shs_savepath_item *shs_savepath_item_at(const shs_savepath *savepath, size_t index);
+/* The tracker's step: SHS_OK; SHS_ENOENT when there is none; otherwise
+   the error reading it gave (SHS_ECORRUPT for a malformed one), with its
+   message. */
+SHS_API int shs_savepath_tracker(int64_t *step, const shs_savepath *savepath);
+/* NULL is a no-op. */
+SHS_API void shs_savepath_close(shs_savepath *savepath);
+
+/*
+ * A Hugging Face model.safetensors.index.json, read by the one reader the
+ * library's own loads use (size cap 256 MiB, strict JSON, duplicate keys
+ * refused, file names by shs_file_name_problem).  For tools that report
+ * every problem of an index rather than stop at the first, as a load does.
+ */
+typedef struct shs_hf_index shs_hf_index;
+typedef struct shs_hf_index_entry {
+    const char *tensor; /* the weight_map key (may hold NUL: tensor_len) */
+    size_t tensor_len;
+    const char *file;    /* the file it names, or NULL when it cannot be used */
+    const char *problem; /* NULL, or why the entry cannot be used */
+} shs_hf_index_entry;
+/* Parse an index.  Fails (SHS_ECORRUPT naming the file) only when the
+   document is no index: not JSON, not an object, no "weight_map" object;
+   a bad entry is kept with its problem. */
+SHS_API int shs_hf_index_open(shs_hf_index **out, const char *path);
+SHS_API const char *shs_hf_index_path(const shs_hf_index *index);
+/* Entries sorted by file name, then tensor name. */
+SHS_API size_t shs_hf_index_count(const shs_hf_index *index);
+SHS_API const shs_hf_index_entry *shs_hf_index_entry_at(const shs_hf_index *index, size_t i);
+/* The distinct usable file names, sorted. */
+SHS_API size_t shs_hf_index_file_count(const shs_hf_index *index);
+SHS_API const char *shs_hf_index_file(const shs_hf_index *index, size_t i);
+/* metadata.total_size: SHS_OK; SHS_ENOENT when absent; SHS_ECORRUPT when
+   it is not a non-negative integer. */
+SHS_API int shs_hf_index_total_size(uint64_t *out, const shs_hf_index *index);
+/* Every disagreement between the index and the shard `file` (opened as
+   f): a weight_map entry of that file the shard lacks, a tensor of the
+   shard the map does not list, or lists in another file.  Each is handed
+   to report(ctx, message) (may be NULL); returns how many there were.
+   A load refuses an index with any. */
+typedef void (*shs_problem_fn)(void *ctx, const char *message);
+SHS_API size_t shs_hf_index_check_file(const shs_hf_index *index, const char *file,
+                                       const shs_file *f, shs_problem_fn report, void *ctx);
+/* NULL is a no-op. */
+SHS_API void shs_hf_index_close(shs_hf_index *index);
+
+/* ------------------------------------------------------------------------
  * Step directories (the engine under the manager; usable alone).
  * ---------------------------------------------------------------------- */
 
@@ -1012,23 +1143,6 @@ SHS_API int64_t shs_checkpoint_step_of_name(const char *name);
    Returns what snprintf returns; -1 for a NULL buf or negative step. */
 SHS_API int shs_checkpoint_step_dir_name(char *buf, size_t cap, int64_t step, int torchtitan);
 
-/* What an entry of a save path is, by its name alone -- the rules the
-   library itself uses, for tools that list or clean a save path. */
-typedef enum shs_savepath_entry {
-    SHS_ENTRY_OTHER = 0, /* not ours: never listed as a step, never deleted */
-    SHS_ENTRY_STEP,      /* iteration_%08d or step-N (complete or not) */
-    SHS_ENTRY_LEFTOVER,  /* of a failed save: .tmp-*, .trash-*, .replaced-*
-                               (a step displaced by a re-save, restored by
-                               shs_checkpoint_clean when its name is free), or
-                               a temporary of the tracker */
-    SHS_ENTRY_TRACKER,   /* latest_checkpointed_iteration.txt */
-    SHS_ENTRY_LOCK,      /* SHS_SAVEPATH_LOCK_NAME, never deleted */
-    SHS_ENTRY_EXPORT     /* hf-<step dir name>: the export at train end
-                            (last_save_in_hf), never deleted by retention
-                            or prune; its temporaries (hf-<step>.tmp-*,
-                            .part-*, .old-*) are leftovers */
-} shs_savepath_entry;
-SHS_API shs_savepath_entry shs_savepath_entry_kind(const char *name);
 /* The tracker's step: SHS_ENOENT when there is none, SHS_ECORRUPT when it
    does not hold a decimal step. */
 SHS_API int shs_checkpoint_read_tracker(int64_t *step, const char *save_path);

@@ -331,12 +331,16 @@ static void test_hostile_index(void **state)
           "\"model.layers.0.w\": \"model-00001-of-00002.safetensors\", "
           "\"model.norm\": \"model-00002-of-00002.safetensors\", "
           "\"lm_head.weight\": \"model-00002-of-00002.safetensors\"}",
-          NULL, SHS_ECORRUPT, "'model.embed.weight' is mapped to 'model-00002-of-00002" },
+          NULL, SHS_ECORRUPT,
+          "tensor 'model.embed.weight' is stored in shard 'model-00001-of-00002.safetensors', but "
+          "the weight_map names 'model-00002-of-00002" },
         /* a tensor of a named file that the index does not list */
         { "{\"model.embed.weight\": \"model-00001-of-00002.safetensors\", "
           "\"model.norm\": \"model-00002-of-00002.safetensors\", "
           "\"lm_head.weight\": \"model-00002-of-00002.safetensors\"}",
-          NULL, SHS_ECORRUPT, "tensor 'model.layers.0.w' of the file 'model-00001-of-00002" },
+          NULL, SHS_ECORRUPT,
+          "tensor 'model.layers.0.w' of shard 'model-00001-of-00002.safetensors' is not in the "
+          "weight_map" },
         { "{\"model.norm\": 3}", NULL, SHS_ECORRUPT, "is not a file name" },
         { "{}", NULL, SHS_ENOCHECKPOINT, "weight_map is empty" },
         { NULL, "{\"weight_map\": [1]}", SHS_ECORRUPT, "no \"weight_map\" object" },

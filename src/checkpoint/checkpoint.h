@@ -59,24 +59,22 @@ typedef struct shs__load_req {
     unsigned exclude; /* SHS_EXCLUDE_* */
     int strict;
     int rank, world_size;
-    int workers;  /* parallel reader threads (>= 1) */
-    int balanced; /* load_balanced: each needed chunk read
+    int workers;                  /* parallel reader threads (>= 1) */
+    int balanced;                 /* load_balanced: each needed chunk read
                                       by one rank, sent to the others */
+    const struct shs__meta *meta; /* the model to read (source.h opened
+                                     it; its file names relative to the
+                                     directory); still the caller's */
     /* Hugging Face weights (hf_load.c): */
-    const struct shs__meta *meta; /* a model built by the caller, read
-                                     instead of the directory's (its file
-                                     names relative to the directory);
-                                     still the caller's */
-    int convert;                  /* float tensors may be saved in another
+    int convert;                /* float tensors may be saved in another
                                      float dtype: converted on load */
-    int unused_ok;                /* tensors of the checkpoint that are not
+    int unused_ok;              /* tensors of the checkpoint that are not
                                      registered are skipped and listed,
                                      even when strict */
-    const struct shs__key *key;   /* of an encrypted checkpoint, or NULL */
+    const struct shs__key *key; /* of an encrypted checkpoint, or NULL */
 } shs__load_req;
 
-/* Load a step directory (ours, or a plain directory of safetensors files:
-   shs__step_dir_probe decides) into the state.  progress may be NULL.
+/* Load req->meta, the model of what is at step_dir, into the state.  progress may be NULL.
    res (may be NULL) gets the outcome, except res->path, which the caller
    owns and sets; res->skipped is allocated here, even on error: release
    it with shs__load_result_release_names. */

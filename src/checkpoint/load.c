@@ -678,19 +678,11 @@ static int load_blobs(shs__loader *L, shs_state *st, const shs__load_req *req)
 static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, shs_comm *comm,
                      shs_progress *progress, shs_load_result *res, int *agreed)
 {
-    shs__meta m;
+    /* the model source.h opened: the caller's, not freed here */
+    shs__meta m = *req->meta;
     int rc;
-    int has_meta = 0;
-    if (req->meta) {
-        m = *req->meta; /* the caller's: not freed here */
-    } else {
-        /* a step directory is read through its metadata.json or not at
-           all; only a directory that is none is read as plain files */
-        if ((rc = shs__step_dir_probe(dir, &has_meta)) < 0)
-            return rc;
-        if ((rc = has_meta ? shs__meta_parse(&m, dir) : shs__meta_from_folder(&m, dir, NULL)) < 0)
-            return rc;
-    }
+    /* files without a step's common.json carry no progress */
+    int has_meta = !m.plain;
     /* common.json is checked even when its progress is not wanted: a
        changed file means the directory is not what was saved */
     shs__loader L = { dir, &m, NULL, 0, NULL, req->key };
@@ -747,7 +739,5 @@ done:
     for (size_t i = 0; L.fh && i < m.nf; i++)
         shs_file_close(L.fh[i]);
     shs__free(L.fh);
-    if (!req->meta)
-        shs__meta_free(&m);
     return rc;
 }

@@ -7,6 +7,8 @@
  */
 #include "checkpoint/loader.h"
 
+#include "source/source.h"
+
 #include "source/common_json.h"
 #include "crypto/crypt.h"
 #include "common/opts.h"
@@ -20,64 +22,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
-/* Build the model of a directory; *resolved = what was read (the step
-   directory, the folder or its index). */
-static int open_dir(shs__meta *m, char **resolved, const char *path, int64_t step)
-{
-    int rc, is_step = 0;
-    char *index = NULL;
-    /* a step directory (by its metadata.json, name or common.json) is read
-       through its metadata.json or refused, never as a plain folder */
-    if ((rc = shs__step_dir_probe(path, &is_step)) < 0)
-        return rc;
-    if (is_step) {
-        if ((rc = shs__meta_parse(m, path)) < 0)
-            return rc;
-        if (step >= 0 && m->step != step) {
-            rc = shs__err(SHS_ENOCHECKPOINT, "%s: the step directory of step %lld, not %lld", path,
-                          (long long)m->step, (long long)step);
-            shs__meta_free(m);
-            return rc;
-        }
-        *resolved = shs__strdup(path);
-        return *resolved ? SHS_OK : shs__err(SHS_ENOMEM, "out of memory");
-    }
-    char buf[PATH_MAX + 1];
-    if ((rc = shs_checkpoint_resolve(buf, sizeof buf, path, step)) < 0)
-        return rc;
-    if (strlen(buf) >= PATH_MAX)
-        return shs__err(SHS_EINVAL, "%s: path too long", path);
-    if (strcmp(buf, path) != 0) {
-        /* a save path: its tracker's (or the chosen) step */
-        if ((rc = shs__step_dir_probe(buf, &is_step)) < 0)
-            return rc;
-        if (!is_step)
-            return shs__err(SHS_ECORRUPT, "%s: no metadata.json", buf);
-        if ((rc = shs__meta_parse(m, buf)) < 0)
-            return rc;
-        *resolved = shs__strdup(buf);
-    } else {
-        if ((rc = shs__meta_from_folder(m, path, &index)) < 0)
-            return rc;
-        *resolved = index ? index : shs__strdup(path);
-    }
-    if (!*resolved) {
-        shs__meta_free(m);
-        return shs__err(SHS_ENOMEM, "out of memory");
-    }
-    return SHS_OK;
-}
-
 int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path, const shs_ckpt_open_opts *opts)
 {
     shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
-    struct stat st;
     int rc;
     if (!out || !path || !*path)
         return shs__err(SHS_EINVAL, "shs_checkpoint_open: NULL or empty argument");
@@ -99,43 +46,24 @@ int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path, const shs_ckp
     if (o.key && o.key_len != SHS_KEY_BYTES)
         return shs__err(SHS_EKEY, "shs_checkpoint_open_ex: a key is %d bytes, not %zu",
                         SHS_KEY_BYTES, o.key_len);
-    if (shs__io->stat(path, &st) != 0)
-        return shs__err_errno(errno, "cannot open checkpoint", path);
     shs_checkpoint *c = shs__calloc(1, sizeof *c);
     if (!c)
         return shs__err(SHS_ENOMEM, "out of memory");
     pthread_mutex_init(&c->mu, NULL);
-    if (S_ISDIR(st.st_mode)) {
-        if ((rc = open_dir(&c->m, &c->path, path, o.step)) < 0)
-            goto fail;
-    } else if (S_ISREG(st.st_mode) &&
-               (ends_with(path, ".safetensors") || ends_with(path, ".json"))) {
-        if (o.step >= 0) {
-            rc = shs__err(SHS_EINVAL, "%s: a step can only be chosen in a save path", path);
-            goto fail;
-        }
-        rc = ends_with(path, ".json") ? shs__meta_from_hf_index(&c->m, path)
-                                      : shs__meta_from_file(&c->m, path);
-        if (rc < 0)
-            goto fail;
-        if (!(c->path = shs__strdup(path))) {
-            rc = shs__err(SHS_ENOMEM, "out of memory");
-            goto fail;
-        }
-    } else {
-        rc = shs__err(SHS_EINVAL,
-                      "%s: not a checkpoint (a directory, a .safetensors file or a "
-                      "model.safetensors.index.json)",
-                      path);
+    shs__source src;
+    shs__source_req req = SHS__SOURCE_REQ_INIT;
+    req.step = o.step;
+    rc = shs__source_open(&src, path, &req);
+    /* the handle takes the model over */
+    c->m = src.m;
+    c->path = src.path;
+    c->dir = src.dir;
+    memset(&src, 0, sizeof src);
+    if (rc < 0)
         goto fail;
-    }
-    /* the model's file names are relative to the step directory or
-       folder, or to the folder of the index or file */
-    c->dir = S_ISDIR(st.st_mode) && !ends_with(c->path, ".json") ? shs__strdup(c->path)
-                                                                 : shs__path_dirname(c->path);
     c->info = shs__calloc(c->m.nt + 1, sizeof *c->info);
     c->L.fh = shs__calloc(c->m.nf + 1, sizeof(shs_file *));
-    if (!c->dir || !c->info || !c->L.fh) {
+    if (!c->info || !c->L.fh) {
         rc = shs__err(SHS_ENOMEM, "out of memory");
         goto fail;
     }

@@ -222,7 +222,7 @@ int shs__save_meta(const shs__save_req *req, const char *tmp, const char *texts,
        (chunks of every tensor tiling it, ...) runs before the commit, so
        ranks registering an incomplete or overlapping layout fail the save */
     shs__meta check;
-    if ((rc = shs__meta_parse(&check, tmp)) < 0) {
+    if ((rc = shs__meta_parse(&check, tmp, 0)) < 0) {
         shs__err_prefix(rc, "nothing committed: the ranks' layout is not a valid checkpoint");
         goto done;
     }

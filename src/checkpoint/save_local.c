@@ -292,7 +292,7 @@ static int link_unchanged(local_save *L)
     /* encrypted saves write every chunk (a fresh nonce each, under the
        current key): the manager refuses incremental with a key */
     if (req->incremental && !req->key && req->prev_dir &&
-        shs__meta_parse(prev, req->prev_dir) == SHS_OK)
+        shs__meta_parse(prev, req->prev_dir, 0) == SHS_OK)
         L->have_prev = 1;
     shs__err_clear();
     if (!L->have_prev)

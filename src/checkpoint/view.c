@@ -12,6 +12,8 @@
 #include "checkpoint/loader.h"
 #include "store/lock.h"
 #include "common/opts.h"
+#include "source/savepath.h"
+#include "source/source.h"
 #include "source/stepdir.h"
 
 #include <errno.h>
@@ -19,114 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-/* Copy `path` into out, or SHS_ERANGE when it does not fit: a cut path
-   would name another directory. */
-static int copy_out(char *out, size_t cap, const char *path)
-{
-    size_t n = strlen(path);
-    if (n >= cap)
-        return shs__err(SHS_ERANGE,
-                        "checkpoint path '%s' (%zu bytes) does not fit in a "
-                        "%zu-byte buffer",
-                        path, n, cap);
-    memcpy(out, path, n + 1);
-    return SHS_OK;
-}
-
-/* Whether a directory holds entries named like step directories (then it
-   is a save path, even with none complete), or safetensors files. */
-static int scan_names(const char *path, int *any_step, int *any_st)
-{
-    char **names = NULL;
-    size_t n = 0;
-    int rc = shs__io_list_dir(&names, &n, path);
-    *any_step = *any_st = 0;
-    for (size_t i = 0; rc == SHS_OK && i < n; i++) {
-        *any_step |= shs__step_of_name(names[i]) >= 0;
-        /* a folder holding only its index still is one: its errors
-           (missing files) are the index's, not "no checkpoint" */
-        *any_st |= shs__is_safetensors_name(names[i]) || !strcmp(names[i], SHS__HF_INDEX);
-    }
-    shs__io_names_free(names, n);
-    return rc;
-}
-
-int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step)
-{
-    struct stat st;
-    int rc, is_step = 0;
-    int64_t *steps = NULL;
-    size_t n = 0;
-    char *full = NULL;
-    if (!out || !cap || !path || !*path)
-        return shs__err(SHS_EINVAL, "shs_checkpoint_resolve: empty path or buffer");
-    if (shs__io->stat(path, &st) != 0)
-        return shs__err_errno(errno, "cannot find checkpoint path", path);
-    if (!S_ISDIR(st.st_mode))
-        return shs__err(SHS_EINVAL, "%s: a checkpoint path is a directory", path);
-    if ((rc = shs__step_dir_probe(path, &is_step)) < 0)
-        return rc;
-    if (is_step)
-        return copy_out(out, cap, path);
-    if ((rc = shs__list_steps(&steps, &n, path)) < 0)
-        return rc;
-    int64_t pick = -1;
-    if (step >= 0) {
-        for (size_t i = 0; i < n; i++)
-            if (steps[i] == step)
-                pick = step;
-        if (pick < 0) {
-            rc = shs__err(SHS_ENOCHECKPOINT, "%s: no complete checkpoint of step %lld", path,
-                          (long long)step);
-            goto done;
-        }
-    } else {
-        int64_t tracked;
-        rc = shs__read_tracker(&tracked, path);
-        if (rc == SHS_OK) {
-            for (size_t i = 0; i < n; i++)
-                if (steps[i] == tracked)
-                    pick = tracked;
-            if (pick < 0) {
-                rc = shs__err(SHS_ECORRUPT,
-                              "%s/" SHS__TRACKER " names step %lld, but there is no complete "
-                              "directory of that step",
-                              path, (long long)tracked);
-                goto done;
-            }
-        } else if (rc == SHS_ENOENT) {
-            shs__err_clear();
-            rc = SHS_OK;
-            pick = n ? steps[n - 1] : -1;
-        } else {
-            goto done;
-        }
-    }
-    if (pick < 0) {
-        /* a plain directory of safetensors files, named as such; never a
-           save path whose step directories are all incomplete */
-        int any_step, any_st;
-        if ((rc = scan_names(path, &any_step, &any_st)) < 0)
-            goto done;
-        if (any_step)
-            rc = shs__err(SHS_ENOCHECKPOINT,
-                          "%s: no complete checkpoint (its step directories "
-                          "lack metadata.json or common.json)",
-                          path);
-        else if (any_st)
-            rc = copy_out(out, cap, path);
-        else
-            rc = shs__err(SHS_ENOCHECKPOINT, "%s: no checkpoint", path);
-        goto done;
-    }
-    if ((rc = shs__step_dir_find(&full, path, pick)) == SHS_OK)
-        rc = copy_out(out, cap, full);
-done:
-    shs__free(full);
-    shs__free(steps);
-    return rc;
-}
 
 /* Mark tensor idx of file fi as described by metadata.json. */
 static void mark_used(uint8_t **used, uint32_t fi, size_t idx)
@@ -206,15 +100,9 @@ static int verify(const char *dir, const shs__key *key)
 {
     shs__meta m;
     int rc;
-    int is_step = 0;
     if (!dir)
         return shs__err(SHS_EINVAL, "shs_checkpoint_verify: NULL path");
-    /* a step directory without metadata.json is named as damaged here;
-       a plain directory fails in the parse for lack of metadata.json */
-    if ((rc = shs__step_dir_probe(dir, &is_step)) < 0)
-        return rc;
-    (void)is_step;
-    if ((rc = shs__meta_parse(&m, dir)) < 0)
+    if ((rc = shs__source_open_step(&m, dir, SHS__SRC_STEPS)) < 0)
         return rc;
     shs__loader L = { dir, &m, shs__calloc(m.nf + 1, sizeof(shs_file *)), 0, NULL, key };
     uint8_t **used = shs__calloc(m.nf + 1, sizeof *used);
@@ -478,7 +366,7 @@ int shs_checkpoint_clean(const char *save_path)
         return SHS_OK; /* no save path: nothing to clean */
     }
     if (rc == SHS_OK)
-        rc = shs__clean_leftovers(save_path);
+        rc = shs__clean_leftovers(save_path, NULL, NULL);
     shs_savepath_unlock(lk);
     return rc;
 }

@@ -21,6 +21,8 @@
 #include "store/io.h"
 #include "store/lock.h"
 #include "source/meta.h"
+#include "source/savepath.h"
+#include "source/source.h"
 #include "common/opts.h"
 
 #include <errno.h>
@@ -461,19 +463,17 @@ static int full_save_on_disk(shs_manager *m, int64_t step, int *full)
     int32_t v[2] = { 0, SHS_OK };
     char msg[SHS__AGREE_MSG] = "";
     if (m->comm->rank == 0) {
-        char *dir = shs__step_dir_path(m->save_path, step);
-        int is_step = 0;
-        if (!dir) {
-            v[1] = shs__err(SHS_ENOMEM, "out of memory");
-        } else if (shs__io->stat(dir, &(struct stat){ 0 }) == 0) {
-            shs__meta meta;
-            if ((v[1] = shs__step_dir_probe(dir, &is_step)) == SHS_OK && is_step &&
-                (v[1] = shs__meta_parse(&meta, dir)) == SHS_OK) {
-                v[0] = !meta.model_only;
-                shs__meta_free(&meta);
-            }
-        } else if (errno != ENOENT) {
-            v[1] = shs__err_errno(errno, "cannot stat", dir);
+        char *dir = NULL;
+        shs__meta meta;
+        v[1] = shs__step_dir_find(&dir, m->save_path, step);
+        if (v[1] == SHS_OK &&
+            (v[1] = shs__source_open_step(&meta, dir, SHS__SRC_STEPS)) == SHS_OK) {
+            v[0] = !meta.model_only;
+            shs__meta_free(&meta);
+        } else if (v[1] == SHS_ENOCHECKPOINT) {
+            /* no committed save of that step */
+            shs__err_clear();
+            v[1] = SHS_OK;
         }
         shs__free(dir);
         snprintf(msg, sizeof msg, "%s", v[1] < 0 ? shs_last_error() : "");
@@ -675,7 +675,7 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
         rc = shs__savepath_lock_take(&m->lock, m->save_path, 1);
         /* leftovers of a save that crashed (the root cleans, all hear) */
         if (rc == SHS_OK)
-            rc = shs__clean_leftovers(m->save_path);
+            rc = shs__clean_leftovers(m->save_path, NULL, NULL);
     }
     char msg[SHS__AGREE_MSG];
     snprintf(msg, sizeof msg, "%s", shs_last_error());

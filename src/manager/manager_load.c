@@ -12,6 +12,8 @@
 #include "crypto/crypt.h"
 #include "store/io.h"
 #include "source/meta.h"
+#include "source/savepath.h"
+#include "source/source.h"
 #include "common/opts.h"
 
 #include <errno.h>
@@ -87,11 +89,11 @@ static void say(shs_manager *m, shs_load_result *res, const char *fmt, ...)
     res->message = m->held_msg ? m->held_msg : "";
 }
 
-/* Load one step directory with the options of its source; `hf`: the
-   model of Hugging Face weights in dir (hf_load.c) instead of dir's own:
-   dtypes converted, tensors of the files that are not registered
-   skipped and listed even when strict. */
-static int load_dir(shs_manager *m, const char *dir, const shs__meta *hf, int source,
+/* Load the model `meta` of what source.h opened, its files in `dir`,
+   with the options of its source; `hf`: Hugging Face weights
+   (hf_load.c): dtypes converted, tensors of the files that are not
+   registered skipped and listed even when strict. */
+static int load_dir(shs_manager *m, const char *dir, const shs__meta *meta, int hf, int source,
                     int weights_only, shs_progress *progress, shs_load_result *res)
 {
     const shs_config *c = &m->cfg;
@@ -103,9 +105,9 @@ static int load_dir(shs_manager *m, const char *dir, const shs__meta *hf, int so
         .world_size = m->comm->size,
         .workers = c->load_worker_number,
         .balanced = c->load_balanced,
-        .meta = hf,
-        .convert = hf != NULL,
-        .unused_ok = hf != NULL,
+        .meta = meta,
+        .convert = hf,
+        .unused_ok = hf,
         .key = m->key,
     };
     if (weights_only)
@@ -156,7 +158,8 @@ static int step_is_weights_only(const char *sp, int64_t step)
     char *dir = NULL;
     shs__meta meta;
     int r = 0;
-    if (shs__step_dir_find(&dir, sp, step) == SHS_OK && shs__meta_parse(&meta, dir) == SHS_OK) {
+    if (shs__step_dir_find(&dir, sp, step) == SHS_OK &&
+        shs__source_open_step(&meta, dir, SHS__SRC_STEPS) == SHS_OK) {
         r = meta.model_only;
         shs__meta_free(&meta);
     }
@@ -316,11 +319,14 @@ static int load_saved_step(shs_manager *m, const char *sp, int64_t step, char **
     int rc;
     shs__free(*dir);
     *dir = NULL;
-    if ((rc = shs__step_dir_find(dir, sp, step)) < 0)
+    shs__meta meta;
+    memset(&meta, 0, sizeof meta);
+    if ((rc = shs__step_dir_find(dir, sp, step)) < 0 ||
+        (rc = shs__source_open_step(&meta, *dir, SHS__SRC_STEPS)) < 0)
         rc = fail_before_load(m, rc);
     else
-        rc = load_dir(m, *dir, NULL, SHS_LOAD_SAVE_PATH, step_is_weights_only(sp, step), progress,
-                      res);
+        rc = load_dir(m, *dir, &meta, 0, SHS_LOAD_SAVE_PATH, meta.model_only, progress, res);
+    shs__meta_free(&meta);
     return agree(m, rc);
 }
 
@@ -459,7 +465,7 @@ static int load_hf(shs_manager *m, const char *from, const char *field, shs_prog
         rc = fail_before_load(m, rc);
         goto done;
     }
-    if ((rc = load_dir(m, dir, &meta, SHS_LOAD_INITIAL, 1, progress, res)) < 0)
+    if ((rc = load_dir(m, dir, &meta, 1, SHS_LOAD_INITIAL, 1, progress, res)) < 0)
         goto done;
     shs__free(m->held_path);
     m->held_path = src;
@@ -490,7 +496,6 @@ done:
 static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *res)
 {
     const shs_config *c = &m->cfg;
-    char dir[4096];
     int rc, found = 0;
     if (c->create_seed_checkpoint) {
         res->source = SHS_LOAD_SEED;
@@ -524,14 +529,18 @@ static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *r
             m->save_path);
         return SHS_OK;
     }
-    rc = shs_checkpoint_resolve(dir, sizeof dir, from,
-                                source == SHS_LOAD_LOAD_PATH ? c->load_step : -1);
-    if (rc < 0)
+    shs__source src;
+    shs__source_req req = SHS__SOURCE_REQ_INIT;
+    req.step = source == SHS_LOAD_LOAD_PATH ? c->load_step : -1;
+    if ((rc = shs__source_open(&src, from, &req)) < 0) {
+        shs__source_release(&src);
         return fail_before_load(m, shs__err_prefix(rc, field));
-    if ((rc = load_dir(m, dir, NULL, source, weights_only, progress, res)) < 0)
-        return rc;
-    say(m, res, "loaded %s (step %lld) from %s", dir, (long long)res->step, field);
-    return SHS_OK;
+    }
+    rc = load_dir(m, src.dir, &src.m, 0, source, weights_only, progress, res);
+    if (rc == SHS_OK)
+        say(m, res, "loaded %s (step %lld) from %s", src.path, (long long)res->step, field);
+    shs__source_release(&src);
+    return rc;
 }
 
 int shs_manager_load(shs_manager *m, shs_progress *progress, shs_load_result *result)

@@ -9,6 +9,8 @@
  */
 #include "source/hf_load.h"
 
+#include "source/source.h"
+
 #include "store/io.h"
 #include "source/stepdir.h"
 
@@ -244,101 +246,25 @@ done:
 
 /* ---- the source ---- */
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
-/* 1 when `path` exists, 0 when it does not, < 0 on any other error. */
-static int exists(const char *path)
-{
-    struct stat st;
-    if (shs__io->stat(path, &st) == 0)
-        return 1;
-    return errno == ENOENT ? 0 : shs__err_errno(errno, "cannot read", path);
-}
-
-/* The file that describes the Hugging Face model in folder `dir` (caller
-   frees); *is_index tells which. */
-static int pick_in_folder(char **file, int *is_index, const char *dir)
-{
-    int is_step = 0, rc;
-    int64_t *steps = NULL;
-    size_t n = 0;
-    /* ours: never read as loose files (and never silently as HF) */
-    rc = shs__step_dir_probe(dir, &is_step);
-    if (rc == SHS_ECORRUPT || (rc == SHS_OK && is_step))
-        return shs__err(SHS_EINVAL,
-                        "%s is a checkpoint step directory, not Hugging Face weights "
-                        "(unset initial_load_in_hf to load it)",
-                        dir);
-    if (rc < 0)
-        return rc;
-    if ((rc = shs__list_steps(&steps, &n, dir)) < 0)
-        return rc;
-    shs__free(steps);
-    if (n)
-        return shs__err(SHS_EINVAL,
-                        "%s is a save path holding checkpoints, not Hugging Face weights "
-                        "(unset initial_load_in_hf to load it)",
-                        dir);
-    const char *names[2] = { SHS__HF_INDEX, HF_SINGLE };
-    for (int k = 0; k < 2; k++) {
-        char *p = shs__path_join(dir, names[k]);
-        if (!p)
-            return shs__err(SHS_ENOMEM, "out of memory");
-        if ((rc = exists(p)) != 0) {
-            if (rc < 0) {
-                shs__free(p);
-                return rc;
-            }
-            *file = p;
-            *is_index = k == 0;
-            return SHS_OK;
-        }
-        shs__free(p);
-    }
-    return shs__err(SHS_ENOCHECKPOINT,
-                    "%s: no " SHS__HF_INDEX " and no " HF_SINGLE " (Hugging Face weights)", dir);
-}
-
 int shs__hf_open(shs__meta *m, char **dir, char **source, const char *path, const char *field)
 {
-    struct stat st;
-    char *file = NULL;
-    int is_index = 0, rc;
-    memset(m, 0, sizeof *m);
-    *dir = *source = NULL;
-    if (shs__io->stat(path, &st) != 0) {
-        rc = shs__err_errno(errno, "cannot find Hugging Face weights", path);
-    } else if (S_ISDIR(st.st_mode)) {
-        rc = pick_in_folder(&file, &is_index, path);
-    } else if (S_ISREG(st.st_mode) &&
-               (ends_with(path, ".json") || ends_with(path, ".safetensors"))) {
-        is_index = ends_with(path, ".json");
-        rc = (file = shs__strdup(path)) ? SHS_OK : shs__err(SHS_ENOMEM, "out of memory");
-    } else {
-        rc = shs__err(SHS_EINVAL,
-                      "%s: not Hugging Face weights (a folder, " SHS__HF_INDEX
-                      " or a .safetensors file)",
-                      path);
-    }
-    if (rc == SHS_OK)
-        rc = is_index ? shs__meta_from_hf_index(m, file) : shs__meta_from_file(m, file);
-    /* model weights only: a file named like shardsafe's optimizer files
-       ("-opt-") is no optimizer state here */
-    for (size_t i = 0; rc == SHS_OK && i < m->nt; i++)
-        m->t[i].kind = SHS_KIND_MODEL;
-    if (rc == SHS_OK && !(*dir = shs__path_dirname(file))) {
-        shs__meta_free(m);
-        rc = shs__err(SHS_ENOMEM, "out of memory");
-    }
+    shs__source src;
+    shs__source_req req = SHS__SOURCE_REQ_INIT;
+    req.accept = SHS__SRC(SHS_SOURCE_HF_INDEX) | SHS__SRC(SHS_SOURCE_FOLDER) |
+                 SHS__SRC(SHS_SOURCE_FILE);
+    req.wants = "Hugging Face weights";
+    req.hint = "unset initial_load_in_hf to load it";
+    req.hf = 1;
+    int rc = shs__source_open(&src, path, &req);
     if (rc < 0) {
-        shs__free(file);
+        shs__source_release(&src);
+        memset(m, 0, sizeof *m);
+        *dir = *source = NULL;
         return shs__err_prefix(rc, field);
     }
-    *source = file;
+    *m = src.m;
+    *dir = src.dir;
+    *source = src.path;
     return SHS_OK;
 }
 

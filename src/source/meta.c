@@ -465,42 +465,87 @@ static int meta_read(const char *path, char **buf, size_t *len)
     return shs__read_file_nofollow(buf, len, path, META_MAX);
 }
 
-int shs__meta_parse(shs__meta *m, const char *dir)
+static void scan_release(mparse *s)
 {
-    int rc = SHS_OK;
+    for (size_t i = 0; i < s->cap_t; i++)
+        shs__free(s->rt[i].rc);
+    shs__free(s->rt);
+    shs__free(s->rf);
+    shs__free(s->rb);
+    shs__free(s->js.nk);
+    shs__free(s->js.arena);
+}
+
+/* Phase one over <dir>/metadata.json into *m: *buf, *len hold its bytes
+   (the caller frees them and releases *s). */
+static int scan_file(mparse *s, shs__meta *m, const char *path, char **buf, size_t *len)
+{
+    int rc;
+    memset(s, 0, sizeof *s);
+    memset(m, 0, sizeof *m);
+    if ((rc = meta_read(path, buf, len)) < 0)
+        return rc;
+    s->m = m;
+    s->js.p = s->js.start = *buf;
+    s->js.end = *buf + *len;
+    s->js.fname = path;
+    s->js.meta = 1;
+    if (!(s->js.arena = shs__malloc(*len + 1)))
+        return shs__err(SHS_ENOMEM, "out of memory reading %s", path);
+    return shs__meta_scan(s);
+}
+
+/* THE rule telling MindSpore's metadata.json from ours: an object with
+   its keys and without our "format". */
+static int is_ms_form(const mparse *s)
+{
+    return s->root_k == V_OBJ && s->format_k == V_NONE && s->ms_k;
+}
+
+int shs__meta_form(const char *dir, int *mindspore)
+{
     char *buf = NULL;
     size_t len = 0;
     mparse s;
-    memset(&s, 0, sizeof s);
-    memset(m, 0, sizeof *m);
+    shs__meta m;
+    *mindspore = 0;
     char *path = shs__path_join(dir, "metadata.json");
     if (!path)
         return shs__err(SHS_ENOMEM, "out of memory");
-    if ((rc = meta_read(path, &buf, &len)) < 0) {
-        /* MindSpore writes no metadata.json for a single card */
-        char why[512];
-        snprintf(why, sizeof why, "%s", shs_last_error());
-        int ms = rc == SHS_ENOENT ? shs__meta_ms_single_probe(dir) : 0;
-        if (ms != 0)
-            rc = ms < 0 ? ms : shs__meta_from_ms_single(m, dir);
-        else
-            rc = shs__err(rc, "%s", why);
-        goto done;
+    int rc = scan_file(&s, &m, path, &buf, &len);
+    if (rc == SHS_OK)
+        *mindspore = is_ms_form(&s);
+    /* a file that does not scan is ours to report when it is opened */
+    if (rc == SHS_ECORRUPT || rc == SHS_ECHECKSUM) {
+        shs__err_clear();
+        rc = SHS_OK;
     }
-    s.m = m;
-    s.js.p = s.js.start = buf;
-    s.js.end = buf + len;
-    s.js.fname = path;
-    s.js.meta = 1;
-    if (!(s.js.arena = shs__malloc(len + 1))) {
-        rc = shs__err(SHS_ENOMEM, "out of memory reading %s", path);
+    scan_release(&s);
+    shs__meta_free(&m);
+    shs__free(buf);
+    shs__free(path);
+    return rc;
+}
+
+int shs__meta_parse(shs__meta *m, const char *dir, unsigned flags)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    mparse s;
+    char *path = shs__path_join(dir, "metadata.json");
+    memset(m, 0, sizeof *m);
+    memset(&s, 0, sizeof s);
+    if (!path)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    int rc = scan_file(&s, m, path, &buf, &len);
+    if (rc < 0)
         goto done;
-    }
-    if ((rc = shs__meta_scan(&s)) < 0)
-        goto done;
-    if (s.root_k == V_OBJ && s.format_k == V_NONE && s.ms_k) {
+    if (is_ms_form(&s)) {
         shs__meta_free(m);
-        rc = shs__meta_from_ms(m, dir, path, buf, len);
+        rc = (flags & SHS__META_MINDSPORE)
+                 ? shs__meta_from_ms(m, dir, path, buf, len)
+                 : shs__err(SHS_EUNSUPPORTED,
+                            "%s: MindSpore's metadata.json, not a shardsafe checkpoint's", path);
         goto done;
     }
     if ((rc = check_meta(&s, dir, path)) < 0)
@@ -510,13 +555,7 @@ int shs__meta_parse(shs__meta *m, const char *dir)
     if (m->version >= 2)
         rc = shs__meta_check_seal(buf, len, s.seal_k == V_STR ? s.seal : NULL, path);
 done:
-    for (size_t i = 0; i < s.cap_t; i++)
-        shs__free(s.rt[i].rc);
-    shs__free(s.rt);
-    shs__free(s.rf);
-    shs__free(s.rb);
-    shs__free(s.js.nk);
-    shs__free(s.js.arena);
+    scan_release(&s);
     shs__free(buf);
     shs__free(path);
     if (rc < 0)

@@ -9,6 +9,7 @@
 #define SHS_META_H
 
 #include "common/internal.h"
+#include "source/hf_index.h"
 
 /* The version written; version 1 (the previous release) is still read. */
 #define SHS__META_VERSION 2
@@ -101,8 +102,16 @@ extern const char *const shs__kind_name[2];
    docs/checkpoint.md (the one place they are checked: load, verify, the
    view and the tools all come here).  On error *m is empty and the message
    names the file and the problem (SHS_ECORRUPT, or SHS_ECHECKSUM when the
-   seal of a version-2 file does not match). */
-int shs__meta_parse(shs__meta *m, const char *dir);
+   seal of a version-2 file does not match).  MindSpore's metadata.json
+   (meta_ms.h) is read only with SHS__META_MINDSPORE, else it is
+   SHS_EUNSUPPORTED; a directory without metadata.json is SHS_ENOENT
+   (which reader a directory needs is source.h's decision). */
+#define SHS__META_MINDSPORE 1u
+int shs__meta_parse(shs__meta *m, const char *dir, unsigned flags);
+/* Whether <dir>/metadata.json is MindSpore's (*mindspore 1) or ours,
+   by the rule shs__meta_parse applies; a file that does not even scan
+   counts as ours (its open reports it).  Errors: reading it. */
+int shs__meta_form(const char *dir, int *mindspore);
 
 /* Version 2: SHS_ECHECKSUM unless <dir>/common.json has the checksum
    metadata.json records (no-op for version 1 and plain directories). */
@@ -144,13 +153,7 @@ int shs__meta_from_file(shs__meta *m, const char *path);
    listing).  SHS_ECORRUPT naming the problem for a file name outside the
    index's folder, a missing file, a tensor the file does not hold, or a
    tensor of a named file that the map lists nowhere or in another file. */
-#define SHS__HF_INDEX "model.safetensors.index.json"
 int shs__meta_from_hf_index(shs__meta *m, const char *index_path);
-
-/* A folder without metadata.json: through SHS__HF_INDEX when it holds
-   one (its path then goes to *index_out, caller frees, when index_out is
-   not NULL), else every *.safetensors file. */
-int shs__meta_from_folder(shs__meta *m, const char *dir, char **index_out);
 
 /* Free what *m holds and empty it (an empty model may be freed again). */
 void shs__meta_free(shs__meta *m);

@@ -1,9 +1,12 @@
 /*
- * stepdir.h -- names in a save path and their maintenance: the step
- * directory names (iteration_%08d, and torchtitan's step-N read too), the
- * tracker file, the leftovers of failed saves, listing, removing and
- * cleaning.  Everything that spells or recognizes one of these names lives
- * in stepdir.c, so the spelling has one definition.
+ * stepdir.h -- names in a save path: the step directory names
+ * (iteration_%08d, and torchtitan's step-N read too), the tracker file,
+ * the leftovers of failed saves, and the primitive operations on them
+ * (tracker read/write, removing a step, discarding a leftover).
+ * Everything that spells or recognizes one of these names lives in
+ * stepdir.c, so the spelling has one definition; what the entries of a
+ * save path MEAN (committed steps, the directory of each) is
+ * savepath.h's.
  */
 #ifndef SHS_STEPDIR_H
 #define SHS_STEPDIR_H
@@ -44,28 +47,6 @@ char *shs__tracker_path(const char *save_path);
 /* Step of a directory name "iteration_%08d" or "step-N"; -1 otherwise. */
 int64_t shs__step_of_name(const char *name);
 
-/* THE "is this a step directory" predicate, for every path given to
-   resolve, load, verify or open.  A step directory is one named
-   iteration_N or step-N, or holding metadata.json or common.json.
-   *is_step = 1 and SHS_OK: it holds metadata.json (read it as ours);
-   *is_step = 0 and SHS_OK: a plain directory (safetensors files, e.g.
-   Hugging Face weights, readable only when named as such);
-   SHS_ECORRUPT naming it: a step directory without metadata.json, an
-   incomplete or damaged checkpoint (*is_step = 1).  Any error but
-   "does not exist" while looking (EACCES, EIO) fails with its errno. */
-int shs__step_dir_probe(const char *dir, int *is_step);
-
-/* metadata.json exists (lstat, any file type): 1; absent: 0; any other
-   error: a status < 0.  A hint for callers that already know the path
-   is a step directory; decisions use shs__step_dir_probe. */
-int shs__step_dir_has_metadata(const char *dir);
-
-/* *out = the directory of committed step `step` in save_path:
-   iteration_%08d, or step-N when only that one holds metadata.json
-   (torchtitan layout).  Caller frees.  A stat error other than ENOENT
-   fails with its errno. */
-int shs__step_dir_find(char **out, const char *save_path, int64_t step);
-
 /* A leftover of a failed save: .tmp-*, .trash-*, .replaced-* or the
    tracker's temp. */
 int shs__is_leftover_name(const char *name);
@@ -87,12 +68,6 @@ int shs__entry_exists(const char *path);
 /* A file name ending in ".safetensors". */
 int shs__is_safetensors_name(const char *name);
 
-/* Committed steps in a save path, ascending (caller frees *out): step
-   directories holding metadata.json and common.json as regular files.
-   Through the io seam; any error (listing, stat other than ENOENT) fails
-   with its errno. */
-int shs__list_steps(int64_t **out, size_t *n, const char *save_path);
-
 /* Read the tracker: SHS_ENOENT only when absent, SHS_ECORRUPT when
    malformed, the errno's status for any other failure. */
 int shs__read_tracker(int64_t *step, const char *save_path);
@@ -106,13 +81,5 @@ int shs__write_tracker(const char *tracker, int64_t step, int do_fsync);
    A step directory that is a symbolic link is never removed (SHS_EINVAL):
    what it points to is outside the save path's control. */
 int shs__remove_step(const char *save_path, int64_t step);
-
-/* Clean a save path after a crash: first every .replaced-iteration_N-*
-   holding a complete step whose iteration_N is absent is renamed back to
-   iteration_N (a re-save interrupted between its two renames: the
-   tracker may name that step), then the other leftovers (.tmp-*,
-   .trash-*, .replaced-* whose step exists, tracker temporaries) are
-   deleted.  The lock file is never touched. */
-int shs__clean_leftovers(const char *save_path);
 
 #endif

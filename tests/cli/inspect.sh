@@ -227,7 +227,7 @@ has "$WORK/err" "file name '/etc/passwd' is an absolute path" "absolute path rej
 expect 1 "index naming a file in a subdirectory (the loader's rule too)" "$SHS_BIN" inspect "$B/subdir.json"
 has "$WORK/err" "file name 'sub/x.safetensors' is a path, not a file name in the same folder" "subdirectory rejected"
 expect 1 "the library refuses the same index" "$SHS_BIN" merge "$B/subdir.json" "$WORK/sub-merged"
-has "$WORK/err" "'sub/x.safetensors', which is not a file in the index's folder: it is a path" "merge names the same reason"
+has "$WORK/err" "weight_map[\"layers.1.w\"]: file name 'sub/x.safetensors' is a path, not a file name in the same folder" "merge names the same reason (one reader)"
 expect 1 "weight_map tensor missing from its shard" "$SHS_BIN" inspect "$B/ghost.json"
 has "$WORK/err" "weight_map names tensor 'ghost.w' in 'model-00001-of-00002.safetensors', but that shard has no such tensor" "missing tensor reported"
 expect 1 "shard tensor missing from weight_map" "$SHS_BIN" inspect "$B/unlisted.json"
