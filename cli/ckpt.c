@@ -1,10 +1,9 @@
 /*
  * ckpt.c -- save paths and step directories for `ls`, `prune` and
- * `verify`: listing a save path (steps, sizes, tracker, leftovers).  The
- * committed steps and the tracker come from the library
- * (shs_checkpoint_list, shs_checkpoint_read_tracker); the directory scan
- * here only adds what the library does not list: each directory's name,
- * incomplete step directories, leftovers, and sizes (presentation).
+ * `verify`: what a path is (shs_path_kind), the entries of a save path as
+ * the library reads them (shs_savepath_*: committed steps, the directory
+ * of each, parked copies, leftovers, the tracker), and their sizes, which
+ * are presentation only.
  */
 #include "cli.h"
 
@@ -15,108 +14,33 @@
 #include <sys/stat.h>
 
 
-static int is_regular(const char *dir, const char *name)
+/* What the library says `path` is; SHS_SOURCE_NONE when it cannot look. */
+static shs_source_kind kind_of(const char *path)
 {
-    char *p = cli_fmt("%s/%s", dir, name);
-    struct stat st;
-    int ok = p && stat(p, &st) == 0 && S_ISREG(st.st_mode);
-    free(p);
-    return ok;
-}
-
-static int holds_save_entries(const char *path);
-
-/* A single-card MindSpore step directory: no metadata.json, but the
-   library reads it as one (its files say "format": "ms"). */
-static int is_ms_single(const char *path)
-{
-    shs_checkpoint *ck = NULL;
-    int yes = shs_checkpoint_open(&ck, path) == SHS_OK &&
-              shs_checkpoint_format(ck) == SHS_CKPT_FORMAT_MINDSPORE;
-    shs_checkpoint_close(ck);
-    return yes;
+    shs_source_kind k = SHS_SOURCE_NONE;
+    return shs_path_kind(&k, path) == SHS_OK ? k : SHS_SOURCE_NONE;
 }
 
 int cli_is_step_dir(const char *path)
 {
-    struct stat st;
-    char *buf = NULL, *mp = NULL;
-    int yes = 0;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        goto done;
-    /* The library's decision (shs_checkpoint_resolve): a directory that
-       is a step directory by its name or its common.json but lacks
-       metadata.json is damaged (SHS_ECORRUPT), never a plain folder; one
-       it resolves to itself is a step directory when it holds
-       metadata.json in any form (a directory there is a broken step). */
-    size_t cap = strlen(path) + 64;
-    if (!(buf = malloc(cap)))
-        goto done;
-    int rc = shs_checkpoint_resolve(buf, cap, path, -1);
-    if (rc == SHS_ECORRUPT) {
-        /* (also what a save path with a dangling tracker gives) */
-        yes = !holds_save_entries(path);
-    } else if (rc == SHS_OK && strcmp(buf, path) == 0) {
-        mp = cli_fmt("%s/metadata.json", path);
-        yes = (mp && lstat(mp, &st) == 0) || is_ms_single(path);
-    }
-done:
-    free(buf);
-    free(mp);
-    return yes;
+    shs_source_kind k = kind_of(path);
+    return k == SHS_SOURCE_STEP || k == SHS_SOURCE_MS_STEP || k == SHS_SOURCE_MS_SINGLE ||
+           k == SHS_SOURCE_DAMAGED_STEP;
+}
+
+int cli_is_save_path(const char *path)
+{
+    return kind_of(path) == SHS_SOURCE_SAVE_PATH;
 }
 
 char *cli_step_problem(const char *dir)
 {
     shs_checkpoint *ck = NULL;
     char *why = NULL;
-    if (shs_checkpoint_open(&ck, dir) != SHS_OK) {
+    if (shs_checkpoint_open(&ck, dir) != SHS_OK || shs_checkpoint_check_files(ck) != SHS_OK)
         why = cli_fmt("%s", shs_last_error());
-        goto done;
-    }
-    for (size_t i = 0; !why && i < shs_checkpoint_file_count(ck); i++) {
-        const char *name = shs_checkpoint_file_name(ck, i);
-        char *fp = cli_fmt("%s/%s", dir, name);
-        struct stat st;
-        if (fp && stat(fp, &st) != 0)
-            why = cli_fmt("%s: missing file '%s' named in metadata.json", dir, name);
-        free(fp);
-    }
-    shs_progress prog = SHS_PROGRESS_INIT;
-    if (!why && shs_checkpoint_progress(&prog, ck) != SHS_OK)
-        why = cli_fmt("%s", shs_last_error());
-done:
     shs_checkpoint_close(ck);
     return why;
-}
-
-/* A directory holding the tracker or a step directory. */
-static int holds_save_entries(const char *path)
-{
-    struct stat st;
-    DIR *d = opendir(path);
-    if (!d)
-        return 0;
-    int found = 0;
-    struct dirent *e;
-    while (!found && (e = readdir(d))) {
-        if (shs_savepath_entry_kind(e->d_name) == SHS_ENTRY_TRACKER) {
-            found = 1;
-        } else if (shs_savepath_entry_kind(e->d_name) == SHS_ENTRY_STEP) {
-            char *p = cli_fmt("%s/%s", path, e->d_name);
-            found = p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-            free(p);
-        }
-    }
-    closedir(d);
-    return found;
-}
-
-int cli_is_save_path(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && !cli_is_step_dir(path) &&
-           holds_save_entries(path);
 }
 
 /* ------------------------------------------------------------------ */
@@ -204,10 +128,10 @@ static int push_entry(cli_entry **v, size_t *n, size_t *cap, cli_entry *en)
 
 /* The library's tracker: OK, missing (SHS_ENOENT), or malformed (any other
    failure, with the library's reason). */
-static void read_tracker(cli_save *s)
+static void read_tracker(cli_save *s, const shs_savepath *sp)
 {
     int64_t step = -1;
-    int rc = shs_checkpoint_read_tracker(&step, s->path);
+    int rc = shs_savepath_tracker(&step, sp);
     if (rc == SHS_OK) {
         s->tracker = CLI_TRACKER_OK;
         s->tracker_step = step;
@@ -218,125 +142,74 @@ static void read_tracker(cli_save *s)
         return;
     }
     s->tracker = CLI_TRACKER_MALFORMED;
-    /* "SAVE_PATH/latest_checkpointed_iteration.txt: tracker must hold ..."
-       -> "must hold ..." (the caller names the tracker) */
+    /* "SAVE_PATH/latest_checkpointed_iteration.txt: not a decimal ..."
+       -> "not a decimal ..." (the caller names the tracker) */
     char *tp = cli_fmt("%s/%s", s->path, CLI_TRACKER);
     const char *why = tp ? cli_strip_path(shs_last_error(), tp) : shs_last_error();
-    if (strncmp(why, "tracker ", 8) == 0)
-        why += 8;
     snprintf(s->tracker_why, sizeof s->tracker_why, "%s", why);
     free(tp);
 }
 
-/* The committed steps, from the library (ascending, distinct). */
-static int list_committed(cli_save *s)
-{
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (shs_checkpoint_list(s->committed, cap, &n, s->path) < 0) {
-            cli_err("%s", shs_last_error());
-            return CLI_FAIL;
-        }
-        if (n <= cap)
-            break;
-        /* (grown between the two calls: ask again) */
-        int64_t *v = realloc(s->committed, (n + 8) * sizeof *v);
-        if (!v) {
-            cli_err("out of memory listing %s", s->path);
-            return CLI_FAIL;
-        }
-        s->committed = v;
-        cap = n + 8;
-    }
-    s->n_committed = n;
-    return CLI_OK;
-}
-
 int cli_save_has_step(const cli_save *s, int64_t step)
 {
-    size_t lo = 0, hi = s->n_committed;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->committed[mid] == step)
+    for (size_t i = 0; i < s->n_steps; i++)
+        if (s->steps[i].committed && s->steps[i].step == step)
             return 1;
-        if (s->committed[mid] < step)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
     return 0;
 }
 
 int cli_save_scan(cli_save *s, const char *path)
 {
+    shs_savepath *sp = NULL;
     memset(s, 0, sizeof *s);
     s->path = path;
     s->tracker_step = -1;
-    if (list_committed(s) != CLI_OK) {
-        cli_save_release(s);
-        return CLI_FAIL;
-    }
-    DIR *d = opendir(path);
-    if (!d) {
-        cli_err("%s: cannot open save path: %s", path, strerror(errno));
-        cli_save_release(s);
+    if (shs_savepath_open(&sp, path) != SHS_OK) {
+        cli_err("%s", shs_last_error());
         return CLI_FAIL;
     }
     size_t cap_s = 0, cap_l = 0, cap_e = 0;
-    struct dirent *e;
     int oom = 0;
-    while (!oom && (e = readdir(d))) {
-        /* the library's naming rules, so that ls and prune see the save
-           path as saves, loads and shs_checkpoint_clean do */
-        shs_savepath_entry kind = shs_savepath_entry_kind(e->d_name);
-        if (kind != SHS_ENTRY_STEP && kind != SHS_ENTRY_LEFTOVER && kind != SHS_ENTRY_EXPORT)
+    for (size_t i = 0; !oom && i < shs_savepath_count(sp); i++) {
+        /* the library's reading, so that ls and prune see the save path as
+           saves, loads and shs_checkpoint_clean do */
+        const shs_savepath_item *it = shs_savepath_item_at(sp, i);
+        if (it->kind != SHS_ENTRY_STEP && it->kind != SHS_ENTRY_LEFTOVER &&
+            it->kind != SHS_ENTRY_EXPORT)
             continue;
-        int64_t step = kind == SHS_ENTRY_STEP ? shs_checkpoint_step_of_name(e->d_name) : -1;
-        if (kind == SHS_ENTRY_EXPORT) /* "hf-" + a step directory name */
-            step = shs_checkpoint_step_of_name(e->d_name + 3);
         cli_entry en;
         memset(&en, 0, sizeof en);
-        en.step = step;
-        en.name = cli_fmt("%s", e->d_name);
-        en.path = cli_fmt("%s/%s", path, e->d_name);
+        en.step = it->step;
+        en.committed = it->kind == SHS_ENTRY_STEP && it->complete;
+        en.parked = it->parked;
+        en.latest = it->latest;
+        en.name = cli_fmt("%s", it->name);
+        en.path = cli_fmt("%s/%s", path, it->name);
         if (!en.name || !en.path) {
             free(en.name);
             free(en.path);
             oom = 1;
             break;
         }
-        struct stat st;
-        if (kind == SHS_ENTRY_EXPORT) {
-            measure(&en, en.path);
-            if (push_entry(&s->exports, &s->n_exports, &cap_e, &en) < 0)
-                oom = 1;
-        } else if (step >= 0) {
-            if (stat(en.path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-                /* iteration_5 as a plain file: not a step directory */
-                free(en.name);
-                free(en.path);
-                continue;
-            }
-            /* Committed: a step the library lists, and this directory of
-               it complete (an iteration_N and a step-N of one step are
-               separate directories; the library lists the step once). */
-            en.committed = cli_save_has_step(s, step) &&
-                           (is_regular(en.path, "metadata.json") || is_ms_single(en.path)) &&
-                           is_regular(en.path, "common.json");
-            measure(&en, en.path);
-            if (push_entry(&s->steps, &s->n_steps, &cap_s, &en) < 0)
-                oom = 1;
-        } else {
-            measure(&en, en.path);
-            if (push_entry(&s->leftovers, &s->n_leftovers, &cap_l, &en) < 0)
-                oom = 1;
-        }
-        if (oom) {
+        measure(&en, en.path);
+        cli_entry **v = it->kind == SHS_ENTRY_STEP     ? &s->steps
+                        : it->kind == SHS_ENTRY_EXPORT ? &s->exports
+                                                       : &s->leftovers;
+        size_t *n = it->kind == SHS_ENTRY_STEP     ? &s->n_steps
+                    : it->kind == SHS_ENTRY_EXPORT ? &s->n_exports
+                                                   : &s->n_leftovers;
+        size_t *cap = it->kind == SHS_ENTRY_STEP     ? &cap_s
+                      : it->kind == SHS_ENTRY_EXPORT ? &cap_e
+                                                     : &cap_l;
+        if (push_entry(v, n, cap, &en) < 0) {
             free(en.name);
             free(en.path);
+            oom = 1;
         }
     }
-    closedir(d);
+    if (!oom)
+        read_tracker(s, sp);
+    shs_savepath_close(sp);
     if (oom) {
         cli_err("out of memory listing %s", path);
         cli_save_release(s);
@@ -348,14 +221,9 @@ int cli_save_scan(cli_save *s, const char *path)
         qsort(s->leftovers, s->n_leftovers, sizeof *s->leftovers, cmp_entry);
     if (s->n_exports > 1)
         qsort(s->exports, s->n_exports, sizeof *s->exports, cmp_entry);
-    read_tracker(s);
-    if (s->tracker == CLI_TRACKER_OK && cli_save_has_step(s, s->tracker_step)) {
-        for (size_t i = 0; i < s->n_steps; i++)
-            if (s->steps[i].step == s->tracker_step && s->steps[i].committed && !s->latest) {
-                s->steps[i].latest = 1;
-                s->latest = &s->steps[i];
-            }
-    }
+    for (size_t i = 0; i < s->n_steps; i++)
+        if (s->steps[i].latest)
+            s->latest = &s->steps[i];
     return CLI_OK;
 }
 
@@ -394,8 +262,6 @@ void cli_save_release(cli_save *s)
     free(s->steps);
     free(s->leftovers);
     free(s->exports);
-    free(s->committed);
     s->steps = s->leftovers = s->exports = NULL;
-    s->committed = NULL;
-    s->n_steps = s->n_leftovers = s->n_exports = s->n_committed = 0;
+    s->n_steps = s->n_leftovers = s->n_exports = 0;
 }

@@ -21,6 +21,7 @@ typedef struct view {
     uint64_t *tensor_bytes; /* by tensor index: sum of its chunks' byte ranges */
     size_t n_kind[2];
     uint64_t total_bytes;
+    uint64_t disk_files; /* files in the directory, counted as ls and verify count */
 } view;
 
 static int kind_index(shs_kind k)
@@ -45,6 +46,8 @@ static int view_init(view *v, const shs_checkpoint *ck, const char *dir)
     v->tensor_bytes = calloc(nt + 1, sizeof *v->tensor_bytes);
     if (!v->file_size || !v->order || !v->tensor_bytes)
         return CLI_FAIL;
+    uint64_t bytes, shared;
+    cli_du(dir, &bytes, &v->disk_files, &shared);
     for (size_t i = 0; i < nf; i++) {
         char *fp = cli_fmt("%s/%s", dir, shs_checkpoint_file_name(ck, i));
         struct stat st;
@@ -184,6 +187,7 @@ static int print_json(const char *dir, const view *v, json_t *common, int status
                put(doc, "checksums",
                    json_boolean(shs_checkpoint_format(ck) == SHS_CKPT_FORMAT_SHARDSAFE)) ||
                put(doc, "encrypted", json_boolean(shs_checkpoint_encrypted(ck))) ||
+               put(doc, "file_count", cli_ju64(v->disk_files)) ||
                put(doc, "files", json_incref(files)) || put(doc, "tensors", json_incref(ts)) ||
                put(doc, "blobs", json_incref(bl)) ||
                put(doc, "common", common ? json_incref(common) : json_null()) ||
@@ -276,7 +280,8 @@ static int print_text(const char *dir, const view *v, json_t *common)
     if (shs_checkpoint_encrypted(ck)) /* names and shapes stay readable */
         printf("%-12sAES-256-GCM, key id %s (tensor data needs the key)\n",
                "encrypted:", shs_checkpoint_key_id(ck));
-    printf("%-12s%zu\n", "files:", nf);
+    /* the count ls and verify give, then the data files metadata.json names */
+    printf("%-12s%llu (%zu data files:)\n", "files:", (unsigned long long)v->disk_files, nf);
     for (size_t i = 0; i < nf; i++) {
         printf("  ");
         put_esc(shs_checkpoint_file_name(ck, i));
@@ -326,12 +331,20 @@ static int print_text(const char *dir, const view *v, json_t *common)
     return CLI_OK;
 }
 
-int cli_inspect_checkpoint(const char *dir, int json)
+int cli_inspect_checkpoint(const char *path, int json)
 {
     shs_checkpoint *ck;
-    if (shs_checkpoint_open(&ck, dir) != SHS_OK) {
+    if (shs_checkpoint_open(&ck, path) != SHS_OK) {
         cli_err("%s", shs_last_error());
         return cli_finish_stdout(CLI_FAIL);
+    }
+    /* a save path: its latest committed step, as shs_checkpoint_open
+       resolves it (and says so) */
+    const char *dir = shs_checkpoint_path(ck);
+    if (strcmp(dir, path) != 0 && !json && !cli_g.quiet) {
+        printf("%-12s", "save path:");
+        put_esc(path);
+        printf(" (its latest committed step below)\n");
     }
     view v;
     if (view_init(&v, ck, dir) != CLI_OK) {

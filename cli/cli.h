@@ -219,10 +219,15 @@ typedef enum cli_kind {
     CLI_KIND_INDEX
 } cli_kind;
 
-/* Classify a command-line PATH: a directory, an index (name ends in
-   ".json"), else a safetensors file (including paths that do not exist:
-   the library reports those). */
+/* Classify a command-line PATH by the library's shs_path_kind: a
+   directory, an index, else a safetensors file (including paths that do
+   not exist: the library reports those). */
 cli_kind cli_classify(const char *path);
+/* For a file that belongs to a checkpoint but is none by itself (a
+   step's metadata.json or common.json, a save path's tracker): a message
+   saying so and what to give `shardsafe <cmd>` instead (caller frees);
+   NULL for any other path. */
+char *cli_wrong_kind(const char *cmd, const char *path);
 
 /* Open a safetensors file for reading with pread (no mmap: touching mapped
    pages would count the whole file in the resident set, and a file
@@ -246,21 +251,11 @@ void cli_strs_release(cli_strs *s);
    each sorted bytewise.  Entries are full paths "dir/name". */
 int cli_list_dir(const char *dir, cli_strs *files, cli_strs *indexes);
 
-/* A parsed model.safetensors.index.json. */
-typedef struct cli_index_entry {
-    const char *tensor; /* points into the JSON tree */
-    size_t tensor_len;
-    const char *file;
-} cli_index_entry;
-
+/* A model.safetensors.index.json, read by the library (shs_hf_index). */
 typedef struct cli_index {
     char *path;
     char *dir;
-    json_t *root;
-    json_t *metadata;         /* borrowed; NULL when absent */
-    json_t *weight_map;       /* borrowed */
-    cli_index_entry *entries; /* sorted by file, then tensor */
-    size_t n_entries;
+    shs_hf_index *ix;
     cli_strs shards;      /* distinct file names, sorted */
     cli_strs shard_paths; /* dir/shard for each */
     uint64_t shard_bytes; /* sum of tensor bytes of the shards seen */
@@ -280,6 +275,10 @@ void cli_index_check_shard(cli_index *ix, size_t k, const shs_file *f, const cha
 /* After all shards: compare metadata.total_size (a warning only). */
 void cli_index_finish(cli_index *ix, cli_strs *warnings);
 void cli_index_release(cli_index *ix);
+/* Entries of its weight_map. */
+size_t cli_index_tensor_count(const cli_index *ix);
+/* Its "metadata" object re-parsed for output (caller decrefs), or NULL. */
+json_t *cli_index_metadata(const cli_index *ix);
 
 /* Walking a command-line PATH.  `file` is called for every file to
    process: `f` is the open file, or NULL with the reason in `why`.  For
@@ -305,15 +304,14 @@ const char *cli_strip_path(const char *msg, const char *path);
 /* ---- save paths and step directories (ckpt.c) ---- */
 #define CLI_TRACKER "latest_checkpointed_iteration.txt"
 
-/* A step directory as the library decides (shs_checkpoint_resolve),
-   damaged ones (no metadata.json) included. */
+/* A step directory as the library decides (shs_path_kind), damaged ones
+   (no metadata.json) included. */
 int cli_is_step_dir(const char *path);
-/* What is wrong with step directory `dir` without reading tensor data:
-   the library's open (metadata.json), a data file it names missing, or
-   its common.json; NULL when nothing is (or out of memory).  Free it. */
+/* What is wrong with step directory `dir` without reading tensor data
+   (the library's open and shs_checkpoint_check_files); NULL when nothing
+   is (or out of memory).  Free it. */
 char *cli_step_problem(const char *dir);
-/* A directory that is not a step directory and holds the tracker or an
-   iteration_* / step-* directory. */
+/* A save path, as the library decides (shs_path_kind). */
 int cli_is_save_path(const char *path);
 
 /* One entry of a save path: a step directory or a leftover. */
@@ -321,7 +319,8 @@ typedef struct cli_entry {
     char *name;      /* entry name */
     char *path;      /* save_path/name */
     int64_t step;    /* -1 for leftovers; an export's step */
-    int committed;   /* a committed step (library), and this directory complete */
+    int committed;   /* a complete step directory (the library's reading) */
+    int parked;      /* a re-save's parked copy that is its step's directory */
     char *problem;   /* ls: cli_step_problem of a step directory, or NULL */
     int latest;      /* the committed directory the tracker names */
     uint64_t bytes;  /* sum of the sizes of its files (recursive) */
@@ -348,17 +347,13 @@ typedef struct cli_save {
     int tracker;          /* CLI_TRACKER_* */
     int64_t tracker_step; /* when CLI_TRACKER_OK */
     char tracker_why[512];
-    cli_entry *latest;  /* NULL: no committed directory of tracker_step */
-    int64_t *committed; /* the committed steps (shs_checkpoint_list) */
-    size_t n_committed;
+    cli_entry *latest; /* NULL: no committed directory of tracker_step */
 } cli_save;
 
 /* Sizes of the files under a path (recursive, links not followed). */
 void cli_du(const char *path, uint64_t *bytes, uint64_t *files, uint64_t *shared);
 /* List a save path (CLI_FAIL, reported, when it cannot be read): the
-   committed steps and the tracker from the library, plus a scan of the
-   directory for each step directory's name, the incomplete ones and the
-   leftovers, which the library does not list. */
+   library's reading of it (shs_savepath_open) and the sizes. */
 int cli_save_scan(cli_save *s, const char *path);
 /* Whether the library lists `step` as committed. */
 int cli_save_has_step(const cli_save *s, int64_t step);

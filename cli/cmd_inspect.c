@@ -358,12 +358,14 @@ static void on_index_begin(void *ctx, const cli_index *ix)
     put_label("shards:");
     printf("%zu\n", ix->shards.n);
     put_label("weight_map:");
-    printf("%zu tensors\n", json_object_size(ix->weight_map));
-    if (ix->metadata) {
-        char *m = json_dumps(ix->metadata, JSON_COMPACT | JSON_ENSURE_ASCII);
+    printf("%zu tensors\n", cli_index_tensor_count(ix));
+    json_t *md = cli_index_metadata(ix);
+    if (md) {
+        char *m = json_dumps(md, JSON_COMPACT | JSON_ENSURE_ASCII);
         if (m)
             put_esc_line("metadata:", m);
         free(m);
+        json_decref(md);
     }
     putchar('\n');
 }
@@ -394,13 +396,14 @@ static void on_index_done(void *ctx, const cli_index *ix, const cli_strs *proble
         return;
     }
     jset(c, o, "path", jstr(ix->path, strlen(ix->path)));
-    jset(c, o, "metadata", ix->metadata ? json_deep_copy(ix->metadata) : json_null());
+    json_t *md = ix->ix ? cli_index_metadata(ix) : NULL;
+    jset(c, o, "metadata", md ? md : json_null());
     json_t *sh = json_array();
     for (size_t i = 0; sh && i < ix->shards.n; i++)
         jpush(c, sh, jstr(ix->shards.v[i], strlen(ix->shards.v[i])));
     jset(c, o, "shards", sh);
     jset(c, o, "shard_count", ju64(ix->shards.n));
-    jset(c, o, "tensor_count", ju64(ix->weight_map ? json_object_size(ix->weight_map) : 0));
+    jset(c, o, "tensor_count", ju64(cli_index_tensor_count(ix)));
     jset(c, o, "ok", json_boolean(problems->n == 0));
     json_t *pr = json_array();
     for (size_t i = 0; pr && i < problems->n; i++)
@@ -439,8 +442,15 @@ int cli_cmd_inspect(int argc, char **argv)
     if (!path)
         return cli_usage_err("inspect", "missing PATH");
     c.json = cli_g.json;
-    if (cli_is_step_dir(path))
+    /* a save path shows its latest committed step, as verify and ls read it */
+    if (cli_is_step_dir(path) || cli_is_save_path(path))
         return cli_inspect_checkpoint(path, c.json);
+    char *wrong = cli_wrong_kind("inspect", path);
+    if (wrong) {
+        cli_err("%s", wrong);
+        free(wrong);
+        return cli_g.json ? cli_json_print(cli_json_new(), CLI_FAIL, CLI_FAIL) : CLI_FAIL;
+    }
 
     cli_kind kind = cli_classify(path);
     if (c.json) {

@@ -19,7 +19,10 @@ static const char k_help[] =
     "one of these fails; incomplete otherwise), size of its files (KiB, MiB,\n"
     "GiB), number of files,\n"
     "age (from the directory's modification time) and 'latest' for the one the\n"
-    "tracker (latest_checkpointed_iteration.txt) names.  Leftovers of failed\n"
+    "tracker (latest_checkpointed_iteration.txt) names.  A re-save's parked copy\n"
+    "(.replaced-iteration_N-*, left by a re-save killed between its renames,\n"
+    "with iteration_N absent) is step N, status 'parked': loads read it and the\n"
+    "next start renames it back.  Leftovers of failed\n"
     "saves (.tmp-*, .trash-*) are listed after them, then the exports at train\n"
     "end (hf-<step directory>: Hugging Face weights, last_save_in_hf), which\n"
     "prune and retention never delete.  A missing or malformed\n"
@@ -37,7 +40,10 @@ static const char k_help[] =
 
 static const char *status_of(const cli_entry *e)
 {
-    return !e->committed ? "incomplete" : e->problem ? "damaged" : "committed";
+    return !e->committed ? "incomplete"
+           : e->problem  ? "damaged"
+           : e->parked   ? "parked"
+                         : "committed";
 }
 
 static json_t *entry_json(const cli_entry *e, int step)

@@ -140,6 +140,8 @@ typedef struct prune_run {
     json_t *jremoved, *jkept, *jleft; /* --json lists, else NULL */
     int oom;
     size_t n_kept, n_removed;
+    int64_t parked_gone; /* a parked step pruned: -1 none (at most one per
+                            step; a list is overkill for the rare case) */
 } prune_run;
 
 static int parse_args(prune_run *r, int argc, char **argv)
@@ -261,6 +263,8 @@ static int prune_steps(prune_run *r)
             continue;
         }
         r->n_removed++;
+        if (e->parked)
+            r->parked_gone = e->step;
         cli_info("prune: %s %s (step %lld)", verb, e->path, (long long)e->step);
         record(r->jremoved, e, 1, &r->oom);
         if (!g_text)
@@ -280,7 +284,10 @@ static int prune_leftovers(prune_run *r)
     const char *verb = r->dry ? "would remove" : "removed";
     int status = CLI_OK, clean_rc = SHS_OK;
     char *clean_why = NULL;
-    if (!r->dry && s->n_leftovers) {
+    size_t parked = 0;
+    for (size_t i = 0; i < s->n_steps; i++)
+        parked += s->steps[i].parked;
+    if (!r->dry && (s->n_leftovers || parked)) {
         clean_rc = shs_checkpoint_clean(r->path);
         if (clean_rc < 0)
             clean_why = cli_fmt("%s", shs_last_error());
@@ -300,6 +307,18 @@ static int prune_leftovers(prune_run *r)
         printf("%s leftover ", verb);
         put_name(e->name);
         printf(" (%llu bytes)\n", (unsigned long long)e->bytes);
+    }
+    /* a parked copy is its step, not a leftover: cleaning renames it back
+       (unless it was pruned above) */
+    for (size_t i = 0; g_text && clean_rc == SHS_OK && i < s->n_steps; i++) {
+        const cli_entry *e = &s->steps[i];
+        if (!e->parked || e->step == r->parked_gone)
+            continue;
+        char canon[40];
+        (void)shs_checkpoint_step_dir_name(canon, sizeof canon, e->step, 0);
+        printf("%s ", r->dry ? "would restore" : "restored");
+        put_name(e->name);
+        printf(" as %s (step %lld: a re-save's parked copy)\n", canon, (long long)e->step);
     }
     if (clean_rc < 0 && status == CLI_OK) {
         /* failed on an entry the scan did not see (created since) */
@@ -331,6 +350,7 @@ static int print_json(prune_run *r, int status)
 int cli_cmd_prune(int argc, char **argv)
 {
     prune_run r = { 0 };
+    r.parked_gone = -1;
     int status = parse_args(&r, argc, argv);
     if (status != CLI_OK || !r.path)
         return status;

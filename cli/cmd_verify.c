@@ -241,10 +241,9 @@ static void on_index_done(void *ctx, const cli_index *ix, const cli_strs *proble
     }
     json_t *o = result_json(c, "index", ix->path, NULL);
     jset(c, o, "shard_count", cli_ju64(ix->shards.n));
-    jset(c, o, "tensor_count", cli_ju64(json_object_size(ix->weight_map)));
+    jset(c, o, "tensor_count", cli_ju64(cli_index_tensor_count(ix)));
     if (put_ok(ix->path))
-        printf(" (index: %zu shards, %zu tensors)\n", ix->shards.n,
-               json_object_size(ix->weight_map));
+        printf(" (index: %zu shards, %zu tensors)\n", ix->shards.n, cli_index_tensor_count(ix));
 }
 
 /* ------------------------------------------------------------------ */
@@ -392,7 +391,12 @@ int cli_cmd_verify(int argc, char **argv)
     } else {
         cli_walk_ops ops = { on_file, NULL, on_index_done };
         for (size_t i = 0; i < paths.n; i++) {
-            if (cli_is_step_dir(paths.v[i]))
+            char *wrong = cli_wrong_kind("verify", paths.v[i]);
+            if (wrong) {
+                cli_err("%s", wrong);
+                free(wrong);
+                c.status = CLI_FAIL;
+            } else if (cli_is_step_dir(paths.v[i]))
                 verify_step(&c, paths.v[i]);
             else if (cli_is_save_path(paths.v[i]))
                 verify_save_path(&c, paths.v[i]);

@@ -1,12 +1,10 @@
 /*
- * scan.c -- what a command-line PATH names: one safetensors file, a
- * directory of them, or a Hugging Face model.safetensors.index.json, and
- * the consistency checks between an index and its shards.
- *
- * The index is hostile input like any file: it is parsed with jansson
- * (duplicate keys rejected), its size is capped, every shard name must be
- * a plain relative path that stays inside the index's directory, and the
- * weight_map is compared with the shards' own headers in both directions.
+ * scan.c -- walking what a command-line PATH names for `inspect` and
+ * `verify`: one safetensors file, a directory of them, or a Hugging Face
+ * model.safetensors.index.json.  What a path is comes from the library
+ * (shs_path_kind), the index and its agreement with the shards from the
+ * library's one reader (shs_hf_index_*); this file only lists every
+ * problem instead of stopping at the first, as a load does.
  */
 #include "cli.h"
 
@@ -16,9 +14,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* An index larger than a safetensors header may be is not plausible. */
-#define MAX_INDEX_BYTES 100000000ll
-
 static int ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), m = strlen(suffix);
@@ -27,24 +22,39 @@ static int ends_with(const char *s, const char *suffix)
 
 cli_kind cli_classify(const char *path)
 {
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return CLI_KIND_DIR;
-    if (ends_with(path, ".json"))
-        return CLI_KIND_INDEX;
-    return CLI_KIND_FILE;
+    shs_source_kind k = SHS_SOURCE_NONE;
+    (void)shs_path_kind(&k, path); /* a failure to look: the open reports it */
+    switch (k) {
+    case SHS_SOURCE_HF_INDEX: return ends_with(path, ".json") ? CLI_KIND_INDEX : CLI_KIND_DIR;
+    case SHS_SOURCE_FILE:
+    case SHS_SOURCE_NONE:
+    case SHS_SOURCE_STEP_PART: return CLI_KIND_FILE;
+    case SHS_SOURCE_OTHER: return CLI_KIND_FILE;
+    default: return CLI_KIND_DIR;
+    }
+}
+
+char *cli_wrong_kind(const char *cmd, const char *path)
+{
+    shs_source_kind k = SHS_SOURCE_NONE;
+    if (shs_path_kind(&k, path) != SHS_OK || k != SHS_SOURCE_STEP_PART)
+        return NULL;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    char *dir = slash ? cli_fmt("%.*s", (int)(slash - path), path) : cli_fmt(".");
+    char *msg = cli_fmt(
+        "%s is the %s of %s %s, not a checkpoint by itself: shardsafe %s %s", path, base,
+        !strcmp(base, "latest_checkpointed_iteration.txt") ? "the save path" : "the step directory",
+        dir ? dir : "", cmd, dir ? dir : "");
+    free(dir);
+    return msg;
 }
 
 int cli_open_file(shs_file **out, const char *path, char **why)
 {
-    struct stat st;
-    *out = NULL;
+    /* the library refuses what is no regular file (a FIFO is never
+       opened blocking) and reads with pread: see cli.h */
     *why = NULL;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        *why = cli_fmt("%s: %s, not a safetensors file", path,
-                       S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
-        return SHS_EINVAL;
-    }
     shs_open_opts o = SHS_OPEN_OPTS_INIT;
     o.flags = SHS_OPEN_NO_MMAP;
     return shs_file_open(out, path, &o);
@@ -153,21 +163,8 @@ int cli_list_dir(const char *dir, cli_strs *files, cli_strs *indexes)
 }
 
 /* ------------------------------------------------------------------ */
-/* Index                                                              */
+/* Index: the library's reader (shs_hf_index), every problem listed     */
 /* ------------------------------------------------------------------ */
-
-static int cmp_entry(const void *a, const void *b)
-{
-    const cli_index_entry *x = a, *y = b;
-    int c = strcmp(x->file, y->file);
-    if (c)
-        return c;
-    size_t n = x->tensor_len < y->tensor_len ? x->tensor_len : y->tensor_len;
-    c = memcmp(x->tensor, y->tensor, n);
-    if (c)
-        return c;
-    return x->tensor_len < y->tensor_len ? -1 : x->tensor_len > y->tensor_len;
-}
 
 static char *dirname_of(const char *path)
 {
@@ -179,6 +176,11 @@ static char *dirname_of(const char *path)
     return cli_fmt("%.*s", (int)(slash - path), path);
 }
 
+static void add_problem(void *ctx, const char *msg)
+{
+    cli_strs_addf(ctx, "%s", msg);
+}
+
 int cli_index_load(cli_index *ix, const char *path, cli_strs *problems)
 {
     memset(ix, 0, sizeof *ix);
@@ -188,94 +190,41 @@ int cli_index_load(cli_index *ix, const char *path, cli_strs *problems)
         cli_strs_addf(problems, "%s: out of memory", path);
         return CLI_FAIL;
     }
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        cli_strs_addf(problems, "%s: cannot open index: %s", path, strerror(errno));
+    if (shs_hf_index_open(&ix->ix, path) != SHS_OK) {
+        cli_strs_addf(problems, "%s", shs_last_error());
         return CLI_FAIL;
     }
-    if (!S_ISREG(st.st_mode)) {
-        cli_strs_addf(problems, "%s: not a regular file", path);
-        return CLI_FAIL;
+    for (size_t i = 0; i < shs_hf_index_count(ix->ix); i++) {
+        const shs_hf_index_entry *e = shs_hf_index_entry_at(ix->ix, i);
+        if (e->problem)
+            cli_strs_addf(problems, "%s: %s", path, e->problem);
     }
-    if (st.st_size > MAX_INDEX_BYTES) {
-        cli_strs_addf(problems, "%s: index of %lld bytes is larger than the limit of %lld", path,
-                      (long long)st.st_size, MAX_INDEX_BYTES);
-        return CLI_FAIL;
-    }
-    json_error_t jerr;
-    ix->root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!ix->root) {
-        cli_strs_addf(problems, "%s: index is not valid JSON: %s (line %d, column %d)", path,
-                      jerr.text, jerr.line, jerr.column);
-        return CLI_FAIL;
-    }
-    if (!json_is_object(ix->root)) {
-        cli_strs_addf(problems, "%s: index is not a JSON object", path);
-        return CLI_FAIL;
-    }
-    json_t *md = json_object_get(ix->root, "metadata");
-    if (md && !json_is_null(md) && !json_is_object(md)) {
-        cli_strs_addf(problems, "%s: \"metadata\" is not an object", path);
-        return CLI_FAIL;
-    }
-    ix->metadata = json_is_object(md) ? md : NULL;
-    ix->weight_map = json_object_get(ix->root, "weight_map");
-    if (!ix->weight_map) {
-        cli_strs_addf(problems, "%s: index has no \"weight_map\"", path);
-        return CLI_FAIL;
-    }
-    if (!json_is_object(ix->weight_map)) {
-        cli_strs_addf(problems, "%s: \"weight_map\" is not an object", path);
-        return CLI_FAIL;
-    }
-    size_t n = json_object_size(ix->weight_map);
-    ix->entries = calloc(n ? n : 1, sizeof *ix->entries);
-    if (!ix->entries) {
-        cli_strs_addf(problems, "%s: out of memory", path);
-        return CLI_FAIL;
-    }
-    const char *key;
-    size_t key_len;
-    json_t *val;
-    json_object_keylen_foreach(ix->weight_map, key, key_len, val)
-    {
-        if (!json_is_string(val)) {
-            cli_strs_addf(problems, "%s: weight_map[\"%s\"] is not a string", path, key);
-            continue;
-        }
-        const char *file = json_string_value(val);
-        if (strlen(file) != json_string_length(val)) {
-            cli_strs_addf(problems, "%s: weight_map[\"%s\"]: file name contains NUL", path, key);
-            continue;
-        }
-        const char *bad = shs_file_name_problem(file);
-        if (bad) {
-            cli_strs_addf(problems, "%s: weight_map[\"%s\"]: file name '%s' %s", path, key, file,
-                          bad);
-            continue;
-        }
-        cli_index_entry *e = &ix->entries[ix->n_entries++];
-        e->tensor = key;
-        e->tensor_len = key_len;
-        e->file = file;
-    }
-    if (ix->n_entries > 1)
-        qsort(ix->entries, ix->n_entries, sizeof *ix->entries, cmp_entry);
-    for (size_t i = 0; i < ix->n_entries; i++) {
-        if (i && strcmp(ix->entries[i].file, ix->entries[i - 1].file) == 0)
-            continue;
-        if (cli_strs_add(&ix->shards, cli_fmt("%s", ix->entries[i].file)) < 0 ||
-            cli_strs_add(&ix->shard_paths, strchr(path, '/')
-                                               ? join(ix->dir, ix->entries[i].file)
-                                               : cli_fmt("%s", ix->entries[i].file)) < 0) {
+    for (size_t i = 0; i < shs_hf_index_file_count(ix->ix); i++) {
+        const char *f = shs_hf_index_file(ix->ix, i);
+        if (cli_strs_add(&ix->shards, cli_fmt("%s", f)) < 0 ||
+            cli_strs_add(&ix->shard_paths,
+                         strchr(path, '/') ? join(ix->dir, f) : cli_fmt("%s", f)) < 0) {
             cli_strs_addf(problems, "%s: out of memory", path);
             return CLI_FAIL;
         }
     }
-    if (json_object_size(ix->weight_map) == 0)
+    if (shs_hf_index_count(ix->ix) == 0)
         cli_strs_addf(problems, "%s: weight_map is empty", path);
     ix->shard_bytes_valid = 1;
     return CLI_OK;
+}
+
+size_t cli_index_tensor_count(const cli_index *ix)
+{
+    return shs_hf_index_count(ix->ix);
+}
+
+json_t *cli_index_metadata(const cli_index *ix)
+{
+    size_t len = 0;
+    const char *text = shs_hf_index_metadata(ix->ix, &len);
+    /* the library read and validated it; this only re-formats it */
+    return text ? json_loadb(text, len, 0, NULL) : NULL;
 }
 
 void cli_index_check_shard(cli_index *ix, size_t k, const shs_file *f, const char *why,
@@ -288,55 +237,23 @@ void cli_index_check_shard(cli_index *ix, size_t k, const shs_file *f, const cha
         ix->shard_bytes_valid = 0;
         return;
     }
-    /* weight_map -> shard: the entries of this file are contiguous */
-    cli_index_entry probe = { "", 0, shard };
-    size_t lo = 0, hi = ix->n_entries;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (cmp_entry(&ix->entries[mid], &probe) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    for (size_t i = lo; i < ix->n_entries && strcmp(ix->entries[i].file, shard) == 0; i++) {
-        const cli_index_entry *e = &ix->entries[i];
-        size_t idx;
-        if (strlen(e->tensor) != e->tensor_len || shs_file_find(&idx, f, e->tensor) < 0)
-            cli_strs_addf(problems,
-                          "%s: weight_map names tensor '%s' in '%s', but that shard has no "
-                          "such tensor",
-                          ix->path, e->tensor, shard);
-    }
-    /* shard -> weight_map */
-    size_t nt = shs_file_tensor_count(f);
-    for (size_t t = 0; t < nt; t++) {
-        const shs_tensor_info *ti = shs_file_tensor(f, t);
-        ix->shard_bytes = cli_add_sat(ix->shard_bytes, ti->nbytes);
-        json_t *v = json_object_getn(ix->weight_map, ti->name, ti->name_len);
-        if (!v) {
-            cli_strs_addf(problems, "%s: tensor '%s' of shard '%s' is not in the weight_map",
-                          ix->path, ti->name, shard);
-        } else if (json_is_string(v) && strcmp(json_string_value(v), shard) != 0) {
-            cli_strs_addf(problems,
-                          "%s: tensor '%s' is stored in shard '%s', but the weight_map "
-                          "names '%s'",
-                          ix->path, ti->name, shard, json_string_value(v));
-        }
-    }
+    shs_hf_index_check_file(ix->ix, shard, f, add_problem, problems);
+    for (size_t t = 0; t < shs_file_tensor_count(f); t++)
+        ix->shard_bytes = cli_add_sat(ix->shard_bytes, shs_file_tensor(f, t)->nbytes);
 }
 
 void cli_index_finish(cli_index *ix, cli_strs *warnings)
 {
-    if (!ix->metadata || !ix->shard_bytes_valid)
+    uint64_t want;
+    if (!ix->ix || !ix->shard_bytes_valid)
         return;
-    json_t *ts = json_object_get(ix->metadata, "total_size");
-    if (!ts)
+    int rc = shs_hf_index_total_size(&want, ix->ix);
+    if (rc == SHS_ENOENT)
         return;
-    if (!json_is_integer(ts) || json_integer_value(ts) < 0) {
-        cli_strs_addf(warnings, "%s: metadata.total_size is not a non-negative integer", ix->path);
+    if (rc != SHS_OK) {
+        cli_strs_addf(warnings, "%s", shs_last_error());
         return;
     }
-    uint64_t want = (uint64_t)json_integer_value(ts);
     if (want != ix->shard_bytes)
         cli_strs_addf(warnings,
                       "%s: metadata.total_size is %llu, but the shards hold %llu bytes "
@@ -348,10 +265,9 @@ void cli_index_release(cli_index *ix)
 {
     free(ix->path);
     free(ix->dir);
-    free(ix->entries);
     cli_strs_release(&ix->shards);
     cli_strs_release(&ix->shard_paths);
-    json_decref(ix->root);
+    shs_hf_index_close(ix->ix);
     memset(ix, 0, sizeof *ix);
 }
 

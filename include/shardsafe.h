@@ -835,7 +835,9 @@ typedef enum shs_source_kind {
     SHS_SOURCE_STEP_PART = 9,    /* a file of a checkpoint that is not one by
                                     itself: a step's metadata.json or
                                     common.json, a save path's tracker */
-    SHS_SOURCE_OTHER = 10        /* none of these (an empty folder, a text file) */
+    SHS_SOURCE_OTHER = 10,       /* a file that is none of these (a text file) */
+    SHS_SOURCE_OTHER_FOLDER = 11 /* a folder that is none of these (empty, or
+                                    holding no checkpoint) */
 } shs_source_kind;
 
 /* What `path` is, without reading tensor data (a step directory's
@@ -926,6 +928,9 @@ SHS_API const shs_hf_index_entry *shs_hf_index_entry_at(const shs_hf_index *inde
 /* The distinct usable file names, sorted. */
 SHS_API size_t shs_hf_index_file_count(const shs_hf_index *index);
 SHS_API const char *shs_hf_index_file(const shs_hf_index *index, size_t i);
+/* The "metadata" object as written in the file (`*len` bytes of JSON,
+   not NUL-terminated), or NULL when there is none. */
+SHS_API const char *shs_hf_index_metadata(const shs_hf_index *index, size_t *len);
 /* metadata.total_size: SHS_OK; SHS_ENOENT when absent; SHS_ECORRUPT when
    it is not a non-negative integer. */
 SHS_API int shs_hf_index_total_size(uint64_t *out, const shs_hf_index *index);
@@ -1095,6 +1100,13 @@ SHS_API int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *ckpt
                                  size_t chunk);
 SHS_API size_t shs_checkpoint_blob_count(const shs_checkpoint *ckpt);
 SHS_API int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *ckpt, size_t index);
+/* What can be checked without reading tensor data: every file the
+   checkpoint names is present as a regular file (not followed through a
+   link) of the size metadata.json records (version 2 and later), and its
+   common.json matches its checksum and reads.  SHS_ENOENT naming a
+   missing file, SHS_ECHECKSUM for a size or checksum that differs.  The
+   fast checks of `shardsafe ls` and `shardsafe diff` are this. */
+SHS_API int shs_checkpoint_check_files(const shs_checkpoint *ckpt);
 
 /*
  * Read the box [start[d], start[d] + count[d]) of global tensor `tensor`

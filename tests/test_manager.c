@@ -10,6 +10,7 @@
 #include "testutil.h"
 
 #include "checkpoint/checkpoint.h"
+#include "source/savepath.h"
 #include "store/io.h"
 
 #include <dirent.h>

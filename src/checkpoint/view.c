@@ -302,6 +302,39 @@ int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *c, size_t i)
     return SHS_OK;
 }
 
+int shs_checkpoint_check_files(const shs_checkpoint *c)
+{
+    if (!c)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_check_files: NULL checkpoint");
+    for (size_t i = 0; i < c->m.nf; i++) {
+        const shs__mfile *f = &c->m.f[i];
+        char *p = shs__path_join(c->dir, f->name);
+        struct stat st;
+        int rc = SHS_OK;
+        if (!p)
+            return shs__err(SHS_ENOMEM, "out of memory");
+        /* files inside a checkpoint are opened without following links */
+        if (shs__io->lstat(p, &st) != 0)
+            rc = errno == ENOENT ? shs__err(SHS_ENOENT, "%s: missing file '%s' named in %s", c->dir,
+                                            f->name, c->m.plain ? "the index" : "metadata.json")
+                                 : shs__err_errno(errno, "cannot stat", p);
+        else if (!S_ISREG(st.st_mode))
+            rc = shs__err(SHS_ECORRUPT, "%s: '%s' is not a regular file", c->dir, f->name);
+        else if (f->has_header_hash && (uint64_t)st.st_size != f->size)
+            rc = shs__err(SHS_ECHECKSUM,
+                          "%s: file '%s' is %llu bytes, but metadata.json records %llu", c->dir,
+                          f->name, (unsigned long long)st.st_size, (unsigned long long)f->size);
+        shs__free(p);
+        if (rc < 0)
+            return rc;
+    }
+    if (c->m.plain)
+        return SHS_OK;
+    shs_progress p;
+    int rc = shs__meta_check_common(&c->m, c->dir);
+    return rc < 0 ? rc : shs__common_read(&p, c->dir);
+}
+
 int shs_checkpoint_read_progress(shs_progress *out, const char *dir)
 {
     if (!out || !dir)

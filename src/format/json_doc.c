@@ -52,20 +52,27 @@ static int add_node(shs__jdoc *d, uint32_t *out, const char *fname)
     return SHS_OK;
 }
 
-/* One scalar, or the start of a container, at js->p into node i. */
-static int scan_value(shs__json *js, shs__jnode *v)
+/* One scalar, or the start of a container, at js->p into node v (its
+   raw span: the scalar, or the opening bracket until the container
+   closes). */
+static int scan_one(shs__json *js, shs__jnode *v)
 {
     int rc, is_uint = 0;
     uint64_t u = 0;
     if (js->p >= js->end)
         return shs__json_syntax_err(js, "unexpected end of file");
     const char *start = js->p;
+    v->raw = (size_t)(js->p - js->start);
     switch (*js->p) {
-    case '{': v->type = SHS__J_OBJ; js->p++; return SHS_OK;
-    case '[': v->type = SHS__J_ARR; js->p++; return SHS_OK;
-    case '"':
-        v->type = SHS__J_STR;
-        return shs__json_string(js, &v->s, &v->len);
+    case '{':
+        v->type = SHS__J_OBJ;
+        js->p++;
+        return SHS_OK;
+    case '[':
+        v->type = SHS__J_ARR;
+        js->p++;
+        return SHS_OK;
+    case '"': v->type = SHS__J_STR; return shs__json_string(js, &v->s, &v->len);
     case 't': v->type = SHS__J_TRUE; return shs__json_literal(js, "true", 4);
     case 'f': v->type = SHS__J_FALSE; return shs__json_literal(js, "false", 5);
     case 'n': v->type = SHS__J_NULL; return shs__json_literal(js, "null", 4);
@@ -96,6 +103,13 @@ static int scan_value(shs__json *js, shs__jnode *v)
         }
         return SHS_OK;
     }
+}
+
+static int scan_value(shs__json *js, shs__jnode *v)
+{
+    int rc = scan_one(js, v);
+    v->raw_len = (size_t)(js->p - js->start) - v->raw;
+    return rc;
 }
 
 static int cmp_key(const shs__jdoc *d, uint32_t a, uint32_t b)
@@ -194,6 +208,7 @@ int shs__jdoc_parse(shs__jdoc *d, const char *text, size_t len, const char *fnam
         if (!more) {
             if (d->v[top].type == SHS__J_OBJ && (rc = index_object(d, top, fname)) < 0)
                 goto done;
+            d->v[top].raw_len = (size_t)(js.p - js.start) - d->v[top].raw;
             depth--;
             continue;
         }
@@ -237,6 +252,7 @@ void shs__jdoc_free(shs__jdoc *d)
         shs__free(d->v[i].by_key);
     shs__free(d->v);
     shs__free(d->arena);
+    shs__free(d->text);
     memset(d, 0, sizeof *d);
 }
 
@@ -290,8 +306,10 @@ int shs__jdoc_load(shs__jdoc *d, const char *path, size_t max)
     size_t len = 0;
     memset(d, 0, sizeof *d);
     int rc = shs__read_file(&text, &len, path, max);
-    if (rc == SHS_OK)
-        rc = shs__jdoc_parse(d, text, len, path);
+    if (rc == SHS_OK && (rc = shs__jdoc_parse(d, text, len, path)) == SHS_OK) {
+        d->text = text;
+        return SHS_OK;
+    }
     shs__free(text);
     return rc;
 }

@@ -39,16 +39,19 @@ typedef struct shs__jnode {
     size_t len;
     const char *key; /* the member's key when its parent is an object */
     size_t key_len;
-    uint32_t next; /* next sibling, in document order; 0: none */
-    uint32_t first; /* SHS__J_ARR / SHS__J_OBJ: first child; 0: none */
-    uint32_t n;     /* number of children */
-    uint32_t *by_key; /* SHS__J_OBJ: children sorted by key */
+    uint32_t next;       /* next sibling, in document order; 0: none */
+    uint32_t first;      /* SHS__J_ARR / SHS__J_OBJ: first child; 0: none */
+    uint32_t n;          /* number of children */
+    uint32_t *by_key;    /* SHS__J_OBJ: children sorted by key */
+    size_t raw, raw_len; /* the value's own text: bytes [raw, raw + raw_len) of
+                            the input */
 } shs__jnode;
 
 typedef struct shs__jdoc {
     shs__jnode *v; /* v[0] is the root */
     size_t n, cap;
     char *arena; /* decoded strings */
+    char *text;  /* shs__jdoc_load: the input, kept for raw spans */
 } shs__jdoc;
 
 /* Parse `len` bytes (named `fname` in messages).  On error the document

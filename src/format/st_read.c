@@ -138,8 +138,9 @@ int shs_file_open(shs_file **out, const char *path, const shs_open_opts *opts)
         goto fail;
     }
     if (!S_ISREG(st.st_mode)) {
-        rc = shs__err(SHS_EINVAL, "%s: is a %s, not a safetensors file", path,
-                      S_ISDIR(st.st_mode) ? "directory" : "special file");
+        rc = shs__err(SHS_EINVAL, "%s: %s, not a safetensors file", path,
+                      S_ISDIR(st.st_mode) ? "is a directory"
+                                          : "not a regular file (a FIFO, device or socket)");
         goto fail;
     }
     f->file_size = (uint64_t)st.st_size;

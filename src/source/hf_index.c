@@ -30,6 +30,8 @@ struct shs_hf_index {
     size_t nfiles;
     int total_rc;
     uint64_t total;
+    const char *metadata; /* raw JSON text of "metadata", or NULL */
+    size_t metadata_len;
 };
 
 static int cmp_bytes(const char *a, size_t an, const char *b, size_t bn)
@@ -116,10 +118,12 @@ int shs_hf_index_open(shs_hf_index **out, const char *path)
     const shs__jnode *md = shs__jget(d, root, "metadata");
     if (md && md->type != SHS__J_NULL && md->type != SHS__J_OBJ)
         return index_fail(ix, SHS_ECORRUPT, "%s: \"metadata\" is not an object", path);
+    if (md && md->type == SHS__J_OBJ) {
+        ix->metadata = d->text + md->raw;
+        ix->metadata_len = md->raw_len;
+    }
     const shs__jnode *ts = shs__jget(d, md, "total_size");
-    ix->total_rc = !ts ? SHS_ENOENT
-                   : ts->type == SHS__J_NUM && ts->is_uint ? SHS_OK
-                                                           : SHS_ECORRUPT;
+    ix->total_rc = !ts ? SHS_ENOENT : ts->type == SHS__J_NUM && ts->is_uint ? SHS_OK : SHS_ECORRUPT;
     ix->total = ts ? ts->u : 0;
     const shs__jnode *wm = shs__jget(d, root, "weight_map");
     if (!wm || wm->type != SHS__J_OBJ)
@@ -192,6 +196,13 @@ const char *shs_hf_index_file(const shs_hf_index *ix, size_t i)
     return ix && i < ix->nfiles ? ix->files[i] : NULL;
 }
 
+const char *shs_hf_index_metadata(const shs_hf_index *ix, size_t *len)
+{
+    if (len)
+        *len = ix ? ix->metadata_len : 0;
+    return ix ? ix->metadata : NULL;
+}
+
 int shs_hf_index_total_size(uint64_t *out, const shs_hf_index *ix)
 {
     if (!out || !ix)
@@ -203,8 +214,7 @@ int shs_hf_index_total_size(uint64_t *out, const shs_hf_index *ix)
     return ix->total_rc;
 }
 
-const shs_hf_index_entry *shs__hf_index_find(const shs_hf_index *ix, const char *tensor,
-                                             size_t len)
+const shs_hf_index_entry *shs__hf_index_find(const shs_hf_index *ix, const char *tensor, size_t len)
 {
     size_t lo = 0, hi = ix->n;
     while (lo < hi) {

@@ -265,6 +265,19 @@ int shs__step_dir_find(char **out, const char *save_path, int64_t step)
     return rc;
 }
 
+int shs__remove_step(const char *save_path, int64_t step)
+{
+    shs__sp sp;
+    int rc = shs__sp_scan(&sp, save_path, 0);
+    if (rc < 0)
+        return rc;
+    const shs__sp_entry *e = shs__sp_find(&sp, step);
+    if (e)
+        rc = shs__remove_entry(save_path, e->name);
+    shs__sp_release(&sp);
+    return rc;
+}
+
 /* Put a parked step back under its name (savepath.h). */
 static int restore(const char *save_path, const shs__sp_entry *e)
 {

@@ -56,6 +56,11 @@ int shs__list_steps(int64_t **out, size_t *n, const char *save_path);
    frees); SHS_ENOCHECKPOINT naming the save path when there is none. */
 int shs__step_dir_find(char **out, const char *save_path, int64_t step);
 
+/* Remove the directory of committed step `step` (shs__sp_find's; a
+   second directory of the step, a step-N beside its iteration_N, becomes
+   the step's and goes with a second call).  No such step: SHS_OK. */
+int shs__remove_step(const char *save_path, int64_t step);
+
 /* A step directory is complete: metadata.json and common.json are
    regular files, or it is a single-card MindSpore save (common.json and
    files that say so).  *yes; errors other than "absent" fail. */

@@ -27,7 +27,8 @@ static const char *const k_kind_name[] = {
     [SHS_SOURCE_FILE] = "safetensors file",
     [SHS_SOURCE_DAMAGED_STEP] = "damaged checkpoint step directory (no metadata.json)",
     [SHS_SOURCE_STEP_PART] = "file of a checkpoint, not a checkpoint by itself",
-    [SHS_SOURCE_OTHER] = "something that is not a checkpoint",
+    [SHS_SOURCE_OTHER] = "file that is not a checkpoint",
+    [SHS_SOURCE_OTHER_FOLDER] = "folder holding no checkpoint",
 };
 
 const char *shs_source_kind_name(shs_source_kind kind)
@@ -159,7 +160,7 @@ static int probe_dir(shs_source_kind *kind, const char *dir)
     *kind = save    ? SHS_SOURCE_SAVE_PATH
             : index ? SHS_SOURCE_HF_INDEX
             : files ? SHS_SOURCE_FOLDER
-                    : SHS_SOURCE_OTHER;
+                    : SHS_SOURCE_OTHER_FOLDER;
     return SHS_OK;
 }
 
@@ -307,7 +308,7 @@ int shs__source_open(shs__source *s, const char *path, const shs__source_req *re
     if ((rc = probe(&s->kind, path, &is_dir)) < 0)
         return rc;
     /* Hugging Face rules: a folder holding neither file is told so */
-    if (req->hf && is_dir && s->kind == SHS_SOURCE_OTHER)
+    if (req->hf && s->kind == SHS_SOURCE_OTHER_FOLDER)
         s->kind = SHS_SOURCE_FOLDER;
     s->read = s->kind;
     switch (s->kind) {
@@ -319,12 +320,12 @@ int shs__source_open(shs__source *s, const char *path, const shs__source_req *re
     case SHS_SOURCE_STEP_PART:
         return shs__err(SHS_EINVAL, "%s is a %s: give the folder it is in", path,
                         shs_source_kind_name(s->kind));
+    case SHS_SOURCE_OTHER_FOLDER:
+        return shs__err(SHS_ENOCHECKPOINT,
+                        "%s: no checkpoint (no step directories, no tracker, no safetensors "
+                        "files)",
+                        path);
     case SHS_SOURCE_OTHER:
-        if (is_dir)
-            return shs__err(SHS_ENOCHECKPOINT,
-                            "%s: no checkpoint (no step directories, no tracker, no safetensors "
-                            "files)",
-                            path);
         return shs__err(SHS_EINVAL,
                         "%s: not a checkpoint (a save path, a step directory, a folder of "
                         "safetensors files, a model.safetensors.index.json or a .safetensors "
@@ -418,7 +419,7 @@ int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step
             return shs__err(SHS_ENOCHECKPOINT, "%s: no complete checkpoint of step %lld", path,
                             (long long)step);
         return copy_out(out, cap, path);
-    case SHS_SOURCE_OTHER: return shs__err(SHS_ENOCHECKPOINT, "%s: no checkpoint", path);
+    case SHS_SOURCE_OTHER_FOLDER: return shs__err(SHS_ENOCHECKPOINT, "%s: no checkpoint", path);
     default: return copy_out(out, cap, path); /* a step directory */
     }
 }

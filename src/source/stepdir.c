@@ -199,36 +199,21 @@ char *shs__step_dir_path(const char *save_path, int64_t step)
     return shs__path_join(save_path, name);
 }
 
-int shs__remove_step(const char *save_path, int64_t step)
+int shs__remove_entry(const char *save_path, const char *name)
 {
-    char *dir = shs__step_dir_path(save_path, step);
-    char suffix[17], name[80], base[40];
+    char suffix[17], tname[320];
     shs__random_suffix(suffix);
-    shs__step_dir_name(base, sizeof base, step);
-    snprintf(name, sizeof name, SHS__TRASH_PREFIX "%s-%s", base, suffix);
-    char *trash = shs__path_join(save_path, name);
+    snprintf(tname, sizeof tname, SHS__TRASH_PREFIX "%.255s-%s", name, suffix);
+    char *dir = shs__path_join(save_path, name), *trash = shs__path_join(save_path, tname);
     int rc = SHS_OK;
+    struct stat st;
     if (!dir || !trash) {
         rc = shs__err(SHS_ENOMEM, "out of memory");
         goto done;
     }
-    struct stat st;
-    int r = shs__io->lstat(dir, &st);
-    if (r != 0 && errno == ENOENT) {
-        /* a torchtitan-style step-N directory */
-        char alt[40];
-        shs__step_dir_alt_name(alt, sizeof alt, step);
-        shs__free(dir);
-        if (!(dir = shs__path_join(save_path, alt))) {
-            rc = shs__err(SHS_ENOMEM, "out of memory");
-            goto done;
-        }
-        r = shs__io->lstat(dir, &st);
-        if (r != 0 && errno == ENOENT)
-            goto done; /* nothing to remove */
-    }
-    if (r != 0) {
-        rc = shs__err_errno(errno, "cannot remove", dir);
+    if (shs__io->lstat(dir, &st) != 0) {
+        if (errno != ENOENT) /* else: nothing to remove */
+            rc = shs__err_errno(errno, "cannot remove", dir);
         goto done;
     }
     if (S_ISLNK(st.st_mode)) {
@@ -240,11 +225,9 @@ int shs__remove_step(const char *save_path, int64_t step)
     }
     /* renamed away first: a crash mid-delete leaves only a .trash- entry,
        never a half-deleted directory that looks like a checkpoint */
-    r = shs__io->rename(dir, trash);
-    if (r != 0 && errno == ENOENT)
-        goto done; /* removed meanwhile */
-    if (r != 0) {
-        rc = shs__err_errno(errno, "cannot remove", dir);
+    if (shs__io->rename(dir, trash) != 0) {
+        if (errno != ENOENT) /* else: removed meanwhile */
+            rc = shs__err_errno(errno, "cannot remove", dir);
         goto done;
     }
     rc = shs__rmtree(trash);

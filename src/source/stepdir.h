@@ -77,9 +77,10 @@ int shs__read_tracker(int64_t *step, const char *save_path);
    fail for lack of memory before it commits anything. */
 int shs__write_tracker(const char *tracker, int64_t step, int do_fsync);
 
-/* Remove a committed step directory safely (rename away, then delete).
-   A step directory that is a symbolic link is never removed (SHS_EINVAL):
-   what it points to is outside the save path's control. */
-int shs__remove_step(const char *save_path, int64_t step);
+/* Remove entry `name` of a save path safely (renamed to a .trash- name,
+   then deleted).  An entry that is a symbolic link is never removed
+   (SHS_EINVAL): what it points to is outside the save path's control.
+   Absent: SHS_OK. */
+int shs__remove_entry(const char *save_path, const char *name);
 
 #endif
