@@ -11,7 +11,10 @@
  * SLAB_BYTES per side along the outermost dimensions, so memory stays
  * bounded whatever the tensor size (files are read with pread, never
  * mapped).  When both sides hold a tensor in the same chunk boxes with
- * equal stored xxh3 checksums it is equal without reading (unless --full).
+ * equal stored xxh3 checksums it is equal without reading (unless --full);
+ * the stored checksums speak only for files that are there, so both sides
+ * first pass shs_checkpoint_check_files (every file present, a regular
+ * file of its recorded size; common.json as recorded).
  * Blobs (by checksum, then bytes with --full) and common.json are compared
  * too.
  */
@@ -33,7 +36,9 @@ static const char k_help[] =
     "or world sizes are compared on the reassembled tensors, read in bounded slabs;\n"
     "chunk checksums are checked while reading.  A tensor whose chunks have the\n"
     "same boxes and the same stored checksums on both sides is equal without\n"
-    "reading it (--full reads it anyway).  Rank blobs and common.json fields of\n"
+    "reading it (--full reads it anyway); every file of both sides must still be\n"
+    "present with the size metadata.json records, and common.json must match its\n"
+    "checksum, or diff fails (exit 2).  Rank blobs and common.json fields of\n"
     "two checkpoints are compared too.\n"
     "\n"
     "Prints one line per difference (sorted by tensor name):\n"
@@ -122,7 +127,6 @@ static int source_open(source *s, const char *label, const char *arg, char **why
     memset(s, 0, sizeof *s);
     s->label = label;
     s->arg = arg;
-    struct stat st;
     /* pread, not mmap: the pages of a mapping count in the RSS */
     shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
     o.flags = SHS_CKPT_OPEN_NO_MMAP;
@@ -130,10 +134,18 @@ static int source_open(source *s, const char *label, const char *arg, char **why
         *why = last_error_or("cannot open");
         return CLI_FAIL;
     }
+    /* the fast path compares stored checksums: they speak for files that
+       are there, whole (present, of the recorded size) */
+    if (shs_checkpoint_check_files(s->ck) < 0) {
+        *why = last_error_or("damaged");
+        return CLI_FAIL;
+    }
     s->dir = shs_checkpoint_path(s->ck);
-    s->type = stat(arg, &st) == 0 && !S_ISDIR(st.st_mode) && !strstr(arg, ".json") ? "file"
-              : shs_checkpoint_is_plain(s->ck)                                     ? "directory"
-                                                                                   : "checkpoint";
+    shs_source_kind k = SHS_SOURCE_NONE;
+    (void)shs_path_kind(&k, arg);
+    s->type = k == SHS_SOURCE_FILE               ? "file"
+              : shs_checkpoint_is_plain(s->ck) ? "directory"
+                                               : "checkpoint";
     s->nt = shs_checkpoint_tensor_count(s->ck);
     s->t = calloc(s->nt + 1, sizeof *s->t);
     if (!s->t) {

@@ -323,6 +323,15 @@ expect 0 "corrupted checkpoint, checksums trusted" "$SHS_BIN" diff "$S100" "$WOR
 # ... --full reads both sides and finds the damage
 expect 2 "corrupted checkpoint with --full (trouble)" "$SHS_BIN" diff --full "$S100" "$WORK/bad100"
 has "$WORK/err" "checksum" "corrupted checkpoint: checksum named"
+# the fast path trusts stored checksums only of files that are there, whole
+cp -a "$S100" "$WORK/gone100"
+rm "$WORK/gone100/$MF"
+expect 2 "a copy whose data file was deleted is not 'equal'" "$SHS_BIN" diff "$S100" "$WORK/gone100"
+has "$WORK/err" "missing file '$MF'" "the missing file named"
+cp -a "$S100" "$WORK/short100"
+truncate -s -1 "$WORK/short100/$MF"
+expect 2 "a copy whose data file was cut short is not 'equal'" "$SHS_BIN" diff "$WORK/short100" "$S100"
+has "$WORK/err" "but metadata.json records" "the size difference named"
 
 # ---- float dtypes across files: F32 vs BF16 ----
 "$PY" - <<'EOF'
