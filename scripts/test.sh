@@ -21,20 +21,24 @@ fi
 
 echo "== normal build"
 scripts/build.sh build -DSHS_WITH_MPI=ON -DSHS_WERROR=ON
-ctest --test-dir build --output-on-failure -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs" --output-junit "$src/build/junit.xml"
+/usr/bin/python3 scripts/check_skips.py build/junit.xml normal
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
 scripts/build.sh build-asan -DSHS_SANITIZE=ON -DSHS_WITH_MPI=ON -DSHS_WERROR=ON
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j"$jobs"
+  ctest --test-dir build-asan --output-on-failure -j"$jobs" --output-junit "$src/build-asan/junit.xml"
+/usr/bin/python3 scripts/check_skips.py build-asan/junit.xml asan
 
 echo "== ThreadSanitizer: async save and threaded load (ctest -L threads)"
 # Release (-O3): the optimiser's own warnings (-Wmaybe-uninitialized,
 # -Wstringop-overflow, -Wformat-truncation) only show at -O3, and are errors too.
 scripts/build.sh build-tsan -DSHS_TSAN=ON -DSHS_WITH_MPI=OFF -DSHS_WERROR=ON -DCMAKE_BUILD_TYPE=Release
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-  ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L threads --no-tests=error
+  ctest --test-dir build-tsan --output-on-failure -j"$jobs" -L threads --no-tests=error \
+  --output-junit "$src/build-tsan/junit.xml"
+/usr/bin/python3 scripts/check_skips.py build-tsan/junit.xml tsan
 
 echo "== GCC -fanalyzer over the library"
 # Any finding fails the suite (the library is clean today).
