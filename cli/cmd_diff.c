@@ -143,7 +143,7 @@ static int source_open(source *s, const char *label, const char *arg, char **why
     s->dir = shs_checkpoint_path(s->ck);
     shs_source_kind k = SHS_SOURCE_NONE;
     (void)shs_path_kind(&k, arg);
-    s->type = k == SHS_SOURCE_FILE               ? "file"
+    s->type = k == SHS_SOURCE_FILE             ? "file"
               : shs_checkpoint_is_plain(s->ck) ? "directory"
                                                : "checkpoint";
     s->nt = shs_checkpoint_tensor_count(s->ck);

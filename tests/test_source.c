@@ -312,9 +312,20 @@ static void test_json_doc(void **state)
     assert_int_equal(shs__jget(&d, r, "a")->raw_len, 2);
     shs__jdoc_free(&d);
     static const char *const bad[] = {
-        "{\"a\": 1,}",   "[1 2]",         "{\"a\" 1}",  "NaN",          "{\"a\": 1} {}",
-        "{\"a\": 1, \"a\": 1}", "\"\\ud800\"",  "[01]",        "{\"a\": \"\\u0000\"}",
-        "[",             "{",             "\xef\xbb\xbf{}", "// c\n{}",  "[1e99999]",
+        "{\"a\": 1,}",
+        "[1 2]",
+        "{\"a\" 1}",
+        "NaN",
+        "{\"a\": 1} {}",
+        "{\"a\": 1, \"a\": 1}",
+        "\"\\ud800\"",
+        "[01]",
+        "{\"a\": \"\\u0000\"}",
+        "[",
+        "{",
+        "\xef\xbb\xbf{}",
+        "// c\n{}",
+        "[1e99999]",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int rc = shs__jdoc_parse(&d, bad[i], strlen(bad[i]), "t.json");

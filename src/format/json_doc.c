@@ -139,9 +139,9 @@ static void sift(const shs__jdoc *d, uint32_t *a, size_t i, size_t n)
     }
 }
 
-/* The object at node o closed: its children sorted by key, a key
-   repeated is an error. */
-static int index_object(shs__jdoc *d, uint32_t o, const char *fname)
+/* The container at node o closed: its children indexed (an array's in
+   order, an object's sorted by key: a key repeated is an error). */
+static int index_container(shs__jdoc *d, uint32_t o, const char *fname)
 {
     shs__jnode *v = &d->v[o];
     if (!v->n)
@@ -152,6 +152,10 @@ static int index_object(shs__jdoc *d, uint32_t o, const char *fname)
     size_t k = 0;
     for (uint32_t c = v->first; k < v->n; c = d->v[c].next)
         a[k++] = c;
+    if (v->type == SHS__J_ARR) {
+        v->idx = a;
+        return SHS_OK;
+    }
     for (size_t i = k / 2; i-- > 0;)
         sift(d, a, i, k);
     for (size_t end = k; end-- > 1;) {
@@ -160,7 +164,7 @@ static int index_object(shs__jdoc *d, uint32_t o, const char *fname)
         a[end] = t;
         sift(d, a, 0, end);
     }
-    d->v[o].by_key = a;
+    d->v[o].idx = a;
     for (size_t i = 1; i < k; i++)
         if (cmp_key(d, a[i - 1], a[i]) == 0)
             return shs__err(SHS_ECORRUPT, "%s: invalid JSON: duplicate key '%.*s'", fname,
@@ -206,7 +210,7 @@ int shs__jdoc_parse(shs__jdoc *d, const char *text, size_t len, const char *fnam
         }
         fresh = 0;
         if (!more) {
-            if (d->v[top].type == SHS__J_OBJ && (rc = index_object(d, top, fname)) < 0)
+            if ((rc = index_container(d, top, fname)) < 0)
                 goto done;
             d->v[top].raw_len = (size_t)(js.p - js.start) - d->v[top].raw;
             depth--;
@@ -249,7 +253,7 @@ done:
 void shs__jdoc_free(shs__jdoc *d)
 {
     for (size_t i = 0; i < d->n; i++)
-        shs__free(d->v[i].by_key);
+        shs__free(d->v[i].idx);
     shs__free(d->v);
     shs__free(d->arena);
     shs__free(d->text);
@@ -259,12 +263,12 @@ void shs__jdoc_free(shs__jdoc *d)
 const shs__jnode *shs__jget_n(const shs__jdoc *d, const shs__jnode *obj, const char *key,
                               size_t key_len)
 {
-    if (!obj || obj->type != SHS__J_OBJ || !obj->by_key)
+    if (!obj || obj->type != SHS__J_OBJ || !obj->idx)
         return NULL;
     size_t lo = 0, hi = obj->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        const shs__jnode *m = &d->v[obj->by_key[mid]];
+        const shs__jnode *m = &d->v[obj->idx[mid]];
         size_t n = m->key_len < key_len ? m->key_len : key_len;
         int c = memcmp(m->key, key, n);
         if (!c)
@@ -292,6 +296,22 @@ const shs__jnode *shs__jfirst(const shs__jdoc *d, const shs__jnode *v)
 const shs__jnode *shs__jnext(const shs__jdoc *d, const shs__jnode *v)
 {
     return v && v->next ? &d->v[v->next] : NULL;
+}
+
+const shs__jnode *shs__jat(const shs__jdoc *d, const shs__jnode *arr, size_t i)
+{
+    return arr && arr->type == SHS__J_ARR && i < arr->n ? &d->v[arr->idx[i]] : NULL;
+}
+
+int shs__jint(const shs__jnode *v, int64_t *out)
+{
+    if (!v || v->type != SHS__J_NUM || !v->is_integer || (v->is_uint && v->u > INT64_MAX))
+        return 0;
+    /* the dialect keeps integers within int64: |v| <= 2^63 */
+    *out = v->is_uint                        ? (int64_t)v->u
+           : v->u == (uint64_t)INT64_MAX + 1 ? INT64_MIN
+                                             : -(int64_t)v->u;
+    return 1;
 }
 
 const char *shs__jstr(const shs__jdoc *d, const shs__jnode *obj, const char *key)

@@ -42,7 +42,7 @@ typedef struct shs__jnode {
     uint32_t next;       /* next sibling, in document order; 0: none */
     uint32_t first;      /* SHS__J_ARR / SHS__J_OBJ: first child; 0: none */
     uint32_t n;          /* number of children */
-    uint32_t *by_key;    /* SHS__J_OBJ: children sorted by key */
+    uint32_t *idx;       /* SHS__J_OBJ: children sorted by key; SHS__J_ARR: in order */
     size_t raw, raw_len; /* the value's own text: bytes [raw, raw + raw_len) of
                             the input */
 } shs__jnode;
@@ -71,6 +71,20 @@ const shs__jnode *shs__jget(const shs__jdoc *d, const shs__jnode *obj, const cha
 /* Children in document order: for (c = shs__jfirst(d, v); c; c = shs__jnext(d, c)). */
 const shs__jnode *shs__jfirst(const shs__jdoc *d, const shs__jnode *v);
 const shs__jnode *shs__jnext(const shs__jdoc *d, const shs__jnode *v);
+
+static inline int shs__jis(const shs__jnode *v, int type)
+{
+    return v && v->type == type;
+}
+/* Children of an array or object (0 for anything else or NULL). */
+static inline size_t shs__jsize(const shs__jnode *v)
+{
+    return v && v->type >= SHS__J_ARR ? v->n : 0;
+}
+/* Element i of an array, or NULL. */
+const shs__jnode *shs__jat(const shs__jdoc *d, const shs__jnode *arr, size_t i);
+/* 1 and *out when v is an integer (no fraction or exponent), else 0. */
+int shs__jint(const shs__jnode *v, int64_t *out);
 
 /* A string member's value, or NULL (absent, or not a string). */
 const char *shs__jstr(const shs__jdoc *d, const shs__jnode *obj, const char *key);

@@ -5,6 +5,8 @@
  */
 #include "source/common_json.h"
 
+#include "format/json_doc.h"
+
 #include "common/hash.h"
 
 #include "store/io.h"
@@ -81,48 +83,44 @@ int shs__common_read_ex(shs_progress *p, const char *dir, unsigned *flags)
 {
     char *path = shs__path_join(dir, "common.json"), *buf = NULL;
     size_t len;
-    json_t *o = NULL;
+    shs__jdoc d;
     int rc;
+    memset(&d, 0, sizeof d);
     if (flags)
         *flags = 0;
     if (!path)
         return shs__err(SHS_ENOMEM, "out of memory");
-    if ((rc = shs__read_file_nofollow(&buf, &len, path, COMMON_MAX)) < 0)
+    if ((rc = shs__read_file_nofollow(&buf, &len, path, COMMON_MAX)) < 0 ||
+        (rc = shs__jdoc_parse(&d, buf, len, path)) < 0)
         goto fail;
-    json_error_t jerr;
-    int oom = 0;
-    o = shs__json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr, &oom);
-    if (oom) {
-        rc = shs__err(SHS_ENOMEM, "%s: out of memory reading it", path);
-        goto fail;
-    }
-    if (!o || !json_is_object(o))
-        BAD("%s: not a JSON object (%s)", path, o ? "wrong type" : jerr.text);
+    const shs__jnode *o = shs__jroot(&d);
+    if (o->type != SHS__J_OBJ)
+        BAD("%s: not a JSON object", path);
     static const char *const ints[] = { "epoch_num", "step_num", "global_step", "global_batch_size",
                                         "consumed_samples" };
     shs_progress out = SHS_PROGRESS_INIT;
     int64_t *odst[] = { &out.epoch_num, &out.step_num, &out.global_step, &out.global_batch_size,
                         &out.consumed_samples };
-    const char *key;
-    json_t *v;
-    json_object_foreach(o, key, v)
-    {
+    for (const shs__jnode *v = shs__jfirst(&d, o); v; v = shs__jnext(&d, v)) {
+        const char *key = v->key;
         size_t i;
+        if (strlen(key) != v->key_len)
+            BAD("%s: a key holds a NUL byte", path);
         for (i = 0; i < 5 && strcmp(key, ints[i]) != 0; i++)
             ;
         if (i < 5) {
-            if (!json_is_integer(v) || json_integer_value(v) < 0)
+            if (v->type != SHS__J_NUM || !v->is_uint || v->u > INT64_MAX)
                 BAD("%s: \"%s\" must be a non-negative integer", path, key);
-            *odst[i] = json_integer_value(v);
+            *odst[i] = (int64_t)v->u;
         } else if (strcmp(key, "loss_scale") == 0) {
             /* a number, or (as MindSpore's documentation shows) a numeric
                string; strtod would also take "inf" and "nan" */
-            if (json_is_number(v))
-                out.loss_scale = json_number_value(v);
-            else if (json_is_string(v)) {
+            if (v->type == SHS__J_NUM)
+                out.loss_scale = v->d;
+            else if (v->type == SHS__J_STR) {
                 char *end;
-                out.loss_scale = strtod(json_string_value(v), &end);
-                if (end == json_string_value(v) || *end)
+                out.loss_scale = strtod(v->s, &end);
+                if (end == v->s || *end)
                     BAD("%s: \"loss_scale\" must be a number", path);
             } else
                 BAD("%s: \"loss_scale\" must be a number", path);
@@ -130,15 +128,14 @@ int shs__common_read_ex(shs_progress *p, const char *dir, unsigned *flags)
                 BAD("%s: \"loss_scale\" is %g: it must be finite and not negative", path,
                     out.loss_scale);
         } else if (strcmp(key, "ckpt_status") == 0) {
-            if (json_is_string(v)) {
-                if (strlen(json_string_value(v)) >= sizeof out.ckpt_status)
-                    BAD("%s: \"ckpt_status\" is too long", path);
-                snprintf(out.ckpt_status, sizeof out.ckpt_status, "%s", json_string_value(v));
-            } else if (json_is_integer(v) && json_integer_value(v) >= 0 &&
-                       json_integer_value(v) <= 1000) {
+            if (v->type == SHS__J_STR) {
+                if (v->len >= sizeof out.ckpt_status || strlen(v->s) != v->len)
+                    BAD("%s: \"ckpt_status\" is too long or holds a NUL byte", path);
+                snprintf(out.ckpt_status, sizeof out.ckpt_status, "%s", v->s);
+            } else if (v->type == SHS__J_NUM && v->is_uint && v->u <= 1000) {
                 /* MindSpore's graph mode: CkptHealthStatus, 0 NORMAL, 1 ABNORMAL */
-                snprintf(out.ckpt_status, sizeof out.ckpt_status, "%d", (int)json_integer_value(v));
-            } else if (!json_is_null(v))
+                snprintf(out.ckpt_status, sizeof out.ckpt_status, "%d", (int)v->u);
+            } else if (v->type != SHS__J_NULL)
                 BAD("%s: \"ckpt_status\" must be a string, a small integer or null", path);
         } else {
             BAD("%s: unknown key \"%s\" (common.json holds exactly epoch_num, step_num, "
@@ -149,11 +146,11 @@ int shs__common_read_ex(shs_progress *p, const char *dir, unsigned *flags)
     /* consumed_samples (index 4) may be missing: MindSpore Transformers
        writes six keys in some versions */
     for (size_t i = 0; i < 4; i++)
-        if (!json_object_get(o, ints[i]))
+        if (!shs__jget(&d, o, ints[i]))
             BAD("%s: missing \"%s\"", path, ints[i]);
-    if (!json_object_get(o, "loss_scale") || !json_object_get(o, "ckpt_status"))
+    if (!shs__jget(&d, o, "loss_scale") || !shs__jget(&d, o, "ckpt_status"))
         BAD("%s: missing \"loss_scale\" or \"ckpt_status\"", path);
-    if (!json_object_get(o, "consumed_samples")) {
+    if (!shs__jget(&d, o, "consumed_samples")) {
         int64_t c;
         if (__builtin_mul_overflow(out.global_step, out.global_batch_size, &c))
             BAD("%s: no \"consumed_samples\", and global_step %lld x global_batch_size %lld "
@@ -165,7 +162,7 @@ int shs__common_read_ex(shs_progress *p, const char *dir, unsigned *flags)
     }
     *p = out;
 fail:
-    json_decref(o);
+    shs__jdoc_free(&d);
     shs__free(buf);
     shs__free(path);
     return rc;

@@ -11,13 +11,15 @@
  */
 #include "source/meta_ms.h"
 
+#include "common/namemap.h"
+#include "format/json_doc.h"
+
 #include "source/common_json.h"
 #include "store/io.h"
 #include "checkpoint/loader.h"
 #include "source/meta_int.h"
 #include "source/stepdir.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,8 +33,8 @@ typedef struct skey {
     char *name;
     size_t n;
     uint64_t v[MS_TUPLE_MAX];
-    const char *text; /* the key as written (jansson's) */
-    json_t *list;     /* its entries (borrowed) */
+    const char *text;       /* the key as written (the document's) */
+    const shs__jnode *list; /* its entries (borrowed) */
     int used;
 } skey;
 
@@ -41,7 +43,8 @@ typedef struct msctx {
     const char *dir, *path;
     skey *k;
     size_t nk;
-    json_t *fmap;        /* file name -> index into m->f */
+    const shs__jdoc *d;  /* metadata.json */
+    shs__namemap fmap;   /* file name -> index into m->f */
     shs_file **fh;       /* parallel to m->f, opened on first use */
     size_t cap_f;        /* of m->f and fh */
     size_t *stamp;       /* per file: 1 + the tensor that last used it */
@@ -135,16 +138,16 @@ static int cmp_skey(const void *pa, const void *pb)
 
 /* Every key of storage_data parsed and sorted; one that is not a shard id
    or repeats another is an error naming it. */
-static int read_storage(msctx *x, json_t *sd)
+static int read_storage(msctx *x, const shs__jnode *sd)
 {
     int rc = SHS_OK;
-    const char *key;
-    json_t *v;
-    if (!(x->k = shs__calloc(json_object_size(sd) + 1, sizeof *x->k)))
+    if (!(x->k = shs__calloc(shs__jsize(sd) + 1, sizeof *x->k)))
         return shs__err(SHS_ENOMEM, "out of memory reading %s", x->path);
-    json_object_foreach(sd, key, v)
-    {
+    for (const shs__jnode *v = shs__jfirst(x->d, sd); v; v = shs__jnext(x->d, v)) {
+        const char *key = v->key;
         skey *k = &x->k[x->nk];
+        if (strlen(key) != v->key_len)
+            BAD("%s: a storage_data key holds a NUL byte", x->path);
         int r = shs__ms_parse_key(key, &k->name, k->v, &k->n);
         if (r == -2)
             OOM();
@@ -153,7 +156,7 @@ static int read_storage(msctx *x, json_t *sd)
         x->nk++;
         k->text = key;
         k->list = v;
-        if (!json_is_array(v) || json_array_size(v) == 0)
+        if (!shs__jis(v, SHS__J_ARR) || shs__jsize(v) == 0)
             BAD("%s: storage_data \"%s\" must be a non-empty list of files", x->path, key);
     }
     if (x->nk > 1)
@@ -175,15 +178,22 @@ static skey *find_key(msctx *x, const char *name, const uint64_t *v, size_t n)
 
 /* ---- files ---------------------------------------------------------- */
 
+static const char *file_name_of(const void *ctx, uint32_t i, size_t *len)
+{
+    const shs__meta *m = ctx;
+    *len = strlen(m->f[i].name);
+    return m->f[i].name;
+}
+
 /* *fi = the index of file `name` in the model (added with `rank` when
    new; a file listed for two storage ranks is an error), opened. */
 static int use_file(msctx *x, const shs__mtensor *t, const char *name, uint64_t rank, uint32_t *fi)
 {
     int rc = SHS_OK;
     shs__meta *m = x->m;
-    json_t *have = json_object_get(x->fmap, name);
-    if (have) {
-        *fi = (uint32_t)json_integer_value(have);
+    long have = shs__namemap_find(&x->fmap, name, strlen(name), file_name_of, m);
+    if (have >= 0) {
+        *fi = (uint32_t)have;
         if ((uint64_t)m->f[*fi].rank != rank)
             BAD("%s: tensor '%s': file '%s' is listed with storage_rank %d and %llu", x->path,
                 t->name, name, m->f[*fi].rank, (unsigned long long)rank);
@@ -214,7 +224,8 @@ static int use_file(msctx *x, const shs__mtensor *t, const char *name, uint64_t 
         OOM();
     m->f[*fi].rank = (int)rank;
     m->nf++;
-    if (json_object_set_new(x->fmap, name, json_integer((json_int_t)*fi)) < 0)
+    uint32_t dup;
+    if (shs__namemap_insert(&x->fmap, name, strlen(name), *fi, file_name_of, m, &dup) < 0)
         OOM();
     char *fp = shs__path_join(x->dir, name);
     if (!fp)
@@ -245,24 +256,26 @@ static const char *fmt_dims(char *buf, size_t cap, const uint64_t *v, size_t n)
    file holds the tensor under its name, of its dtype and the slice's
    shape; it becomes a chunk (no checksum). */
 static int add_entry(msctx *x, shs__mtensor *t, uint64_t sid, const uint64_t *off,
-                     const uint64_t *shape, json_t *e)
+                     const uint64_t *shape, const shs__jnode *e)
 {
     int rc = SHS_OK;
     char a[128], b[128], c3[128];
-    json_t *fn = json_object_get(e, "file_name"), *sr = json_object_get(e, "storage_rank");
-    json_t *rg = json_object_get(e, "rank_group");
-    if (!json_is_object(e) || !json_is_string(fn) || !json_is_integer(sr) ||
-        json_integer_value(sr) < 0 || json_integer_value(sr) >= MS_RANK_LIMIT ||
-        (rg && !json_is_array(rg)))
+    const shs__jnode *fn = shs__jget(x->d, e, "file_name"),
+                     *sr = shs__jget(x->d, e, "storage_rank");
+    const shs__jnode *rg = shs__jget(x->d, e, "rank_group");
+    int64_t srv = -1;
+    if (!shs__jis(e, SHS__J_OBJ) || !shs__jis(fn, SHS__J_STR) || strlen(fn->s) != fn->len ||
+        !shs__jint(sr, &srv) || srv < 0 || srv >= MS_RANK_LIMIT ||
+        (rg && !shs__jis(rg, SHS__J_ARR)))
         BAD("%s: tensor '%s': slice %llu: a storage entry needs \"file_name\" and "
             "\"storage_rank\"",
             x->path, t->name, (unsigned long long)sid);
-    const char *name = json_string_value(fn);
+    const char *name = fn->s;
     const char *why = shs_file_name_problem(name);
     if (why)
         BAD("%s: tensor '%s': '%s' is not a file name inside the checkpoint directory: it %s",
             x->path, t->name, name, why);
-    uint64_t rank = (uint64_t)json_integer_value(sr);
+    uint64_t rank = (uint64_t)srv;
     if (rank + 1 > (uint64_t)x->m->world_size)
         x->m->world_size = (int)(rank + 1);
     uint32_t fi = 0;
@@ -326,47 +339,50 @@ done:
    in as many parts as axis_fragmentations says.  tensor_map value v
    names mesh axis len(device_matrix) - 1 - v; -1 leaves the dimension
    whole; a list names several axes. */
-static int check_layout(msctx *x, const shs__mtensor *t, json_t *lay, const uint64_t *frag)
+static int check_layout(msctx *x, const shs__mtensor *t, const shs__jnode *lay,
+                        const uint64_t *frag)
 {
     int rc = SHS_OK;
-    json_t *dm = json_object_get(lay, "device_matrix"), *tm = json_object_get(lay, "tensor_map");
-    json_t *il = json_object_get(lay, "interleaved_parallel"),
-           *rl = json_object_get(lay, "rank_list");
-    size_t ndm = json_array_size(dm);
+    const shs__jdoc *D = x->d;
+    const shs__jnode *dm = shs__jget(D, lay, "device_matrix"),
+                     *tm = shs__jget(D, lay, "tensor_map");
+    const shs__jnode *il = shs__jget(D, lay, "interleaved_parallel"),
+                     *rl = shs__jget(D, lay, "rank_list");
+    size_t ndm = shs__jsize(dm);
     uint64_t dev[64], ndev = 1, used = 0;
-    if (!json_is_array(dm) || !json_is_array(tm) || ndm == 0 || ndm > 64 ||
-        json_array_size(tm) != t->ndim || (rl && !json_is_array(rl)))
+    int64_t iv;
+    if (!shs__jis(dm, SHS__J_ARR) || !shs__jis(tm, SHS__J_ARR) || ndm == 0 || ndm > 64 ||
+        shs__jsize(tm) != t->ndim || (rl && !shs__jis(rl, SHS__J_ARR)))
         BAD("%s: tensor '%s': its layout needs \"device_matrix\" and a \"tensor_map\" of one "
             "entry per dimension",
             x->path, t->name);
-    if (json_is_true(il)) {
+    if (shs__jis(il, SHS__J_TRUE)) {
         rc = shs__err(SHS_EUNSUPPORTED,
                       "%s: tensor '%s': interleaved_parallel layouts are not supported", x->path,
                       t->name);
         goto done;
     }
     for (size_t i = 0; i < ndm; i++) {
-        json_t *v = json_array_get(dm, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-            json_integer_value(v) > MS_RANK_LIMIT)
+        if (!shs__jint(shs__jat(D, dm, i), &iv) || iv < 1 || iv > MS_RANK_LIMIT)
             BAD("%s: tensor '%s': device_matrix[%zu] is not a positive integer", x->path, t->name,
                 i);
-        dev[i] = (uint64_t)json_integer_value(v);
+        dev[i] = (uint64_t)iv;
         if ((ndev *= dev[i]) > MS_RANK_LIMIT)
             BAD("%s: tensor '%s': its device_matrix has more than %d devices", x->path, t->name,
                 MS_RANK_LIMIT);
     }
-    if (rl && json_array_size(rl) != ndev)
+    if (rl && shs__jsize(rl) != ndev)
         BAD("%s: tensor '%s': rank_list has %zu ranks, its device_matrix %llu", x->path, t->name,
-            json_array_size(rl), (unsigned long long)ndev);
+            shs__jsize(rl), (unsigned long long)ndev);
     for (size_t d = 0; d < t->ndim; d++) {
-        json_t *e = json_array_get(tm, d);
-        size_t ne = json_is_array(e) ? json_array_size(e) : 1;
+        const shs__jnode *e = shs__jat(D, tm, d);
+        int list = shs__jis(e, SHS__J_ARR);
+        size_t ne = list ? shs__jsize(e) : 1;
         uint64_t split = 1;
         for (size_t i = 0; i < ne; i++) {
-            json_t *v = json_is_array(e) ? json_array_get(e, i) : e;
-            json_int_t a = json_is_integer(v) ? json_integer_value(v) : -2;
-            if (a == -1 && !json_is_array(e))
+            const shs__jnode *v = list ? shs__jat(D, e, i) : e;
+            int64_t a = shs__jint(v, &iv) ? iv : -2;
+            if (a == -1 && !list)
                 continue;
             if (a < 0 || (size_t)a >= ndm || (used & (1ull << a)))
                 BAD("%s: tensor '%s': tensor_map[%zu] names no mesh axis, or one already "
@@ -380,29 +396,27 @@ static int check_layout(msctx *x, const shs__mtensor *t, json_t *lay, const uint
                 "dimension in %llu",
                 x->path, t->name, d, (unsigned long long)frag[d], (unsigned long long)split);
     }
-    for (size_t i = 0; rl && i < json_array_size(rl); i++) {
-        json_t *v = json_array_get(rl, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) >= MS_RANK_LIMIT)
+    for (size_t i = 0; rl && i < shs__jsize(rl); i++) {
+        if (!shs__jint(shs__jat(D, rl, i), &iv) || iv < 0 || iv >= MS_RANK_LIMIT)
             BAD("%s: tensor '%s': rank_list[%zu] is not a rank", x->path, t->name, i);
-        if (json_integer_value(v) >= x->m->world_size)
-            x->m->world_size = (int)json_integer_value(v) + 1;
+        if (iv >= x->m->world_size)
+            x->m->world_size = (int)iv + 1;
     }
 done:
     return rc;
 }
 
 /* An array of integers >= 0 into v (at most cap); -1 when it is none. */
-static int read_dims(json_t *a, uint64_t *v, size_t cap, size_t *n)
+static int read_dims(const shs__jdoc *d, const shs__jnode *a, uint64_t *v, size_t cap, size_t *n)
 {
-    if (!json_is_array(a) || json_array_size(a) > cap)
+    if (!shs__jis(a, SHS__J_ARR) || shs__jsize(a) > cap)
         return -1;
-    *n = json_array_size(a);
+    *n = shs__jsize(a);
     for (size_t i = 0; i < *n; i++) {
-        json_t *e = json_array_get(a, i);
-        if (!json_is_integer(e) || json_integer_value(e) < 0)
+        const shs__jnode *e = shs__jat(d, a, i);
+        if (!shs__jis(e, SHS__J_NUM) || !e->is_uint)
             return -1;
-        v[i] = (uint64_t)json_integer_value(e);
+        v[i] = e->u;
     }
     return 0;
 }
@@ -411,15 +425,15 @@ static int read_dims(json_t *a, uint64_t *v, size_t cap, size_t *n)
    of the shape local_shape says, and every file storage_data names for
    it holds that box. */
 static int read_chunk(msctx *x, shs__mtensor *t, const uint64_t *frag, uint64_t nslices, size_t k,
-                      json_t *jc)
+                      const shs__jnode *jc)
 {
     int rc = SHS_OK;
     uint64_t go[MS_TUPLE_MAX], ls[SHS_MAX_DIMS], off[SHS_MAX_DIMS], part[SHS_MAX_DIMS];
     size_t ngo, nls;
     char a[128], b[128], c3[128];
-    if (!json_is_object(jc) ||
-        read_dims(json_object_get(jc, "global_offset"), go, MS_TUPLE_MAX, &ngo) < 0 ||
-        read_dims(json_object_get(jc, "local_shape"), ls, SHS_MAX_DIMS, &nls) < 0)
+    if (!shs__jis(jc, SHS__J_OBJ) ||
+        read_dims(x->d, shs__jget(x->d, jc, "global_offset"), go, MS_TUPLE_MAX, &ngo) < 0 ||
+        read_dims(x->d, shs__jget(x->d, jc, "local_shape"), ls, SHS_MAX_DIMS, &nls) < 0)
         BAD("%s: tensor '%s': chunk %zu needs \"global_offset\" and \"local_shape\"", x->path,
             t->name, k);
     if (ngo > 1) {
@@ -454,40 +468,43 @@ static int read_chunk(msctx *x, shs__mtensor *t, const uint64_t *frag, uint64_t 
         BAD("%s: tensor '%s': slice %llu is listed twice in \"chunk\"", x->path, t->name,
             (unsigned long long)sid);
     sk->used = 1;
-    for (size_t i = 0; i < json_array_size(sk->list) && rc == SHS_OK; i++)
-        rc = add_entry(x, t, sid, off, part, json_array_get(sk->list, i));
+    for (size_t i = 0; i < shs__jsize(sk->list) && rc == SHS_OK; i++)
+        rc = add_entry(x, t, sid, off, part, shs__jat(x->d, sk->list, i));
 done:
     return rc;
 }
 
 /* Parameter `name` of state_dict_metadata into tensor t. */
-static int read_param(msctx *x, shs__mtensor *t, const char *name, json_t *jt)
+static int read_param(msctx *x, shs__mtensor *t, const char *name, const shs__jnode *jt)
 {
     int rc = SHS_OK;
     uint64_t frag[SHS_MAX_DIMS], nslices = 1, gbytes;
     size_t nfrag;
     if (!(t->name = shs__strdup(name)))
         OOM();
-    json_t *props = json_object_get(jt, "properties"), *gs = json_object_get(jt, "global_shape");
-    json_t *af = json_object_get(jt, "axis_fragmentations"), *lay = json_object_get(jt, "layout");
-    json_t *ch = json_object_get(jt, "chunk");
-    json_t *dt = json_object_get(props, "dtype");
-    if (!json_is_object(jt) || !json_is_string(dt) || !json_is_array(gs) || !json_is_array(ch) ||
-        !(json_is_object(lay) || json_is_null(lay)))
+    const shs__jdoc *D = x->d;
+    const shs__jnode *props = shs__jget(D, jt, "properties"),
+                     *gs = shs__jget(D, jt, "global_shape");
+    const shs__jnode *af = shs__jget(D, jt, "axis_fragmentations"),
+                     *lay = shs__jget(D, jt, "layout");
+    const shs__jnode *ch = shs__jget(D, jt, "chunk");
+    const shs__jnode *dt = shs__jget(D, props, "dtype");
+    if (!shs__jis(jt, SHS__J_OBJ) || !shs__jis(dt, SHS__J_STR) || !shs__jis(gs, SHS__J_ARR) ||
+        !shs__jis(ch, SHS__J_ARR) || !(shs__jis(lay, SHS__J_OBJ) || shs__jis(lay, SHS__J_NULL)))
         BAD("%s: tensor '%s' needs \"properties\" (with \"dtype\"), \"global_shape\", "
             "\"axis_fragmentations\", \"layout\" and \"chunk\"",
             x->path, name);
-    if (ms_dtype(&t->dtype, json_string_value(dt)) < 0)
-        BAD("%s: tensor '%s': unknown dtype '%s'", x->path, name, json_string_value(dt));
+    if (ms_dtype(&t->dtype, dt->s) < 0)
+        BAD("%s: tensor '%s': unknown dtype '%s'", x->path, name, dt->s);
     uint64_t g[SHS_MAX_DIMS];
-    if (read_dims(gs, g, SHS_MAX_DIMS, &t->ndim) < 0)
+    if (read_dims(D, gs, g, SHS_MAX_DIMS, &t->ndim) < 0)
         BAD("%s: tensor '%s': bad global_shape", x->path, name);
     if (!(t->gshape = shs__calloc(t->ndim ? t->ndim : 1, sizeof *t->gshape)))
         OOM();
     memcpy(t->gshape, g, t->ndim * sizeof *g);
     if (shs_tensor_nbytes(&gbytes, t->dtype, t->ndim, t->gshape) < 0)
         BAD("%s: tensor '%s': global_shape overflows", x->path, name);
-    if (read_dims(af, frag, SHS_MAX_DIMS, &nfrag) < 0 || nfrag != t->ndim)
+    if (read_dims(D, af, frag, SHS_MAX_DIMS, &nfrag) < 0 || nfrag != t->ndim)
         BAD("%s: tensor '%s': axis_fragmentations must hold one count per dimension", x->path,
             name);
     for (size_t d = 0; d < t->ndim; d++) {
@@ -505,10 +522,10 @@ static int read_param(msctx *x, shs__mtensor *t, const char *name, json_t *jt)
         if ((nslices *= frag[d]) > MS_RANK_LIMIT)
             BAD("%s: tensor '%s': more than %d slices", x->path, name, MS_RANK_LIMIT);
     }
-    if (json_is_object(lay) && (rc = check_layout(x, t, lay, frag)) < 0)
+    if (shs__jis(lay, SHS__J_OBJ) && (rc = check_layout(x, t, lay, frag)) < 0)
         goto done;
-    for (size_t k = 0; k < json_array_size(ch); k++)
-        if ((rc = read_chunk(x, t, frag, nslices, k, json_array_get(ch, k))) < 0)
+    for (size_t k = 0; k < shs__jsize(ch); k++)
+        if ((rc = read_chunk(x, t, frag, nslices, k, shs__jat(D, ch, k))) < 0)
             goto done;
     if (!t->c && !(t->c = shs__calloc(1, sizeof *t->c)))
         OOM();
@@ -567,34 +584,37 @@ static void set_model_only(shs__meta *m)
 
 int shs__meta_from_ms(shs__meta *m, const char *dir, const char *path, const char *text, size_t len)
 {
-    int rc = SHS_OK, oom = 0;
-    json_error_t je;
-    msctx xc = { m, dir, path, NULL, 0, NULL, NULL, 0, NULL, NULL, 0 };
+    int rc = SHS_OK;
+    shs__jdoc doc;
+    msctx xc;
     msctx *x = &xc;
+    memset(&xc, 0, sizeof xc);
+    xc.m = m;
+    xc.dir = dir;
+    xc.path = path;
+    xc.d = &doc;
     memset(m, 0, sizeof *m);
-    json_t *root = shs__json_loadb(text, len, JSON_REJECT_DUPLICATES, &je, &oom);
-    if (oom)
-        OOM();
-    if (!root)
-        BAD("%s: not valid JSON: %s (line %d)", path, je.text, je.line);
-    json_t *sdm = json_object_get(root, "state_dict_metadata");
-    json_t *sd = json_object_get(root, "storage_data");
-    if (!json_is_object(sdm) || !json_is_object(sd))
+    if ((rc = shs__jdoc_parse(&doc, text, len, path)) < 0)
+        goto done;
+    const shs__jnode *root = shs__jroot(&doc);
+    const shs__jnode *sdm = shs__jget(&doc, root, "state_dict_metadata");
+    const shs__jnode *sd = shs__jget(&doc, root, "storage_data");
+    if (!shs__jis(sdm, SHS__J_OBJ) || !shs__jis(sd, SHS__J_OBJ))
         BAD("%s: MindSpore metadata needs the objects \"state_dict_metadata\" and "
             "\"storage_data\"",
             path);
     m->mindspore = 1;
     m->world_size = 1;
-    if (!(x->fmap = json_object()))
+    if (shs__namemap_init(&x->fmap, 64) < 0)
         OOM();
     if ((rc = read_storage(x, sd)) < 0)
         goto done;
-    if (!(m->t = shs__calloc(json_object_size(sdm) + 1, sizeof *m->t)))
+    if (!(m->t = shs__calloc(shs__jsize(sdm) + 1, sizeof *m->t)))
         OOM();
-    const char *name;
-    json_t *jt;
-    json_object_foreach(sdm, name, jt)
-    {
+    for (const shs__jnode *jt = shs__jfirst(&doc, sdm); jt; jt = shs__jnext(&doc, jt)) {
+        const char *name = jt->key;
+        if (strlen(name) != jt->key_len)
+            BAD("%s: a parameter name holds a NUL byte", path);
         x->cur = m->nt;
         if ((rc = read_param(x, &m->t[m->nt++], name, jt)) < 0)
             goto done;
@@ -619,8 +639,8 @@ done:
     shs__free(x->fh);
     shs__free(x->stamp);
     shs__free(x->stamp_sid);
-    json_decref(x->fmap);
-    json_decref(root);
+    shs__namemap_release(&x->fmap);
+    shs__jdoc_free(&doc);
     if (rc < 0)
         shs__meta_free(m);
     return rc;
