@@ -14,20 +14,24 @@
  *     bytes)").  The message stays valid until the next call into the
  *     library from the same thread.
  *   - Handles are opaque; every destroy function accepts NULL.
- *   - Option structs carry a `version` field; initialise them with their
- *     `*_INIT` macro (or their init function) so that it holds the version
- *     of the header the caller was compiled with.  Versioning follows the
- *     libgit2 model: new fields are only ever appended, and each append
- *     bumps the struct's *_VERSION.  The library reads `version` first,
- *     accepts any version from 1 up to its own, and then uses only the
- *     fields that version has (later fields take their defaults), so a
+ *   - Versioned structs (options, and the results the library fills:
+ *     shs_load_result, shs_save_stats, shs_chunk_info, shs_progress ...)
+ *     start with `unsigned version`; initialise them with their `*_INIT`
+ *     macro (or init function) so that it holds the version of the header
+ *     the caller was compiled with.  Versioning follows the libgit2 model:
+ *     new fields are only ever appended, and each append bumps the
+ *     struct's *_VERSION.  Every entry point checks `version` first and
+ *     accepts any version from 1 up to its own; it then READS an option
+ *     struct only as far as the caller's version goes (later fields take
+ *     their defaults) and WRITES a result struct only as far as the
+ *     caller's version goes (its `version` stays the caller's), so a
  *     program built against an older header keeps working with a newer
- *     library.  A version newer than the library's (a program built
- *     against a newer header, run with an older library) and version 0 (a
- *     struct that was never initialised) are SHS_EINVAL with a message
- *     such as "shs_file_open: option struct version 3 is newer than this
- *     library (2)".
- *   - Thread safety: distinct handles may be used from distinct threads at
+ *     library and never has memory past its struct touched
+ *     (tests/test_abi.c holds the library to this).  A version newer than
+ *     the library's and version 0 (a struct never initialised) are
+ *     SHS_EINVAL: "shs_file_open: shs_open_opts version 3 (this library
+ *     knows 1 to 1): initialise it with SHS_OPEN_OPTS_INIT".
+  - Thread safety: distinct handles may be used from distinct threads at
  *     once.  A reader handle (shs_file) is immutable after open and may be
  *     read from many threads at once.  A writer handle is single-threaded.
  *     shs_set_allocator() must be called before any other function.

@@ -582,7 +582,7 @@ static void test_bad_input(void **state)
     shs_reshard_opts o = SHS_RESHARD_OPTS_INIT;
     o.version = 0;
     assert_int_equal(shs_reshard(NULL, g_sp, dst, NULL, &o), SHS_EINVAL);
-    TU_ASSERT_MSG_HAS("*_INIT");
+    TU_ASSERT_MSG_HAS("SHS_RESHARD_OPTS_INIT");
     shs_reshard_result r = SHS_RESHARD_RESULT_INIT;
     r.version = 99;
     assert_int_equal(shs_reshard(&r, g_sp, dst, NULL, NULL), SHS_EINVAL);

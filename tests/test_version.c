@@ -30,26 +30,41 @@ static void test_opts_version_accepted(void **state)
 {
     (void)state;
     /* every version from 1 up to the library's own */
-    for (unsigned v = 1; v <= 3; v++)
-        assert_int_equal(shs__check_opts_version(v, 3, "shs_test"), SHS_OK);
+    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+    for (unsigned v = 1; v <= SHS_CKPT_OPEN_OPTS_VERSION; v++) {
+        o.version = v;
+        assert_int_equal(shs__check_version(&o, SHS__V_CKPT_OPEN_OPTS, "shs_test"), SHS_OK);
+    }
+    /* the size read of version 1 ends before the key of version 2 */
+    o.version = 1;
+    assert_int_equal(shs__version_size(&o, SHS__V_CKPT_OPEN_OPTS),
+                     offsetof(shs_ckpt_open_opts, key));
+    o.version = 2;
+    assert_int_equal(shs__version_size(&o, SHS__V_CKPT_OPEN_OPTS), sizeof o);
 }
 
 static void test_opts_version_newer(void **state)
 {
     (void)state;
-    assert_int_equal(shs__check_opts_version(3, 2, "shs_file_open"), SHS_EINVAL);
-    assert_string_equal(shs_last_error(),
-                        "shs_file_open: option struct version 3 is newer than this library (2)");
-    assert_int_equal(shs__check_opts_version(~0u, 1, "shs_writer_create"), SHS_EINVAL);
+    shs_open_opts o = SHS_OPEN_OPTS_INIT;
+    o.version = 3;
+    assert_int_equal(shs__check_version(&o, SHS__V_OPEN_OPTS, "shs_file_open"), SHS_EINVAL);
+    assert_string_equal(shs_last_error(), "shs_file_open: shs_open_opts version 3 (this library "
+                                          "knows 1 to 1): initialise it with SHS_OPEN_OPTS_INIT");
+    o.version = ~0u;
+    assert_int_equal(shs__check_version(&o, SHS__V_OPEN_OPTS, "shs_writer_create"), SHS_EINVAL);
     assert_non_null(
-        strstr(shs_last_error(), "shs_writer_create: option struct version 4294967295"));
+        strstr(shs_last_error(), "shs_writer_create: shs_open_opts version 4294967295"));
+    assert_int_equal(shs__version_size(&o, SHS__V_OPEN_OPTS), 0);
 }
 
 static void test_opts_version_zero(void **state)
 {
     (void)state;
-    assert_int_equal(shs__check_opts_version(0, 1, "shs_file_open"), SHS_EINVAL);
-    assert_non_null(strstr(shs_last_error(), "shs_file_open: option struct version 0"));
+    shs_open_opts o = SHS_OPEN_OPTS_INIT;
+    o.version = 0;
+    assert_int_equal(shs__check_version(&o, SHS__V_OPEN_OPTS, "shs_file_open"), SHS_EINVAL);
+    assert_non_null(strstr(shs_last_error(), "shs_file_open: shs_open_opts version 0"));
     assert_non_null(strstr(shs_last_error(), "_INIT"));
 }
 
@@ -94,11 +109,11 @@ static void test_file_open_version(void **state)
     o.version = SHS_OPEN_OPTS_VERSION + 1;
     assert_int_equal(shs_file_open(&f, path, &o), SHS_EINVAL);
     assert_null(f);
-    TU_ASSERT_MSG_HAS("shs_file_open: option struct version 2 is newer than this library (1)");
+    TU_ASSERT_MSG_HAS("shs_file_open: shs_open_opts version 2 (this library knows 1 to 1)");
     o.version = 0;
     assert_int_equal(shs_file_open(&f, path, &o), SHS_EINVAL);
     assert_null(f);
-    TU_ASSERT_MSG_HAS("shs_file_open: option struct version 0");
+    TU_ASSERT_MSG_HAS("shs_file_open: shs_open_opts version 0");
     /* version 1 is read: its flag is honoured */
     o.version = 1;
     o.flags = SHS_OPEN_NO_MMAP;
@@ -119,11 +134,11 @@ static void test_writer_create_version(void **state)
     o.version = SHS_WRITER_OPTS_VERSION + 1;
     assert_int_equal(shs_writer_create(&w, path, &o), SHS_EINVAL);
     assert_null(w);
-    TU_ASSERT_MSG_HAS("shs_writer_create: option struct version 2 is newer than this library (1)");
+    TU_ASSERT_MSG_HAS("shs_writer_create: shs_writer_opts version 2 (this library knows 1 to 1)");
     o.version = 0;
     assert_int_equal(shs_writer_create(&w, path, &o), SHS_EINVAL);
     assert_null(w);
-    TU_ASSERT_MSG_HAS("shs_writer_create: option struct version 0");
+    TU_ASSERT_MSG_HAS("shs_writer_create: shs_writer_opts version 0");
     assert_int_equal(dir_entries(dir), 0); /* not even a temporary file */
     /* version 1: its fields are read (align) */
     o.version = 1;
@@ -209,11 +224,11 @@ static void test_comm_create_version(void **state)
     g_destroyed = 0;
     assert_int_equal(shs_comm_create(&c, 0, 2, &ops, NULL), SHS_EINVAL);
     assert_null(c);
-    TU_ASSERT_MSG_HAS("shs_comm_create: option struct version 2 is newer than this library (1)");
+    TU_ASSERT_MSG_HAS("shs_comm_create: shs_comm_ops version 2 (this library knows 1 to 1)");
     ops.version = 0;
     assert_int_equal(shs_comm_create(&c, 0, 2, &ops, NULL), SHS_EINVAL);
     assert_null(c);
-    TU_ASSERT_MSG_HAS("shs_comm_create: option struct version 0");
+    TU_ASSERT_MSG_HAS("shs_comm_create: shs_comm_ops version 0");
     assert_int_equal(g_destroyed, 0); /* a refused backend is not torn down */
     ops.version = 1;
     ops.send = NULL;
@@ -240,11 +255,11 @@ static void test_state_add_tensor_version(void **state)
     sp.data = x;
     sp.version = SHS_TENSOR_SPEC_VERSION + 1;
     assert_int_equal(shs_state_add_tensor(s, &sp), SHS_EINVAL);
-    TU_ASSERT_MSG_HAS("shs_state_add_tensor: option struct version 2 is newer than this "
-                      "library (1)");
+    TU_ASSERT_MSG_HAS("shs_state_add_tensor: shs_tensor_spec version 2 (this library knows 1 to "
+                      "1)");
     sp.version = 0;
     assert_int_equal(shs_state_add_tensor(s, &sp), SHS_EINVAL);
-    TU_ASSERT_MSG_HAS("shs_state_add_tensor: option struct version 0");
+    TU_ASSERT_MSG_HAS("shs_state_add_tensor: shs_tensor_spec version 0");
     assert_int_equal(shs_state_tensor_count(s), 0);
     sp.version = 1;
     TU_OK(shs_state_add_tensor(s, &sp));
@@ -267,13 +282,13 @@ static void test_manager_create_version(void **state)
     assert_null(m);
     char want[128];
     snprintf(want, sizeof want,
-             "shs_manager_create: option struct version %u is newer than this library (%u)",
+             "shs_manager_create: shs_config version %u (this library knows 1 to %u)",
              (unsigned)SHS_CONFIG_VERSION + 1, (unsigned)SHS_CONFIG_VERSION);
     TU_ASSERT_MSG_HAS(want);
     c.version = 0;
     assert_int_equal(shs_manager_create(&m, &c, s.st), SHS_EINVAL);
     assert_null(m);
-    TU_ASSERT_MSG_HAS("shs_manager_create: option struct version 0");
+    TU_ASSERT_MSG_HAS("shs_manager_create: shs_config version 0");
     /* every older version is accepted (its fields only) */
     for (unsigned v = 1; v < SHS_CONFIG_VERSION; v++) {
         c.version = v;

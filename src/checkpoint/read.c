@@ -30,15 +30,9 @@ int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path, const shs_ckp
         return shs__err(SHS_EINVAL, "shs_checkpoint_open: NULL or empty argument");
     *out = NULL;
     if (opts) {
-        if ((rc = shs__check_opts_version(opts->version, SHS_CKPT_OPEN_OPTS_VERSION,
-                                          "shs_ckpt_open_opts")) < 0)
+        if ((rc = shs__check_version(opts, SHS__V_CKPT_OPEN_OPTS, "shs_checkpoint_open_ex")) < 0)
             return rc;
-        o.step = opts->step;
-        o.flags = opts->flags;
-        if (opts->version >= 2) { /* the key */
-            o.key = opts->key;
-            o.key_len = opts->key_len;
-        }
+        shs__copy_in(&o, opts, SHS__V_CKPT_OPEN_OPTS); /* the key: version 2 */
     }
     if (o.step < -1 || (o.flags & ~(unsigned)SHS_CKPT_OPEN_NO_MMAP))
         return shs__err(SHS_EINVAL, "shs_checkpoint_open_ex: bad step %lld or flags %#x",

@@ -64,8 +64,7 @@ int shs_state_add_tensor(shs_state *s, const shs_tensor_spec *sp)
     if (!s || !sp || !sp->name)
         return shs__err(SHS_EINVAL, "shs_state_add_tensor: state, spec or name is NULL");
     /* every field read below is a version-1 field */
-    if ((rc = shs__check_opts_version(sp->version, SHS_TENSOR_SPEC_VERSION,
-                                      "shs_state_add_tensor")) < 0)
+    if ((rc = shs__check_version(sp, SHS__V_TENSOR_SPEC, "shs_state_add_tensor")) < 0)
         return rc;
     size_t len = strlen(sp->name);
     if (len == 0 || shs__utf8_check((const unsigned char *)sp->name, len) != len ||

@@ -200,7 +200,7 @@ static int verify(const char *dir, const shs__key *key)
     if (rc == SHS_OK)
         rc = shs__meta_check_common(&m, dir);
     if (rc == SHS_OK) {
-        shs_progress p;
+        shs_progress p = SHS_PROGRESS_INIT;
         rc = shs__common_read(&p, dir);
     }
     /* everything the checksums cover is intact; the chunks' contents
@@ -273,32 +273,42 @@ int shs_checkpoint_find(size_t *out, const shs_checkpoint *c, const char *name)
 
 int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *c, size_t ti, size_t ci)
 {
-    if (!out || out->version < 1 || out->version > SHS_CHUNK_INFO_VERSION)
-        return shs__err(SHS_EINVAL,
-                        "shs_checkpoint_chunk: initialise the shs_chunk_info with "
-                        "SHS_CHUNK_INFO_INIT (version %u unknown)",
-                        out ? out->version : 0);
+    int rc;
+    if (!out || !c)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_chunk: NULL argument");
+    if ((rc = shs__check_version(out, SHS__V_CHUNK_INFO, "shs_checkpoint_chunk")) < 0)
+        return rc;
     if (ti >= c->m.nt || ci >= c->m.t[ti].nc)
         return shs__err(SHS_ERANGE, "chunk %zu of tensor %zu out of range", ci, ti);
     const shs__mchunk *k = &c->m.t[ti].c[ci];
-    /* version 1 holds every field below; a later version fills more */
-    *out = (shs_chunk_info){ out->version, k->off, k->shape, k->file,    k->key,
-                             k->b0,        k->b1,  k->hash,  k->has_hash };
+    shs_chunk_info v = { SHS_CHUNK_INFO_VERSION,
+                         k->off,
+                         k->shape,
+                         k->file,
+                         k->key,
+                         k->b0,
+                         k->b1,
+                         k->hash,
+                         k->has_hash };
+    shs__copy_out(out, &v, SHS__V_CHUNK_INFO);
     return SHS_OK;
 }
 
 int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *c, size_t i)
 {
-    if (!out || out->version < 1 || out->version > SHS_BLOB_INFO_VERSION)
-        return shs__err(SHS_EINVAL,
-                        "shs_checkpoint_blob: initialise the shs_blob_info with "
-                        "SHS_BLOB_INFO_INIT (version %u unknown)",
-                        out ? out->version : 0);
+    int rc;
+    if (!out || !c)
+        return shs__err(SHS_EINVAL, "shs_checkpoint_blob: NULL argument");
+    if ((rc = shs__check_version(out, SHS__V_BLOB_INFO, "shs_checkpoint_blob")) < 0)
+        return rc;
     if (i >= c->m.nb)
         return shs__err(SHS_ERANGE, "blob %zu out of range", i);
     const shs__mblob *b = &c->m.b[i];
-    *out = (shs_blob_info){ out->version, b->name, b->rank, b->file,      b->key,
-                            b->b0,        b->b1,   b->hash, b->b1 - b->b0 };
+    shs_blob_info v = {
+        SHS_BLOB_INFO_VERSION, b->name, b->rank, b->file, b->key, b->b0, b->b1, b->hash,
+        b->b1 - b->b0
+    };
+    shs__copy_out(out, &v, SHS__V_BLOB_INFO);
     return SHS_OK;
 }
 
@@ -330,7 +340,7 @@ int shs_checkpoint_check_files(const shs_checkpoint *c)
     }
     if (c->m.plain)
         return SHS_OK;
-    shs_progress p;
+    shs_progress p = SHS_PROGRESS_INIT;
     int rc = shs__meta_check_common(&c->m, c->dir);
     return rc < 0 ? rc : shs__common_read(&p, c->dir);
 }

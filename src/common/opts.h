@@ -1,19 +1,58 @@
 /*
- * opts.h -- the version check of public option structs (the libgit2 model
- * documented in shardsafe.h: any version from 1 up to the library's own is
- * accepted, and the caller then reads only the fields that version has).
+ * opts.h -- ABI discipline for the public versioned structs (opts.c), as
+ * libgit2 does it: one check at every entry point, then the caller's
+ * struct is read, or written, only up to the size its own version has.
+ * A program built against an older header keeps working: its options are
+ * read as far as they go (newer fields keep their defaults), and a result
+ * never writes past the end of its older, smaller struct.
+ *
+ * Every versioned struct starts with `unsigned version`.  Its sizes per
+ * version live in one table (opts.c): when a struct gains fields, its
+ * *_VERSION goes up and the table gets the size of the older version
+ * (offsetof the first new field).
  */
 #ifndef SHS_OPTS_H
 #define SHS_OPTS_H
 
 #include "common/internal.h"
 
-/* SHS_OK when 1 <= have <= max; otherwise SHS_EINVAL with a message naming
-   `what` (the public function, e.g. "shs_file_open") and both versions. */
-int shs__check_opts_version(unsigned have, unsigned max, const char *what);
+typedef enum shs__vstruct {
+    SHS__V_OPEN_OPTS,
+    SHS__V_WRITER_OPTS,
+    SHS__V_TENSOR_SPEC,
+    SHS__V_PROGRESS,
+    SHS__V_COMM_OPS,
+    SHS__V_CONFIG,
+    SHS__V_LOAD_RESULT,
+    SHS__V_SAVE_STATS,
+    SHS__V_CKPT_OPEN_OPTS,
+    SHS__V_CHUNK_INFO,
+    SHS__V_BLOB_INFO,
+    SHS__V_MERGE_OPTS,
+    SHS__V_MERGE_RESULT,
+    SHS__V_RESHARD_OPTS,
+    SHS__V_RESHARD_RESULT,
+    SHS__V_COUNT
+} shs__vstruct;
 
-/* The same for a caller's shs_progress: SHS_EINVAL naming `what` unless
-   its version is 1 up to SHS_PROGRESS_VERSION. */
+/* SHS_OK when the struct at p has a version this library knows (1 up to
+   its own); SHS_EINVAL naming `fn`, the type and both versions otherwise
+   (a NULL p is the caller's to allow or refuse). */
+int shs__check_version(const void *p, shs__vstruct which, const char *fn);
+
+/* The bytes a caller's struct of its version has. */
+size_t shs__version_size(const void *p, shs__vstruct which);
+
+/* Options: dst, a whole struct already holding the defaults, takes the
+   caller's src as far as src's version goes (its version included). */
+void shs__copy_in(void *dst, const void *src, shs__vstruct which);
+
+/* Results: the caller's dst gets src (a whole struct) as far as dst's
+   version goes; dst's version stays its own. */
+void shs__copy_out(void *dst, const void *src, shs__vstruct which);
+
+/* shs__check_version of a caller's shs_progress. */
 int shs__check_progress(const shs_progress *p, const char *what);
+
 
 #endif

@@ -15,14 +15,12 @@ int shs_comm_create(shs_comm **out, int rank, int size, const shs_comm_ops *ops,
     if (!out || !ops)
         return shs__err(SHS_EINVAL, "shs_comm_create: NULL argument");
     *out = NULL;
-    if ((rc = shs__check_opts_version(ops->version, SHS_COMM_OPS_VERSION, "shs_comm_create")) < 0)
+    if ((rc = shs__check_version(ops, SHS__V_COMM_OPS, "shs_comm_create")) < 0)
         return rc;
     /* The caller's struct may be older (smaller) than ours: only the
        fields its version has are read. */
-    shs_comm_ops mine = {
-        SHS_COMM_OPS_VERSION, ops->barrier, ops->broadcast, ops->allgather,
-        ops->gatherv,         ops->send,    ops->recv,      ops->destroy
-    }; /* version 1 */
+    shs_comm_ops mine = { 0 };
+    shs__copy_in(&mine, ops, SHS__V_COMM_OPS);
     if (!mine.barrier || !mine.broadcast || !mine.allgather || !mine.gatherv || !mine.send ||
         !mine.recv)
         return shs__err(SHS_EINVAL,

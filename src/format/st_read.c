@@ -121,10 +121,12 @@ int shs_file_open(shs_file **out, const char *path, const shs_open_opts *opts)
         return shs__err(SHS_EINVAL, "shs_file_open: out or path is NULL");
     *out = NULL;
     shs__err_clear();
-    if (opts &&
-        (rc = shs__check_opts_version(opts->version, SHS_OPEN_OPTS_VERSION, "shs_file_open")) < 0)
+    if (opts && (rc = shs__check_version(opts, SHS__V_OPEN_OPTS, "shs_file_open")) < 0)
         return rc;
-    unsigned flags = opts ? opts->flags : 0; /* version 1 */
+    shs_open_opts oo = SHS_OPEN_OPTS_INIT;
+    if (opts)
+        shs__copy_in(&oo, opts, SHS__V_OPEN_OPTS);
+    unsigned flags = oo.flags;
     shs_file *f = file_new(path);
     if (!f)
         return shs__err(SHS_ENOMEM, "out of memory opening %s", path);

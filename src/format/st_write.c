@@ -77,10 +77,8 @@ static int fail(shs_writer *w, int rc)
 static void read_opts(shs_writer_opts *o, const shs_writer_opts *in)
 {
     *o = (shs_writer_opts)SHS_WRITER_OPTS_INIT;
-    if (!in)
-        return;
-    o->fsync = in->fsync; /* version 1 */
-    o->align = in->align;
+    if (in)
+        shs__copy_in(o, in, SHS__V_WRITER_OPTS);
 }
 
 int shs_writer_create(shs_writer **out, const char *path, const shs_writer_opts *opts)
@@ -89,8 +87,7 @@ int shs_writer_create(shs_writer **out, const char *path, const shs_writer_opts 
     if (!out || !path || !*path)
         return shs__err(SHS_EINVAL, "shs_writer_create: missing output path");
     *out = NULL;
-    if (opts && (rc = shs__check_opts_version(opts->version, SHS_WRITER_OPTS_VERSION,
-                                              "shs_writer_create")) < 0)
+    if (opts && (rc = shs__check_version(opts, SHS__V_WRITER_OPTS, "shs_writer_create")) < 0)
         return rc;
     shs_writer *w = shs__calloc(1, sizeof *w);
     if (!w)

@@ -4,6 +4,8 @@
  * for some of them).  Reading a YAML file is in config_yaml.c.
  */
 #include "manager/config_impl.h"
+
+#include "common/opts.h"
 #include "source/hf_load.h"
 
 #include <stddef.h>
@@ -158,9 +160,7 @@ void shs_config_init(shs_config *config)
 
 size_t shs__config_size(const shs_config *cfg)
 {
-    return cfg->version >= 3   ? sizeof *cfg
-           : cfg->version == 2 ? offsetof(shs_config, encrypt_key_file)
-                               : offsetof(shs_config, initial_load_in_hf);
+    return shs__version_size(cfg, SHS__V_CONFIG);
 }
 
 /* The field exists in the caller's version of the struct. */

@@ -59,8 +59,6 @@ int shs_dtype_parse_alias(shs_dtype *out, const char *name)
 int shs__export_check_config(const shs_config *cfg, int has_key, int *dtype)
 {
     *dtype = -1;
-    if (cfg->version < 3)
-        return SHS_OK;
     const char *d = cfg->export_dtype ? cfg->export_dtype : "";
     if (*d) {
         shs_dtype t;

@@ -373,7 +373,8 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
     if ((rc = shs__manager_wait_idle(m)) < 0)
         return rc;
     job j = { 0 };
-    j.progress = *progress;
+    j.progress = (shs_progress)SHS_PROGRESS_INIT;
+    shs__copy_in(&j.progress, progress, SHS__V_PROGRESS);
     j.step = progress->global_step;
     j.with_optim = !m->cfg.no_save_optim && !(flags & SHS_SAVE_MODEL_ONLY) &&
                    !m->cfg.create_seed_checkpoint;
@@ -521,15 +522,13 @@ int shs_manager_last_save(const shs_manager *m, shs_save_stats *out)
     if (!m || !out)
         return shs__err(SHS_EINVAL, "NULL argument");
     shs_manager *mm = (shs_manager *)m;
-    if (out->version != SHS_SAVE_STATS_VERSION)
-        return shs__err(SHS_EINVAL,
-                        "shs_save_stats version %u (expected %u): initialise it "
-                        "with SHS_SAVE_STATS_INIT",
-                        out->version, SHS_SAVE_STATS_VERSION);
+    int rc = shs__check_version(out, SHS__V_SAVE_STATS, "shs_manager_last_save");
+    if (rc < 0)
+        return rc;
     pthread_mutex_lock(&mm->mu);
     int has = m->has_stats;
     if (has)
-        *out = m->last_stats;
+        shs__copy_out(out, &m->last_stats, SHS__V_SAVE_STATS);
     pthread_mutex_unlock(&mm->mu);
     return has ? SHS_OK : shs__err(SHS_ENOTFOUND, "no save committed yet");
 }
@@ -579,9 +578,15 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     if (!out || !config || !state)
         return shs__err(SHS_EINVAL, "shs_manager_create: NULL argument");
     *out = NULL;
-    if ((rc = shs__check_opts_version(config->version, SHS_CONFIG_VERSION, "shs_manager_create")) <
-        0)
+    if ((rc = shs__check_version(config, SHS__V_CONFIG, "shs_manager_create")) < 0)
         return rc;
+    /* the fields of the caller's version; defaults for the later ones:
+       from here on only this whole copy is read */
+    shs_config whole;
+    shs_config_init(&whole);
+    shs__copy_in(&whole, config, SHS__V_CONFIG);
+    whole.version = SHS_CONFIG_VERSION;
+    config = &whole;
     int saving = config->enable_save && !config->load_only;
     if (saving && (!config->save_path || !*config->save_path))
         return shs__err(SHS_ECONFIG, "save_path must be provided when enable_save is true");
@@ -594,9 +599,7 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
                         comm->size);
     if (!config->prefix || !*config->prefix || strchr(config->prefix, '/'))
         return shs__err(SHS_ECONFIG, "prefix must be a non-empty file name part");
-    /* versions 1 and 2 of the struct end before the key fields */
-    const char *key_file = config->version >= 3 ? config->encrypt_key_file : NULL;
-    const char *key_env = config->version >= 3 ? config->encrypt_key_env : NULL;
+    const char *key_file = config->encrypt_key_file, *key_env = config->encrypt_key_env;
     int has_key = (key_file && *key_file) || (key_env && *key_env);
     if (key_file && *key_file && key_env && *key_env)
         return shs__err(SHS_ECONFIG, "encrypt_key_file and encrypt_key_env: set one, not both");
@@ -610,9 +613,7 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     shs_manager *m = shs__calloc(1, sizeof *m);
     if (!m)
         return create_failed(comm, shs__err(SHS_ENOMEM, "out of memory creating the manager"));
-    /* the fields of the caller's version; defaults for the later ones */
-    shs_config_init(&m->cfg);
-    memcpy(&m->cfg, config, shs__config_size(config));
+    m->cfg = whole;
     m->cfg.owned_ = NULL;
     if ((rc = shs__hf_config_check(&m->cfg)) < 0) {
         shs_manager_free(m);

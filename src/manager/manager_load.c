@@ -118,7 +118,8 @@ static int load_dir(shs_manager *m, const char *dir, const shs__meta *meta, int 
     res->progress_loaded = 0;
     res->consumed_samples_derived = 0;
     int64_t new_gbs = progress->global_batch_size;
-    shs_progress p = *progress;
+    shs_progress p = SHS_PROGRESS_INIT;
+    shs__copy_in(&p, progress, SHS__V_PROGRESS);
     int rc = shs__ckpt_load(m->state, dir, &req, m->comm, &p, res);
     if (rc == SHS_OK && weights_only)
         rc = refresh_masters(m);
@@ -141,7 +142,7 @@ static int load_dir(shs_manager *m, const char *dir, const shs__meta *meta, int 
     }
     if (rc < 0)
         return rc;
-    *progress = p;
+    shs__copy_out(progress, &p, SHS__V_PROGRESS);
     shs__free(m->held_path);
     if (!(m->held_path = shs__strdup(dir)))
         return shs__err(SHS_ENOMEM, "out of memory");
@@ -549,11 +550,8 @@ int shs_manager_load(shs_manager *m, shs_progress *progress, shs_load_result *re
         return shs__err(SHS_EINVAL, "shs_manager_load: NULL argument");
     if (shs__check_progress(progress, "shs_manager_load") < 0)
         return SHS_EINVAL;
-    if (result && result->version != SHS_LOAD_RESULT_VERSION)
-        return shs__err(SHS_EINVAL,
-                        "shs_load_result version %u (expected %u): initialise it "
-                        "with SHS_LOAD_RESULT_INIT",
-                        result->version, SHS_LOAD_RESULT_VERSION);
+    if (result && shs__check_version(result, SHS__V_LOAD_RESULT, "shs_manager_load") < 0)
+        return SHS_EINVAL;
     /* an async save in flight uses the communicator from its thread: let
        it finish before this thread's collectives */
     int rc = shs__manager_wait_idle(m);
@@ -569,6 +567,6 @@ int shs_manager_load(shs_manager *m, shs_progress *progress, shs_load_result *re
     /* every rank hears if any rank failed */
     rc = agree(m, rc);
     if (result)
-        *result = m->held;
+        shs__copy_out(result, &m->held, SHS__V_LOAD_RESULT);
     return rc;
 }

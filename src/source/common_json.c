@@ -5,6 +5,7 @@
  */
 #include "source/common_json.h"
 
+#include "common/opts.h"
 #include "format/json_doc.h"
 
 #include "common/hash.h"
@@ -160,7 +161,8 @@ int shs__common_read_ex(shs_progress *p, const char *dir, unsigned *flags)
         if (flags)
             *flags |= SHS__COMMON_DERIVED_CONSUMED;
     }
-    *p = out;
+    /* as far as the caller's version of the struct goes */
+    shs__copy_out(p, &out, SHS__V_PROGRESS);
 fail:
     shs__jdoc_free(&d);
     shs__free(buf);

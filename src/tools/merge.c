@@ -21,6 +21,8 @@
  */
 #include "tools/merge.h"
 
+#include "common/opts.h"
+
 #include "store/io.h"
 
 #include <errno.h>
@@ -375,10 +377,8 @@ static int begin(shs_checkpoint **ck, shs__mplan *p, const char *src, const char
     co.step = o->step;
     /* pread, not mmap: mapped pages we touch would count in our RSS */
     co.flags = SHS_CKPT_OPEN_NO_MMAP;
-    if (o->version >= 2) { /* the key of an encrypted source */
-        co.key = o->key;
-        co.key_len = o->key_len;
-    }
+    co.key = o->key; /* of an encrypted source (NULL in a version-1 struct) */
+    co.key_len = o->key_len;
     if ((rc = shs_checkpoint_open_ex(ck, src, &co)) < 0)
         return rc;
     if ((rc = shs__merge_plan(p, *ck, o)) < 0) {
@@ -390,20 +390,30 @@ static int begin(shs_checkpoint **ck, shs__mplan *p, const char *src, const char
 
 static void fill_result(shs_merge_result *r, const shs__mplan *p, size_t files, uint64_t bytes)
 {
-    if (!r || r->version < 1)
+    shs_merge_result v = SHS_MERGE_RESULT_INIT;
+    if (!r)
         return;
-    r->n_tensors = p->n;
-    r->n_files = p->nf;
-    r->total_size = p->total;
-    r->files_written = files;
-    r->bytes_written = bytes;
+    v.n_tensors = p->n;
+    v.n_files = p->nf;
+    v.total_size = p->total;
+    v.files_written = files;
+    v.bytes_written = bytes;
+    shs__copy_out(r, &v, SHS__V_MERGE_RESULT);
 }
 
-static int check_result(const shs_merge_result *r, const char *what)
+/* The caller's result and options checked, the options read into *o as
+   far as their version goes (the rest: defaults). */
+static int read_args(shs_merge_opts *o, const shs_merge_opts *opts, const shs_merge_result *r,
+                     const char *what)
 {
-    if (r && (r->version < 1 || r->version > SHS_MERGE_RESULT_VERSION))
-        return shs__err(SHS_EINVAL, "%s: result struct version %u is not 1 to %u", what, r->version,
-                        SHS_MERGE_RESULT_VERSION);
+    int rc;
+    *o = (shs_merge_opts)SHS_MERGE_OPTS_INIT;
+    if (r && (rc = shs__check_version(r, SHS__V_MERGE_RESULT, what)) < 0)
+        return rc;
+    if (opts && (rc = shs__check_version(opts, SHS__V_MERGE_OPTS, what)) < 0)
+        return rc;
+    if (opts)
+        shs__copy_in(o, opts, SHS__V_MERGE_OPTS);
     return SHS_OK;
 }
 
@@ -419,20 +429,20 @@ char *shs__merge_part_dir(const char *dst, int index, int count)
 int shs_merge(const char *src, const char *dst_dir, const shs_merge_opts *opts,
               shs_merge_result *result)
 {
-    static const shs_merge_opts defaults = SHS_MERGE_OPTS_INIT;
-    const shs_merge_opts *o = opts ? opts : &defaults;
+    shs_merge_opts oo;
+    const shs_merge_opts *o = &oo;
     shs_checkpoint *ck = NULL;
     shs__mplan p;
     char *target = NULL, *tmp = NULL;
-    int rc, exists = 0, do_fsync = (o->flags & SHS_MERGE_FSYNC) != 0;
     size_t files = 0;
     mctx c;
     memset(&p, 0, sizeof p);
     memset(&c, 0, sizeof c);
     pthread_mutex_init(&c.mu, NULL);
     pthread_cond_init(&c.turn_cv, NULL);
-    if ((rc = check_result(result, "shs_merge")) < 0 ||
-        (rc = begin(&ck, &p, src, dst_dir, o, 0, "shs_merge")) < 0)
+    int rc = read_args(&oo, opts, result, "shs_merge"), exists = 0;
+    int do_fsync = (o->flags & SHS_MERGE_FSYNC) != 0;
+    if (rc < 0 || (rc = begin(&ck, &p, src, dst_dir, o, 0, "shs_merge")) < 0)
         goto done;
     target = o->part_count ? shs__merge_part_dir(dst_dir, o->part_index, o->part_count)
                            : shs__strdup(dst_dir);
@@ -514,9 +524,12 @@ int shs_merge_finish(const char *src, const char *dst_dir, const shs_merge_opts 
     memset(&p, 0, sizeof p);
     if (!opts)
         return shs__err(SHS_EINVAL, "shs_merge_finish: needs options with part_count");
+    shs_merge_opts oo;
+    if ((rc = read_args(&oo, opts, result, "shs_merge_finish")) < 0)
+        return rc;
+    opts = &oo;
     int do_fsync = (opts->flags & SHS_MERGE_FSYNC) != 0;
-    if ((rc = check_result(result, "shs_merge_finish")) < 0 ||
-        (rc = begin(&ck, &p, src, dst_dir, opts, 1, "shs_merge_finish")) < 0)
+    if ((rc = begin(&ck, &p, src, dst_dir, opts, 1, "shs_merge_finish")) < 0)
         goto done;
     n = opts->part_count;
     if (!(parts = shs__calloc((size_t)n, sizeof *parts))) {

@@ -64,9 +64,6 @@ int shs_parse_size(uint64_t *out, const char *text)
 
 int shs__merge_check_opts(const shs_merge_opts *o, int finish, const char *what)
 {
-    int rc = shs__check_opts_version(o->version, SHS_MERGE_OPTS_VERSION, what);
-    if (rc < 0)
-        return rc;
     if (o->flags & ~(unsigned)(SHS_MERGE_FORCE | SHS_MERGE_WITH_OPTIMIZER | SHS_MERGE_FSYNC))
         return shs__err(SHS_EINVAL, "%s: unknown flags 0x%x", what, o->flags);
     if (o->dtype != -1 &&

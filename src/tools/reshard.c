@@ -494,14 +494,12 @@ int shs_reshard(shs_reshard_result *out, const char *src, const char *dst, const
     reshard R = { 0 };
     char *dir = NULL, *base = NULL;
     int rc;
-    if (out && (rc = shs__check_opts_version(out->version, SHS_RESHARD_RESULT_VERSION,
-                                             "shs_reshard (result)")) < 0)
+    if (out && (rc = shs__check_version(out, SHS__V_RESHARD_RESULT, "shs_reshard")) < 0)
         return rc;
-    if (opts &&
-        (rc = shs__check_opts_version(opts->version, SHS_RESHARD_OPTS_VERSION, "shs_reshard")) < 0)
+    if (opts && (rc = shs__check_version(opts, SHS__V_RESHARD_OPTS, "shs_reshard")) < 0)
         return rc;
     if (opts) /* only the fields of its version */
-        memcpy(&o, opts, opts->version >= 2 ? sizeof o : offsetof(shs_reshard_opts, key));
+        shs__copy_in(&o, opts, SHS__V_RESHARD_OPTS);
     if (!src || !dst)
         return shs__err(SHS_EINVAL, "shs_reshard: source and destination are required");
     R.res = (shs_reshard_result)SHS_RESHARD_RESULT_INIT;
@@ -517,7 +515,7 @@ int shs_reshard(shs_reshard_result *out, const char *src, const char *dst, const
     R.res.n_tensors = R.nt;
     R.res.blobs_dropped = shs_checkpoint_blob_count(R.ck) - R.res.blobs_carried;
     if (out)
-        *out = R.res;
+        shs__copy_out(out, &R.res, SHS__V_RESHARD_RESULT);
 done:
     reshard_release(&R);
     shs__free(dir);
