@@ -14,45 +14,8 @@
 #include "tools/merge.h"
 #include "source/stepdir.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
-
-/* ---- dtype names of frameworks ---- */
-
-static const struct {
-    const char *alias;
-    shs_dtype dtype;
-} k_aliases[] = {
-    { "BF16", SHS_BF16 },       { "BFLOAT16", SHS_BF16 },
-    { "F16", SHS_F16 },         { "FP16", SHS_F16 },
-    { "FLOAT16", SHS_F16 },     { "HALF", SHS_F16 },
-    { "F32", SHS_F32 },         { "FP32", SHS_F32 },
-    { "FLOAT32", SHS_F32 },     { "FLOAT", SHS_F32 },
-    { "F64", SHS_F64 },         { "FP64", SHS_F64 },
-    { "FLOAT64", SHS_F64 },     { "DOUBLE", SHS_F64 },
-    { "F8_E4M3", SHS_F8_E4M3 }, { "FLOAT8_E4M3FN", SHS_F8_E4M3 },
-    { "F8_E5M2", SHS_F8_E5M2 }, { "FLOAT8_E5M2", SHS_F8_E5M2 },
-};
-
-int shs_dtype_parse_alias(shs_dtype *out, const char *name)
-{
-    if (!out || !name)
-        return shs__err(SHS_EINVAL, "shs_dtype_parse_alias: NULL argument");
-    char up[32];
-    size_t n = strlen(name);
-    if (n > 0 && n < sizeof up) {
-        for (size_t i = 0; i <= n; i++)
-            up[i] = (char)toupper((unsigned char)name[i]);
-        for (size_t i = 0; i < sizeof k_aliases / sizeof k_aliases[0]; i++)
-            if (strcmp(up, k_aliases[i].alias) == 0) {
-                *out = k_aliases[i].dtype;
-                return SHS_OK;
-            }
-    }
-    int show = n > 32 ? 32 : (int)n;
-    return shs__err(SHS_EDTYPE, "unknown dtype \"%.*s\"%s", show, name, n > 32 ? "..." : "");
-}
 
 /* ---- the export ---- */
 
