@@ -122,8 +122,13 @@ SHS_API const char *shs_strerror(int status);
 SHS_API const char *shs_last_error(void);
 
 /* ------------------------------------------------------------------------
- * Allocator hook.  All memory the library allocates goes through these.
- * Call before any other function; pass NULL to restore malloc/realloc/free.
+ * Allocator hook.  Every allocation the library's own code makes goes
+ * through these, and so do jansson's (it builds the JSON the library
+ * writes).  NOT covered: what the other libraries allocate on their own --
+ * libyaml while parsing a YAML config, OpenSSL's cipher and digest
+ * contexts (encryption at rest), libcurl (object storage) and the C
+ * library (threads, locale, stdio).  Call before any other function;
+ * pass NULL to restore malloc/realloc/free.
  * ---------------------------------------------------------------------- */
 typedef struct shs_allocator {
     void *(*malloc_fn)(void *ctx, size_t size);

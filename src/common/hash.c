@@ -38,22 +38,16 @@ uint64_t shs__xxh3_blocks(const void *data, uint64_t len, uint64_t block, uint64
 {
     if (have_avx2())
         return shs__xxh3_blocks_avx2(data, len, block, blocks);
-    XXH3_state_t *st = XXH3_createState();
-    if (!st) { /* no memory for the state: two passes instead */
-        for (uint64_t at = 0, q = 0; at < len; at += block, q++)
-            blocks[q] = XXH3_64bits((const char *)data + at,
-                                    (size_t)(len - at < block ? len - at : block));
-        return XXH3_64bits(data, (size_t)len);
-    }
-    XXH3_64bits_reset(st);
+    /* on the stack (its alignment is the type's): no allocation outside
+       the allocator hook */
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
     for (uint64_t at = 0, q = 0; at < len; at += block, q++) {
         size_t n = (size_t)(len - at < block ? len - at : block);
         blocks[q] = XXH3_64bits((const char *)data + at, n);
-        XXH3_64bits_update(st, (const char *)data + at, n);
+        XXH3_64bits_update(&st, (const char *)data + at, n);
     }
-    uint64_t h = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
-    return h;
+    return XXH3_64bits_digest(&st);
 }
 
 /* The state is the same struct in the library's build and in the inline
