@@ -188,6 +188,13 @@ int shs__jdoc_parse(shs__jdoc *d, const char *text, size_t len, const char *fnam
     js.meta = 1;
     if (!(d->arena = js.arena = shs__malloc(len + 1)))
         return oom(fname);
+    /* JSON text is UTF-8: checked once, as metadata.json's scan does */
+    size_t bad = shs__utf8_check((const unsigned char *)text, len);
+    if (bad != len) {
+        js.p = text + bad;
+        rc = shs__json_syntax_err(&js, "not UTF-8");
+        goto done;
+    }
     shs__json_skip_ws(&js);
     if ((rc = add_node(d, &root, fname)) < 0 || (rc = scan_value(&js, &d->v[root])) < 0)
         goto done;
