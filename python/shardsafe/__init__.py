@@ -30,7 +30,7 @@ from ._errors import (ChecksumError, DtypeError, FormatError,  # noqa: F401
                       TensorSpecError)
 from . import _C
 from ._files import TensorSpec, deserialize, serialize, serialize_file  # noqa: F401
-from ._files import not_found as _not_found, open_bytes as _open_bytes
+from ._files import not_found as _not_found, open_bytes as _open_bytes, open_file as _open_file
 from ._frameworks import framework as _framework, parse_device as _parse_device
 from ._slicing import basic_box as _basic_box, reference_box as _reference_box
 from .manager import CheckpointManager  # noqa: F401
@@ -122,7 +122,7 @@ class safe_open:
     @staticmethod
     def _open(filename, mode):
         try:
-            return _C.File(filename, mode)
+            return _open_file(filename, mode)
         except ShardsafeFileNotFoundError as e:
             raise _not_found(filename, e.status) from None
 

@@ -12,8 +12,8 @@ import os
 import tempfile
 
 from . import _C
-from ._errors import (DtypeError, InvalidArgumentError, ShardsafeError, TensorSpecError,
-                      make_error)
+from ._errors import (DtypeError, FormatError, InvalidArgumentError, ShardsafeError,
+                      TensorSpecError, make_error)
 from ._frameworks import framework
 
 # the dtype names the reference takes in serialize() (torch's and numpy's
@@ -159,6 +159,21 @@ def serialize(tensor_dict, metadata=None):
     return write_bytes(_entries(tensor_dict), metadata)
 
 
+_STRICTER = (" (shardsafe refuses equal keys in a header: deliberately stricter than the "
+             "reference safetensors, which keeps the last one)")
+
+
+def open_file(name, mode, data=None):
+    """_C.File(name, mode, data); a header with two equal tensor names or
+    metadata keys is refused, and the message says it is on purpose."""
+    try:
+        return _C.File(name, mode, data)
+    except FormatError as e:
+        if e.code == "SHS_EDUPLICATE" and "duplicate field" not in str(e):
+            raise make_error(e.status, str(e) + _STRICTER) from None
+        raise
+
+
 def open_bytes(data, name="<bytes>"):
     """A _C.File over a file image in a bytes-like object."""
     if isinstance(data, str) or data is None:
@@ -169,7 +184,7 @@ def open_bytes(data, name="<bytes>"):
     except TypeError:
         raise InvalidArgumentError(f"expected the bytes of a safetensors file, got "
                                    f"{type(data).__name__}") from None
-    return _C.File(name, _C.MODE_MAP, data)
+    return open_file(name, _C.MODE_MAP, data)
 
 
 def deserialize(data):

@@ -104,10 +104,35 @@ def _core_rule(old, new):
     return a, b
 
 
+def _token_rules(mapping, names):
+    """Exact rules for any mapping: each affected name (renamed, or
+    containing a renamed one), longest first, becomes a token made of
+    characters no name has; then each token becomes its final name."""
+    affected = {n for n in names if any(r in n for r in mapping)}
+    used = set("".join(names)) | set("".join(mapping.values()))
+    free = (chr(c) for c in range(0xE000, 0xF900) if chr(c) not in used)
+    start, digits = next(free), [next(free) for _ in range(32)]
+    width = 1
+    while len(digits) ** width < len(affected):
+        width += 1
+
+    def token(i):
+        out = []
+        for _ in range(width):
+            i, d = divmod(i, len(digits))
+            out.append(digits[d])
+        return start + "".join(out)
+
+    order = sorted(affected, key=lambda n: (-len(n), n))
+    tokens = {n: token(i) for i, n in enumerate(order)}
+    return [(n, tokens[n]) for n in order] + [(tokens[n], mapping.get(n, n)) for n in order]
+
+
 def rename_rules(mapping, names):
     """Rules for merge's rename (substring replacement, in order) that give
     exactly mapping[n] for each renamed name and leave the other `names`
-    unchanged; InvalidArgumentError when no such list is found."""
+    unchanged; InvalidArgumentError when no such list exists (a renamed
+    name, or one containing it, has '=')."""
     if not mapping:
         return []
 
@@ -116,14 +141,18 @@ def rename_rules(mapping, names):
             _apply(rules, n) == mapping.get(n, n) for n in names)
 
     compact = list(dict.fromkeys(_core_rule(o, n) for o, n in mapping.items()))
-    for rules in (compact, sorted(mapping.items(), key=lambda kv: -len(kv[0]))):
-        if exact(rules):
-            return [f"{a}={b}" for a, b in rules]
+    if exact(compact):
+        return [f"{a}={b}" for a, b in compact]
+    try:
+        tokens = _token_rules(mapping, names)
+    except StopIteration:  # every private-use character is in a name
+        tokens = None
+    if tokens is not None and exact(tokens):
+        return [f"{a}={b}" for a, b in tokens]
     bad = next(iter(mapping))
     raise InvalidArgumentError(
         f"the renames (e.g. '{bad}' -> '{mapping[bad]}') cannot be made exactly by merge's "
-        "substring rules (a name contains '=' or another renamed name): rename with explicit "
-        "rename= rules instead")
+        "substring rules (a name to change contains '='): rename with explicit rename= rules")
 
 
 def _choose(src, step, with_optimizer, choice_func, key):
