@@ -205,8 +205,8 @@ def deserialize(data):
         f.close()
 
 
-def save_file(fw_name, tensors, filename, metadata=None, fsync=False, align=0):
-    """Write a dict name -> array/tensor of one framework."""
+def _items(fw_name, tensors):
+    """[(name, code, shape, buffer)] of a dict name -> array/tensor."""
     fw = framework(fw_name)
     items = []
     for name, t in tensors.items():
@@ -214,19 +214,17 @@ def save_file(fw_name, tensors, filename, metadata=None, fsync=False, align=0):
             raise InvalidArgumentError(f"tensor name {name!r} is not a str")
         dname, shape, buf = fw.tensor_bytes(name, t)
         items.append((name, dname, tuple(shape), buf))
-    write(items, filename, metadata, fsync, align)
     return items
 
 
+def save_file(fw_name, tensors, filename, metadata=None, fsync=False, align=0):
+    """Write a dict name -> array/tensor of one framework."""
+    write(_items(fw_name, tensors), filename, metadata, fsync, align)
+
+
 def save(fw_name, tensors, metadata=None):
-    fw = framework(fw_name)
-    items = []
-    for name, t in tensors.items():
-        if not isinstance(name, str):
-            raise InvalidArgumentError(f"tensor name {name!r} is not a str")
-        dname, shape, buf = fw.tensor_bytes(name, t)
-        items.append((name, dname, tuple(shape), buf))
-    return write_bytes(items, metadata)
+    """The file image of a dict name -> array/tensor, as bytes."""
+    return write_bytes(_items(fw_name, tensors), metadata)
 
 
 def load_file(fw_name, filename, device="cpu", backend="mmap"):
