@@ -42,7 +42,7 @@ mkdir -p "$work/tests"
 if [ -d "$src/bindings/python/tests" ]; then
   cp -r "$src/bindings/python/tests/." "$work/tests/"
   label="$src (checkout)"
-elif git --git-dir="$src" rev-parse --verify -q "$ref^{commit}" >/dev/null; then
+elif git --git-dir="$src" rev-parse --verify -q "$ref^{commit}" >/dev/null 2>&1; then
   git --git-dir="$src" archive "$ref" bindings/python/tests | tar -x -C "$work"
   cp -r "$work/bindings/python/tests/." "$work/tests/"
   rm -rf "$work/bindings"
