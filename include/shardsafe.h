@@ -222,7 +222,19 @@ enum {
        says "is a symbolic link".  Checkpoint readers use it for the files
        of a step directory, so that a link never makes them read bytes
        from outside it. */
-    SHS_OPEN_NO_FOLLOW = 1u << 1
+    SHS_OPEN_NO_FOLLOW = 1u << 1,
+    /* map the data private and writable (MAP_PRIVATE with PROT_READ |
+       PROT_WRITE, copy-on-write): the bytes shs_file_tensor_data points
+       to may then be written through a cast.  A write copies the page for
+       this handle only: the file, other processes and other handles never
+       see it; later reads through this handle (shs_file_read, _read_slice,
+       _read_bytes) do.  For bindings whose arrays cannot be read-only
+       (torch tensors).  Such a mapping is charged in full to the commit
+       limit (vm.overcommit_memory=2); where it cannot be made, the file
+       is simply not mapped (shs_file_tensor_data returns NULL and reads
+       use pread), as when mmap is unavailable.  No effect with
+       SHS_OPEN_NO_MMAP. */
+    SHS_OPEN_PRIVATE_WRITABLE = 1u << 2
 };
 
 typedef struct shs_open_opts {
@@ -303,6 +315,7 @@ SHS_API const char *shs_file_metadata_get_n(const shs_file *file, const char *ke
 /*
  * Zero-copy pointer to a tensor's bytes (no alignment guarantee), or NULL
  * when the file is not mapped (SHS_OPEN_NO_MMAP or mmap unavailable).
+ * Read-only, unless the file was opened with SHS_OPEN_PRIVATE_WRITABLE.
  * As with any mapping, if another process truncates the file while it is
  * open, touching the lost pages raises SIGBUS; pages touched count in the
  * process's RSS.  Use SHS_OPEN_NO_MMAP for files that may change.

@@ -14,6 +14,9 @@ pkgs=(build-essential cmake pkg-config git
       python3-torch python3-mpi4py)
 # python3-*: the Python binding (python/, docs/python.md): its build, its
 # pytest suite and the pip install test; torch for shardsafe.torch.
+# python3-fsspec: one test of the reference safetensors suite that
+# python/tests/run_reference_tests.sh runs (docs/python.md).
+pkgs+=(python3-fsspec)
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(linux-perf hyperfine)
 fi

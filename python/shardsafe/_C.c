@@ -328,7 +328,7 @@ PyMODINIT_FUNC PyInit__C(void)
         goto fail;
     if (PyModule_AddStringConstant(m, "version", shs_version()) < 0 ||
         pyshs_file_init_type(m) < 0 || pyshs_ckpt_init_type(m) < 0 ||
-        pyshs_manager_init_type(m) < 0 || pyshs_comm_init_type(m) < 0)
+        pyshs_manager_init_type(m) < 0 || pyshs_comm_init_type(m) < 0 || pyshs_tools_init(m) < 0)
         goto fail;
     return m;
 fail:

@@ -33,6 +33,7 @@ int pyshs_get_buffer(PyObject *obj, Py_buffer *view, size_t len, int writable, c
 int pyshs_file_init_type(PyObject *module);
 int pyshs_ckpt_init_type(PyObject *module);
 int pyshs_manager_init_type(PyObject *module);
+int pyshs_tools_init(PyObject *module);
 PyObject *pyshs_save_file(PyObject *self, PyObject *args, PyObject *kw);
 
 #endif

@@ -16,24 +16,33 @@ typedef struct {
 
 static int Ckpt_init(CkptObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "path", "step", "no_mmap", NULL };
-    PyObject *path_obj;
+    static char *kwlist[] = { "path", "step", "no_mmap", "key", NULL };
+    PyObject *path_obj, *key_obj = Py_None;
     long long step = -1;
     int no_mmap = 0, rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|Lp", kwlist, PyUnicode_FSConverter, &path_obj,
-                                     &step, &no_mmap))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|LpO", kwlist, PyUnicode_FSConverter, &path_obj,
+                                     &step, &no_mmap, &key_obj))
         return -1;
     if (self->c) {
         Py_DECREF(path_obj);
         PyErr_SetString(PyExc_ValueError, "Checkpoint: already initialised");
         return -1;
     }
+    Py_buffer key = { 0 };
+    if (key_obj != Py_None && PyObject_GetBuffer(key_obj, &key, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(path_obj);
+        return -1;
+    }
     shs_ckpt_open_opts opts = SHS_CKPT_OPEN_OPTS_INIT;
     opts.step = step;
     opts.flags = no_mmap ? SHS_CKPT_OPEN_NO_MMAP : 0;
+    opts.key = key.buf; /* its length is checked by the library */
+    opts.key_len = (size_t)key.len;
     Py_BEGIN_ALLOW_THREADS;
     rc = shs_checkpoint_open_ex(&self->c, PyBytes_AS_STRING(path_obj), &opts);
     Py_END_ALLOW_THREADS;
+    if (key.obj)
+        PyBuffer_Release(&key);
     Py_DECREF(path_obj);
     if (rc < 0) {
         pyshs_raise(rc);
@@ -265,7 +274,7 @@ static PyTypeObject Ckpt_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shardsafe._C.Checkpoint",
     .tp_basicsize = sizeof(CkptObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Checkpoint(path, step=-1, no_mmap=False): shs_checkpoint_open_ex",
+    .tp_doc = "Checkpoint(path, step=-1, no_mmap=False, key=None): shs_checkpoint_open_ex",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Ckpt_init,
     .tp_dealloc = (destructor)Ckpt_dealloc,

@@ -3,25 +3,21 @@
  * shardsafe._C.View (a buffer over one tensor's bytes in the file's
  * mapping, which keeps the file open while it lives).
  *
- * Modes:
- *   MODE_MAP  the library's own mapping (read-only, PROT_READ): views are
- *             read-only buffers (numpy marks the arrays read-only);
- *   MODE_COW  for torch, which has no read-only tensors: after the library
- *             validated the file, the binding maps the same file once more
- *             privately and writable (MAP_PRIVATE: a write copies the page,
- *             the file never changes) and checks that it maps the bytes
- *             the library validated (same size, same header bytes).
- *             Offsets and sizes still come from shs_file_tensor();
+ * Every file is opened by the library (shs_file_open, or
+ * shs_file_open_memory over a bytes-like object the File keeps): the
+ * binding never opens or maps anything itself.  Modes:
+ *   MODE_MAP   the library's read-only mapping: views are read-only
+ *              buffers (numpy marks the arrays read-only);
+ *   MODE_COW   SHS_OPEN_PRIVATE_WRITABLE: the library maps the file
+ *              private and writable (copy-on-write), so views are
+ *              writable and a write never reaches the file (torch has no
+ *              read-only tensors; the reference's arrays are writable);
  *   MODE_PREAD SHS_OPEN_NO_MMAP: no views, reads copy with pread.
+ * Over memory, views are writable when the object's buffer is.
  */
 #include "_C.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 enum {
     MODE_MAP = 0,
@@ -31,8 +27,7 @@ enum {
 
 typedef struct {
     PyObject_HEAD shs_file *f;
-    unsigned char *cow; /* MODE_COW: the private mapping of the whole file */
-    size_t cow_len;
+    Py_buffer mem; /* opened over memory: the object's buffer (mem.obj) */
     int mode;
     int closed;       /* close() called: no further use */
     Py_ssize_t users; /* live Views into the mapping + reads running
@@ -51,52 +46,22 @@ static PyTypeObject View_Type;
 
 static void file_release(FileObject *self)
 {
-    if (self->cow)
-        munmap(self->cow, self->cow_len);
-    self->cow = NULL;
     shs_file_close(self->f);
     self->f = NULL;
+    if (self->mem.obj)
+        PyBuffer_Release(&self->mem);
 }
 
-/* Map `path` privately and writable and check it is the file `f`
-   validated: same size and the same 8 + header bytes. */
-static int map_cow(FileObject *self, const char *path)
-{
-    uint64_t size = shs_file_size(self->f), hlen = shs_file_header_len(self->f);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return pyshs_raise_msg(SHS_EIO, "%s: cannot reopen to map: %s", path, strerror(errno)), -1;
-    struct stat st;
-    void *p = MAP_FAILED;
-    int same_size = fstat(fd, &st) == 0 && (uint64_t)st.st_size == size && size <= SIZE_MAX;
-    if (same_size)
-        p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    close(fd);
-    if (!same_size)
-        return pyshs_raise_msg(SHS_EIO, "%s: file changed while it was opened", path), -1;
-    if (p == MAP_FAILED)
-        return pyshs_raise_msg(SHS_EIO, "%s: mmap: %s", path, strerror(err)), -1;
-    const unsigned char *b = p;
-    uint64_t le = 0;
-    for (int i = 7; i >= 0; i--)
-        le = (le << 8) | b[i];
-    if (le != hlen || memcmp(b + 8, shs_file_header(self->f), (size_t)hlen) != 0) {
-        munmap(p, (size_t)size);
-        return pyshs_raise_msg(SHS_EIO, "%s: file changed while it was opened", path), -1;
-    }
-    self->cow = p;
-    self->cow_len = (size_t)size;
-    return 0;
-}
-
+/* File(path, mode=MODE_MAP, data=None): `path` names the file, or, with
+   `data` (a bytes-like object, kept while the File lives), is only the
+   name used in messages. */
 static int File_init(FileObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "path", "mode", NULL };
-    PyObject *path_obj;
+    static char *kwlist[] = { "path", "mode", "data", NULL };
+    PyObject *path_obj, *data = Py_None;
     int mode = MODE_MAP, rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|i", kwlist, PyUnicode_FSConverter, &path_obj,
-                                     &mode))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|iO", kwlist, PyUnicode_FSConverter, &path_obj,
+                                     &mode, &data))
         return -1;
     if (self->f || mode < MODE_MAP || mode > MODE_PREAD) {
         Py_DECREF(path_obj);
@@ -104,22 +69,36 @@ static int File_init(FileObject *self, PyObject *args, PyObject *kw)
         return -1;
     }
     const char *path = PyBytes_AS_STRING(path_obj);
-    shs_open_opts opts = SHS_OPEN_OPTS_INIT;
-    opts.flags = mode == MODE_PREAD ? SHS_OPEN_NO_MMAP : 0;
-    Py_BEGIN_ALLOW_THREADS;
-    rc = shs_file_open(&self->f, path, &opts);
-    Py_END_ALLOW_THREADS;
+    if (data != Py_None) {
+        /* a writable buffer when the object has one (bytearray): views
+           are then writable; else read-only (bytes) */
+        if (PyObject_GetBuffer(data, &self->mem, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+            PyErr_Clear();
+            if (PyObject_GetBuffer(data, &self->mem, PyBUF_C_CONTIGUOUS) < 0) {
+                Py_DECREF(path_obj);
+                return -1;
+            }
+        }
+        Py_BEGIN_ALLOW_THREADS;
+        rc = shs_file_open_memory(&self->f, self->mem.buf, (size_t)self->mem.len, path);
+        Py_END_ALLOW_THREADS;
+    } else {
+        shs_open_opts opts = SHS_OPEN_OPTS_INIT;
+        opts.flags = mode == MODE_PREAD ? SHS_OPEN_NO_MMAP
+                     : mode == MODE_COW ? SHS_OPEN_PRIVATE_WRITABLE
+                                        : 0;
+        Py_BEGIN_ALLOW_THREADS;
+        rc = shs_file_open(&self->f, path, &opts);
+        Py_END_ALLOW_THREADS;
+    }
+    Py_DECREF(path_obj);
     if (rc < 0) {
-        Py_DECREF(path_obj);
+        file_release(self);
         pyshs_raise(rc);
         return -1;
     }
     self->mode = mode;
-    rc = mode == MODE_COW ? map_cow(self, path) : 0;
-    Py_DECREF(path_obj);
-    if (rc < 0)
-        file_release(self);
-    return rc;
+    return 0;
 }
 
 static void File_dealloc(FileObject *self)
@@ -233,11 +212,10 @@ static PyObject *File_view(FileObject *self, PyObject *name)
     if (i < 0)
         return NULL;
     const shs_tensor_info *t = shs_file_tensor(self->f, (size_t)i);
-    void *p;
-    if (self->mode == MODE_COW)
-        p = self->cow + shs_file_data_start(self->f) + t->offset;
-    else
-        p = (void *)shs_file_tensor_data(self->f, (size_t)i);
+    /* writable only where the bytes are this process's own: a
+       SHS_OPEN_PRIVATE_WRITABLE mapping, or a writable object's buffer */
+    void *p = (void *)shs_file_tensor_data(self->f, (size_t)i);
+    int readonly = self->mem.obj ? self->mem.readonly : self->mode != MODE_COW;
     if (!p)
         Py_RETURN_NONE;
     ViewObject *v = PyObject_New(ViewObject, &View_Type);
@@ -246,7 +224,7 @@ static PyObject *File_view(FileObject *self, PyObject *name)
     v->owner = (FileObject *)Py_NewRef(self);
     v->buf = p;
     v->len = (Py_ssize_t)t->nbytes;
-    v->readonly = self->mode != MODE_COW;
+    v->readonly = readonly;
     self->users++;
     return (PyObject *)v;
 }
@@ -333,7 +311,8 @@ static PyTypeObject File_Type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "shardsafe._C.File",
     .tp_basicsize = sizeof(FileObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "File(path, mode=0): a validated safetensors file (shs_file)",
+    .tp_doc = "File(path, mode=0, data=None): a validated safetensors file (shs_file), or "
+              "a file image in a bytes-like object",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)File_init,
     .tp_dealloc = (destructor)File_dealloc,

@@ -9,7 +9,8 @@ import errno as _errno
 
 __all__ = [
     "ShardsafeError", "FormatError", "ChecksumError", "ShardsafeIOError", "ShardsafeFileNotFoundError",
-    "NotFoundError", "MismatchError", "DtypeError", "InvalidArgumentError",
+    "NotFoundError", "MismatchError", "DtypeError", "InvalidArgumentError", "SafetensorError",
+    "SliceError", "SharedTensorsError", "TensorSpecError",
 ]
 
 # shs_status values (include/shardsafe.h), by name
@@ -79,6 +80,29 @@ class InvalidArgumentError(ShardsafeError, ValueError):
     """Bad argument: box outside the tensor, wrong buffer size, bad
     name, a closed handle (SHS_EINVAL, SHS_ERANGE, SHS_ESTATE,
     SHS_ECONFIG, SHS_EUNSUPPORTED)."""
+
+
+class SliceError(InvalidArgumentError, IndexError):
+    """get_slice(name)[index] with an index the slicing rules refuse: out
+    of range, a non-empty list, more indices than dimensions.  Also an
+    IndexError."""
+
+
+class SharedTensorsError(InvalidArgumentError, RuntimeError):
+    """save_file / save of torch tensors that share memory (the reference
+    raises RuntimeError: use save_model, or .clone() them).  Also a
+    RuntimeError."""
+
+
+class TensorSpecError(InvalidArgumentError, TypeError):
+    """serialize / serialize_file given an entry that is neither a
+    TensorSpec nor a complete {"dtype", "shape", "data"} dict.  Also a
+    TypeError."""
+
+
+# The reference package's one error class: every error of the library is
+# one (`except SafetensorError` catches them all).
+SafetensorError = ShardsafeError
 
 
 _BY_STATUS = {

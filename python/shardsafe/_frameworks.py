@@ -5,6 +5,8 @@ The binding adds no format code: the C library validates, reads and
 writes; this module only turns memory into arrays and back.
 """
 
+import sys as _sys
+
 import numpy as _np
 
 from . import _C
@@ -39,16 +41,14 @@ class NumpyFramework:
                              "for BF16)") from None
 
     def dtype_name(self, dtype, what):
-        """safetensors name of a numpy dtype (or dtype-like)."""
+        """safetensors name of a numpy dtype (or dtype-like), either byte
+        order."""
         try:
             dt = _np.dtype(dtype)
         except TypeError:
             dt = None
-        if dt is not None and dt.byteorder == ">":
-            raise DtypeError(f"{what}: big-endian {dt} (safetensors is "
-                             "little-endian): convert with .astype(dtype.newbyteorder('<'))")
         if dt is not None:
-            dt = dt.newbyteorder("=")
+            dt = dt.newbyteorder("=") if dt.byteorder in "<>" else dt
         if dt not in self._from:
             raise DtypeError(f"{what}: numpy dtype {dtype} has no safetensors dtype")
         return self._from[dt]
@@ -70,15 +70,36 @@ class NumpyFramework:
         return arr
 
     def tensor_bytes(self, name, arr):
-        """(dtype name, shape, buffer) for writing `arr`."""
+        """(dtype name, shape, buffer) for writing `arr`: as the
+        reference, a big-endian array is written byte-swapped
+        (safetensors is little-endian) and a non-contiguous one in C
+        order (both through a copy)."""
         if not isinstance(arr, _np.ndarray):
             raise InvalidArgumentError(f"tensor '{name}': expected a numpy.ndarray, "
                                        f"got {type(arr).__name__}")
         dname = self.dtype_name(arr.dtype, f"tensor '{name}'")
+        if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and _sys.byteorder == "big"):
+            arr = arr.astype(arr.dtype.newbyteorder("<"), order="C")
+        elif not arr.flags.c_contiguous:
+            arr = _np.ascontiguousarray(arr)
+        return dname, arr.shape, arr.reshape(-1).view(_np.uint8)
+
+    def inplace_bytes(self, name, arr):
+        """(dtype name, shape, buffer) of memory a checkpoint manager reads
+        and loads into in place: C-contiguous, little-endian, writable."""
+        if not isinstance(arr, _np.ndarray):
+            raise InvalidArgumentError(f"tensor '{name}': expected a numpy.ndarray, "
+                                       f"got {type(arr).__name__}")
+        dname = self.dtype_name(arr.dtype, f"tensor '{name}'")
+        if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and _sys.byteorder == "big"):
+            raise DtypeError(f"tensor '{name}': big-endian {arr.dtype} (safetensors is "
+                             "little-endian; loading writes into this memory)")
         if not arr.flags.c_contiguous:
             raise InvalidArgumentError(
-                f"tensor '{name}' is not C-contiguous: safetensors stores dense "
-                "row-major data; pass numpy.ascontiguousarray(x)")
+                f"tensor '{name}' is not C-contiguous: loading writes into this memory; "
+                "register numpy.ascontiguousarray(x)")
+        if not arr.flags.writeable:
+            raise InvalidArgumentError(f"tensor '{name}' is read-only: loading writes into it")
         return dname, arr.shape, arr.reshape(-1).view(_np.uint8)
 
 
@@ -144,74 +165,95 @@ class TorchFramework:
         return t
 
     def tensor_bytes(self, name, t):
+        """(dtype name, shape, buffer) for writing `t`, checked in the
+        reference's order: a tensor, dense, contiguous; moved to the CPU
+        (a meta tensor fails there, as in the reference); then its dtype."""
         torch = self.torch
         if not isinstance(t, torch.Tensor):
             raise InvalidArgumentError(f"tensor '{name}': expected a torch.Tensor, "
                                        f"got {type(t).__name__}")
-        dname = self.dtype_name(t.dtype, f"tensor '{name}'")
         if t.layout != torch.strided:
             raise InvalidArgumentError(f"tensor '{name}': layout {t.layout} "
                                        "(only dense tensors can be saved)")
         if not t.is_contiguous():
             raise InvalidArgumentError(
-                f"tensor '{name}' is not contiguous: safetensors stores dense "
-                "row-major data; pass x.contiguous()")
+                f"You are trying to save a non contiguous tensor: `{name}` which is not "
+                "allowed. It either means you are trying to save tensors which are reference "
+                "of each other in which case it's recommended to save only the full tensors, "
+                "and reslice at load time, or simply call `.contiguous()` on your tensor to "
+                "pack it before saving.")
         t = t.detach()
         if t.device.type != "cpu":
-            t = t.cpu()
+            t = t.to("cpu")
+        dname = self.dtype_name(t.dtype, f"tensor '{name}'")
         return dname, tuple(t.shape), t.reshape(-1).view(torch.uint8).numpy()
+
+    def inplace_bytes(self, name, t):
+        """(dtype name, shape, buffer) of memory a checkpoint manager reads
+        and loads into in place: a dense contiguous CPU tensor."""
+        torch = self.torch
+        if not isinstance(t, torch.Tensor):
+            raise InvalidArgumentError(f"tensor '{name}': expected a torch.Tensor, "
+                                       f"got {type(t).__name__}")
+        if t.layout != torch.strided or not t.is_contiguous():
+            raise InvalidArgumentError(f"tensor '{name}' is not contiguous and dense: loading "
+                                       "writes into this memory; register x.contiguous()")
+        if t.device.type != "cpu":
+            raise InvalidArgumentError(f"tensor '{name}' is on {t.device}: only CPU tensors")
+        dname = self.dtype_name(t.dtype, f"tensor '{name}'")
+        return dname, tuple(t.shape), t.detach().reshape(-1).view(torch.uint8).numpy()
 
 
 _CACHE = {}
 
 
+_NOT_BOUND = ("tf", "tensorflow", "jax", "flax", "mlx", "paddle")
+
+
 def framework(name):
     """The adapter for framework "np"/"numpy" or "pt"/"torch"/"pytorch"."""
     key = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt",
-           "pytorch": "pt"}.get(name)
+           "pytorch": "pt"}.get(name) if isinstance(name, str) else None
     if key is None:
-        raise InvalidArgumentError(f"framework {name!r}: expected 'np' or 'pt'")
+        if name in _NOT_BOUND:
+            raise InvalidArgumentError(f"framework {name} is not supported by shardsafe "
+                                       "(only 'pt' and 'np' are bound)")
+        raise InvalidArgumentError(f"framework {name} is invalid: expected 'pt' or 'np'")
     if key not in _CACHE:
         _CACHE[key] = NumpyFramework() if key == "np" else TorchFramework()
     return _CACHE[key]
 
 
-def parse_index(key, shape):
-    """A numpy-style basic index (ints, slices with step > 0, Ellipsis)
-    -> (start, count, steps, squeeze): the box to read, the steps to apply
-    to it and the dimensions to drop."""
-    ndim = len(shape)
-    if not isinstance(key, tuple):
-        key = (key,)
-    n_ell = sum(1 for k in key if k is Ellipsis)
-    if n_ell > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    if n_ell:
-        i = next(i for i, k in enumerate(key) if k is Ellipsis)
-        key = key[:i] + (slice(None),) * (ndim - len(key) + 1) + key[i + 1:]
-    if len(key) > ndim:
-        raise IndexError(f"too many indices: {len(key)} for a tensor of {ndim} dimensions")
-    key = key + (slice(None),) * (ndim - len(key))
-    start, count, steps, squeeze = [], [], [], set()
-    for d, (k, n) in enumerate(zip(key, shape)):
-        if isinstance(k, slice):
-            b, e, s = k.indices(n)
-            if s <= 0:
-                raise InvalidArgumentError(f"dimension {d}: slice step {s} "
-                                           "(only positive steps are supported)")
-            m = len(range(b, e, s))
-            start.append(b if m else 0)
-            count.append((m - 1) * s + 1 if m else 0)
-            steps.append(s)
-        elif hasattr(k, "__index__"):
-            i = k.__index__()
-            if i < -n or i >= n:
-                raise IndexError(f"index {i} is out of bounds for dimension {d} with size {n}")
-            start.append(i + n if i < 0 else i)
-            count.append(1)
-            steps.append(1)
-            squeeze.add(d)
-        else:
-            raise IndexError(f"dimension {d}: unsupported index {k!r} "
-                             "(ints, slices and ... only)")
-    return start, count, steps, squeeze
+def parse_device(fw, device):
+    """`device` as torch parses it ("cpu", "cuda", "cuda:1", 1 ...): None
+    for the CPU, else the torch.device tensors are moved to.  The device
+    must exist here: CUDA without CUDA, an index past the last device or
+    a device torch cannot create is InvalidArgumentError.  numpy has
+    only the CPU (the reference's rule)."""
+    if device is None or (isinstance(device, str) and device == "cpu"):
+        return None
+    if fw.name == "np":
+        raise InvalidArgumentError(f"Device {device} is not supported for framework numpy")
+    torch = fw.torch
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise InvalidArgumentError(f"device {device} is invalid: {e}") from None
+    if dev.type == "cpu":
+        return None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InvalidArgumentError(
+                f"device {device!r}: CUDA is not available here (torch "
+                f"{torch.__version__}, torch.cuda.is_available() is False)")
+        n = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= n:
+            raise InvalidArgumentError(f"device {device!r}: this machine has {n} CUDA "
+                                       f"device(s) (cuda:0 to cuda:{n - 1})")
+        return dev
+    try:
+        torch.empty(0, device=dev)
+    except Exception as e:  # noqa: BLE001 -- torch's reason, whatever its class
+        raise InvalidArgumentError(f"device {device!r} is not available here: "
+                                   f"{type(e).__name__}: {e}") from None
+    return dev

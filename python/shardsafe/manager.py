@@ -54,15 +54,7 @@ def _entry(name, kind, t, master_of):
         t.check(name)
         gshape, goff, t = t.global_shape, t.offsets, t.tensor
     fw = _framework_of(t)
-    dname, shape, _ = fw.tensor_bytes(name, t)
-    if fw.name == "np":
-        if not t.flags.writeable:
-            raise InvalidArgumentError(f"tensor '{name}' is read-only: loading writes into it")
-        buf = t.reshape(-1).view("u1")
-    else:
-        if t.device.type != "cpu":
-            raise InvalidArgumentError(f"tensor '{name}' is on {t.device}: only CPU tensors")
-        buf = t.detach().reshape(-1).view(fw.torch.uint8).numpy()
+    dname, shape, buf = fw.inplace_bytes(name, t)
     return (name, kind, dname, tuple(shape), buf, master_of, gshape, goff)
 
 

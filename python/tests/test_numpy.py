@@ -65,24 +65,12 @@ def test_zero_d_and_zero_size(tmp_path):
         assert f.get_slice("scalar")[...] == 2.5
 
 
-def test_non_contiguous_is_refused_clearly(tmp_path):
-    p = tmp_path / "t.safetensors"
-    a = np.arange(12, dtype=np.float32).reshape(3, 4)
-    with pytest.raises(shardsafe.InvalidArgumentError, match="not C-contiguous"):
-        snp.save_file({"a": a.T}, p)
-    assert not p.exists()
-    snp.save_file({"a": np.ascontiguousarray(a.T)}, p)
-    assert (snp.load_file(p)["a"] == a.T).all()
-
-
 def test_dtypes_safetensors_lacks_are_refused(tmp_path):
     p = tmp_path / "t.safetensors"
     for bad in (np.array(["x"]), np.array([1.0], np.longdouble), np.array([None], object),
                 np.array([1 + 1j], np.complex128)):
         with pytest.raises(shardsafe.DtypeError):
             snp.save_file({"a": bad}, p)
-    with pytest.raises(shardsafe.DtypeError, match="big-endian"):
-        snp.save_file({"a": np.arange(3, dtype=">f4")}, p)
     with pytest.raises(shardsafe.InvalidArgumentError, match="numpy.ndarray"):
         snp.save_file({"a": [1, 2, 3]}, p)
     assert not p.exists()
@@ -102,21 +90,20 @@ def test_metadata(tmp_path):
         snp.save_file({"a": np.zeros(2)}, p, metadata={"k": "a\0b"})
 
 
-def test_views_are_zero_copy_and_read_only(tmp_path):
+def test_views_are_zero_copy_and_copy_on_write(tmp_path):
     p = tmp_path / "t.safetensors"
     a = np.arange(1000, dtype=np.float32)
     snp.save_file({"a": a}, p)
     f = safe_open(p, "np")
     v = f.get_tensor("a")
-    assert not v.flags.writeable and not v.flags.owndata
-    with pytest.raises(ValueError):
-        v[0] = 1
+    assert v.flags.writeable and not v.flags.owndata
+    v[1] = 5  # private to this handle
     # the view keeps the mapping alive after close
     f.close()
-    assert (v == a).all()
+    assert v[1] == 5 and (v[2:] == a[2:]).all()
     with pytest.raises(shardsafe.InvalidArgumentError, match="closed"):
         f.get_tensor("a")
-    for kw in ({"copy": True}, {"mmap": False}):
+    for kw in ({"copy": True}, {"mmap": False}, {"backend": "pread"}):
         with safe_open(p, "np", **kw) as g:
             c = g.get_tensor("a")
             assert c.flags.writeable and c.flags.owndata
@@ -124,13 +111,15 @@ def test_views_are_zero_copy_and_read_only(tmp_path):
         assert (snp.load_file(p)["a"] == a).all()
 
 
-def test_get_slice_matches_numpy_indexing(tmp_path):
+def test_get_slice_reads_the_box(tmp_path):
+    """Slices under the reference's rules (test_reference_api.py has the
+    rules and messages): every backend gives numpy's values."""
     p = tmp_path / "t.safetensors"
     a = random_array(np.float32, (6, 7, 5), seed=3)
     snp.save_file({"a": a}, p)
     keys = [np.s_[1:4], np.s_[:, 2:6, ::2], np.s_[-1], np.s_[..., 3], np.s_[2, ..., 1:],
-            np.s_[:, 5:2], np.s_[::3, ::4, ::5], np.s_[-3:, -1, :], np.s_[:], np.s_[...],
-            np.s_[0, 0, 0], np.s_[4:100]]
+            np.s_[::3, ::4, ::5], np.s_[-3:, -1, :], np.s_[:], np.s_[...], np.s_[0, 0, 0],
+            np.s_[4:6], np.s_[:, 5:2]]
     for mmap in (True, False):
         with safe_open(p, "np", mmap=mmap) as f:
             s = f.get_slice("a")
@@ -142,14 +131,11 @@ def test_get_slice_matches_numpy_indexing(tmp_path):
                 assert got.flags.writeable
     with safe_open(p, "np") as f:
         s = f.get_slice("a")
-        with pytest.raises(IndexError):
-            s[6]
-        with pytest.raises(IndexError):
-            s[0, 0, 0, 0]
-        with pytest.raises(shardsafe.InvalidArgumentError, match="positive steps"):
+        for bad in (6, (0, 0, 0, 0), slice(4, 100), [0, 1]):
+            with pytest.raises(IndexError):
+                s[bad]
+        with pytest.raises(shardsafe.InvalidArgumentError, match="negative step"):
             s[::-1]
-        with pytest.raises(IndexError):
-            s[[0, 1]]
 
 
 def test_save_load_bytes_match_the_reference_layout(tmp_path):
@@ -214,7 +200,7 @@ def test_missing_key_and_framework(tmp_path):
             f.get_slice("b")
     with pytest.raises(shardsafe.InvalidArgumentError, match="framework"):
         safe_open(p, "tf")
-    with pytest.raises(shardsafe.InvalidArgumentError, match="device"):
+    with pytest.raises(shardsafe.InvalidArgumentError, match="(?i)device cuda:0"):
         safe_open(p, "np", device="cuda:0")
 
 

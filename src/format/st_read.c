@@ -165,7 +165,13 @@ int shs_file_open(shs_file **out, const char *path, const shs_open_opts *opts)
     if ((rc = shs__st_parse_header(f, path)) < 0)
         goto fail;
     if (!(flags & SHS_OPEN_NO_MMAP) && f->file_size > 0 && f->file_size <= (uint64_t)SIZE_MAX) {
-        void *m = shs__io->mmap(f->fd, (size_t)f->file_size);
+        void *m;
+        if (!(flags & SHS_OPEN_PRIVATE_WRITABLE))
+            m = shs__io->mmap(f->fd, (size_t)f->file_size);
+        else if (shs__io->mmap_private_writable)
+            m = shs__io->mmap_private_writable(f->fd, (size_t)f->file_size);
+        else
+            m = NULL; /* a test layer without it: read with pread */
         if (m) {
             f->map = m;
             f->map_len = (size_t)f->file_size;

@@ -22,6 +22,12 @@ static void *posix_mmap(int fd, size_t len)
     return p == MAP_FAILED ? NULL : p;
 }
 
+static void *posix_mmap_private_writable(int fd, size_t len)
+{
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 static int posix_exchange(const char *a, const char *b);
 static int posix_list_dir(const char *path, char ***names, size_t *n);
 static int posix_lock(int fd, int test_only);
@@ -64,6 +70,7 @@ const shs__io_ops shs__io_posix = {
     .lstat = posix_lstat,
     .list_dir = posix_list_dir,
     .lock = posix_lock,
+    .mmap_private_writable = posix_mmap_private_writable,
 };
 
 const shs__io_ops *shs__io = &shs__io_posix;

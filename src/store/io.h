@@ -49,6 +49,10 @@ typedef struct shs__io_ops {
        taken.  0, or -1 with errno EAGAIN when another open file
        description holds it (or another error: ENOLCK, EINVAL...). */
     int (*lock)(int fd, int test_only);
+    /* Private writable (copy-on-write) mapping of `len` bytes of fd, for
+       SHS_OPEN_PRIVATE_WRITABLE; NULL on failure.  A layer may leave it
+       NULL: such files are then read without a mapping. */
+    void *(*mmap_private_writable)(int fd, size_t len);
 } shs__io_ops;
 
 /* The ops in force.  Never NULL. */
