@@ -71,9 +71,12 @@ int shs__ini_get(char **out, const char *text, size_t len, const char *section, 
             int match = span_eq(ns, ne, section);
             /* a section given twice is an error for the AWS tools'
                parser: it is here too, for the one we read */
-            if (match && seen)
+            if (match && seen) {
+                shs__free(*out);
+                *out = NULL;
                 return shs__err(SHS_ECONFIG, "%s:%zu: section [%s] appears twice", what, lineno,
                                 section);
+            }
             seen |= match;
             in_section = match;
             continue;

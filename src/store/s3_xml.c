@@ -300,6 +300,8 @@ static int parse_doc(xdoc *d, const char *doc, size_t len, const char *what)
             return bad(d, doc, p, "a second root element");
         if (depth == XML_MAX_DEPTH)
             return bad(d, doc, p, "elements nested too deeply");
+        if (depth > 0 && d->n[stack[depth - 1]].has_text)
+            return bad(d, doc, p, "text beside child elements");
         if (depth > 0 && !d->n[stack[depth - 1]].has_child) {
             /* the parent's text (blanks before its first child) ends here */
             d->n[stack[depth - 1]].has_child = 1;
@@ -361,9 +363,10 @@ static int parse_size(uint64_t *out, const char *s)
     if (!*s)
         return -1;
     for (; *s; s++) {
-        if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10)
+        uint64_t dgt = (uint64_t)(*s - '0');
+        if (*s < '0' || *s > '9' || v > (UINT64_MAX - dgt) / 10)
             return -1;
-        v = v * 10 + (uint64_t)(*s - '0');
+        v = v * 10 + dgt;
     }
     *out = v;
     return 0;
