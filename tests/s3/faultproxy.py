@@ -12,7 +12,8 @@ given).  Rules make it misbehave on chosen requests:
   reset      close the connection without an answer (after reading the request)
   delay      wait delay_ms, then forward
   truncate   forward, then send the answer's head and only half its body
-             and close
+             and close (an answer without a body is not sent at all: the
+             request was served, its answer lost)
 
 A rule matches requests by method (exact, or "*") and key (a regular
 expression searched in the path, query included); it fires on the nth
@@ -194,9 +195,12 @@ class Handler(socketserver.StreamRequestHandler):
                       if k.lower() not in ("transfer-encoding", "connection")]
                 if method != "HEAD" and not any(k.lower() == "content-length" for k, _ in rh):
                     rh.append(("Content-Length", str(len(data))))
-                if action == "truncate" and len(data) >= 2:
+                if action == "truncate":
                     log(method, path, resp.status, "truncate")
-                    self.send(resp.status, resp.reason, rh, data[: len(data) // 2], close=True)
+                    if len(data) >= 2:
+                        self.send(resp.status, resp.reason, rh, data[: len(data) // 2],
+                                  close=True)
+                    # else the answer is lost whole: the request was served
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
                 log(method, path, resp.status, action or "")
