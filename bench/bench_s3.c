@@ -76,7 +76,8 @@ static double run_curls(char ***argv, int n)
     return now_s() - t0;
 }
 
-static char **curl_argv(const char *method_arg, const char *file, const char *url, const char *range)
+static char **curl_argv(const char *method_arg, const char *file, const char *url,
+                        const char *range)
 {
     static char sig[128], user[512];
     snprintf(sig, sizeof sig, "aws:amz:%s:s3",
@@ -247,8 +248,8 @@ int main(int argc, char **argv)
            mb / best_ours, mb / best_curl, best_curl / best_ours);
     printf("| upload, UNSIGNED-PAYLOAD | %.0f MiB/s | %.0f MiB/s | %.2f |\n", mb / best_unsigned,
            mb / best_curl, best_curl / best_unsigned);
-    printf("| ranged GET (%zu ranges) | %.0f MiB/s | %.0f MiB/s | %.2f |\n", nr,
-           mb / best_get_ours, mb / best_get_curl, best_get_curl / best_get_ours);
+    printf("| ranged GET (%zu ranges) | %.0f MiB/s | %.0f MiB/s | %.2f |\n", nr, mb / best_get_ours,
+           mb / best_get_curl, best_get_curl / best_get_ours);
     printf("requests per upload: %llu (create + %zu parts + complete)\n", (unsigned long long)reqs,
            nr);
     printf("peak RSS: %ld MiB before the client (data buffer %zu MiB), %ld MiB after the uploads, "

@@ -13,12 +13,13 @@
 #include <sys/stat.h>
 
 static const char *const aws_vars[] = {
-    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION",
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-    "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "AWS_MAX_ATTEMPTS", "SHS_S3_ADDRESSING",
-    "SHS_S3_PART_SIZE", "SHS_S3_PARALLEL", "SHS_S3_RETRY_BASE_MS", "SHS_S3_RETRY_CAP_MS",
-    "SHS_S3_RETRY_TOTAL_MS", "SHS_S3_CONNECT_TIMEOUT_MS", "SHS_S3_STALL_TIMEOUT_S",
-    "SHS_S3_SIGN_PAYLOAD", "HOME",
+    "AWS_ENDPOINT_URL",       "AWS_ENDPOINT_URL_S3",   "AWS_REGION",
+    "AWS_DEFAULT_REGION",     "AWS_ACCESS_KEY_ID",     "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",      "AWS_PROFILE",           "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",        "AWS_MAX_ATTEMPTS",      "SHS_S3_ADDRESSING",
+    "SHS_S3_PART_SIZE",       "SHS_S3_PARALLEL",       "SHS_S3_RETRY_BASE_MS",
+    "SHS_S3_RETRY_CAP_MS",    "SHS_S3_RETRY_TOTAL_MS", "SHS_S3_CONNECT_TIMEOUT_MS",
+    "SHS_S3_STALL_TIMEOUT_S", "SHS_S3_SIGN_PAYLOAD",   "HOME",
 };
 
 static char *g_dir;
@@ -127,9 +128,12 @@ static void test_ini(void **state)
     TU_OK(shs__ini_get(&v, t, strlen(t), "nope", "region", "cfg"));
     assert_null(v);
     /* malformed and duplicated */
-    const char *bad[] = { "[default\nregion = x\n", "[default]\njunk line\n", "[]\n",
+    const char *bad[] = { "[default\nregion = x\n",
+                          "[default]\njunk line\n",
+                          "[]\n",
                           "[default]\nregion = a\nregion = b\n",
-                          "[default]\nregion = a\n[default]\nregion = b\n", "[default]\n= x\n" };
+                          "[default]\nregion = a\n[default]\nregion = b\n",
+                          "[default]\n= x\n" };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         v = NULL;
         assert_int_equal(shs__ini_get(&v, bad[i], strlen(bad[i]), "default", "region", "f.ini"),
@@ -195,11 +199,16 @@ static void test_config_env(void **state)
     struct {
         const char *var, *val;
     } bad[] = {
-        { "SHS_S3_ADDRESSING", "sideways" }, { "AWS_MAX_ATTEMPTS", "0" },
-        { "AWS_MAX_ATTEMPTS", "3x" },        { "SHS_S3_PART_SIZE", "1024" },
-        { "SHS_S3_PARALLEL", "-1" },         { "AWS_ENDPOINT_URL_S3", "ftp://h" },
-        { "AWS_ENDPOINT_URL_S3", "http://user:pw@h" }, { "AWS_ENDPOINT_URL_S3", "http://h/?q" },
-        { "AWS_REGION", "us east" },         { "SHS_S3_SIGN_PAYLOAD", "yes" },
+        { "SHS_S3_ADDRESSING", "sideways" },
+        { "AWS_MAX_ATTEMPTS", "0" },
+        { "AWS_MAX_ATTEMPTS", "3x" },
+        { "SHS_S3_PART_SIZE", "1024" },
+        { "SHS_S3_PARALLEL", "-1" },
+        { "AWS_ENDPOINT_URL_S3", "ftp://h" },
+        { "AWS_ENDPOINT_URL_S3", "http://user:pw@h" },
+        { "AWS_ENDPOINT_URL_S3", "http://h/?q" },
+        { "AWS_REGION", "us east" },
+        { "SHS_S3_SIGN_PAYLOAD", "yes" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *old = getenv(bad[i].var) ? strdup(getenv(bad[i].var)) : NULL;
@@ -286,7 +295,8 @@ static void test_xml_list(void **state)
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
         "<ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\n"
         "  <Name>b</Name><Prefix>run/</Prefix><KeyCount>3</KeyCount>\n"
-        "  <IsTruncated>true</IsTruncated><NextContinuationToken>tok&amp;1</NextContinuationToken>\n"
+        "  "
+        "<IsTruncated>true</IsTruncated><NextContinuationToken>tok&amp;1</NextContinuationToken>\n"
         "  <Contents><Key>run/a&lt;b&gt;&#x263A;&#65;</Key><Size>12</Size>"
         "<ETag>&quot;x&quot;</ETag></Contents>\n"
         "  <Contents><Key>run/z</Key><Size>0</Size></Contents>\n"
@@ -325,13 +335,16 @@ static void test_xml_list(void **state)
         "<ListBucketResult><!-- c --></ListBucketResult>",
         "<ListBucketResult><![CDATA[x]]></ListBucketResult>",
         "<?xml version=\"1.0\"?><?pi x?><ListBucketResult/>",
-        "<ListBucketResult><Contents><Key>a&bogus;</Key><Size>1</Size></Contents></ListBucketResult>",
+        "<ListBucketResult><Contents><Key>a&bogus;</Key><Size>1</Size></Contents></"
+        "ListBucketResult>",
         "<ListBucketResult><Contents><Key>a&#0;</Key><Size>1</Size></Contents></ListBucketResult>",
-        "<ListBucketResult><Contents><Key>a&#xD800;</Key><Size>1</Size></Contents></ListBucketResult>",
+        "<ListBucketResult><Contents><Key>a&#xD800;</Key><Size>1</Size></Contents></"
+        "ListBucketResult>",
         "<ListBucketResult><Contents><Key>a&#x110000;</Key><Size>1</Size></Contents>"
         "</ListBucketResult>",
         "<ListBucketResult><Contents><Key>a&#1;b</Key><Size>1</Size></Contents></ListBucketResult>",
-        "<ListBucketResult><Contents><Key>a&#10;b</Key><Size>1</Size></Contents></ListBucketResult>",
+        "<ListBucketResult><Contents><Key>a&#10;b</Key><Size>1</Size></Contents></"
+        "ListBucketResult>",
         "<ListBucketResult><Contents><Key>a</Key><Size>-1</Size></Contents></ListBucketResult>",
         "<ListBucketResult><Contents><Key>a</Key><Size>18446744073709551616</Size></Contents>"
         "</ListBucketResult>",
@@ -420,11 +433,13 @@ static void test_key_rules(void **state)
                                         "a.b/c..d/e...", "x y+z=~_-" };
     for (size_t i = 0; i < sizeof good / sizeof *good; i++)
         TU_OK(shs__store_key_check(good[i], 0));
-    static const char *const bad[] = {
-        "",       "/abs",      "a//b",   "a/",       "..",          "a/../b",    "./a",
-        "a/.",    "%2e%2e/x",  "a%2Fb",  "a\\b",     "a\tb",        "a\x7f",     "a\nb",
-        "x.shs-tmp-0123", /* the local backend's temporaries */
-    };
+    static const char
+        *const
+            bad[] = {
+                "",      "/abs", "a//b",           "a/",    "..",   "a/../b",
+                "./a",   "a/.",  "%2e%2e/x",       "a%2Fb", "a\\b", "a\tb",
+                "a\x7f", "a\nb", "x.shs-tmp-0123", /* the local backend's temporaries */
+            };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         assert_int_equal(shs__store_key_check(bad[i], 0), SHS_EINVAL);
         assert_non_null(strstr(shs_last_error(), "key"));
@@ -459,8 +474,13 @@ static void test_locations(void **state)
     shs__store_close(st);
     TU_OK(shs__store_open(&st, "s3://my-bucket"));
     shs__store_close(st);
-    static const char *const bad[] = { "s3://", "s3://ab", "s3://Bucket/x", "s3://b_c/x",
-                                       "s3://bucket/../x", "s3://bucket/a//b", "s3://bucket/%2e%2e",
+    static const char *const bad[] = { "s3://",
+                                       "s3://ab",
+                                       "s3://Bucket/x",
+                                       "s3://b_c/x",
+                                       "s3://bucket/../x",
+                                       "s3://bucket/a//b",
+                                       "s3://bucket/%2e%2e",
                                        "" };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         st = (shs__store *)1;

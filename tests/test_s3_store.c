@@ -507,7 +507,8 @@ static void test_multipart_part_retried(void **state)
     assert_memory_equal(back, data, big);
     /* a part that never goes up: the upload fails, names the part, and
        leaves no open multipart upload */
-    faults("[{\"action\": \"503\", \"method\": \"PUT\", \"key\": \"partNumber=3&\", \"count\": 0}]");
+    faults(
+        "[{\"action\": \"503\", \"method\": \"PUT\", \"key\": \"partNumber=3&\", \"count\": 0}]");
     TU_OK(shs__store_upload_begin(&u, st, "mp-doomed", 0, 0));
     int rc = shs__store_upload_write(u, data, big);
     if (rc == SHS_OK)

@@ -226,8 +226,8 @@ static int dup_cfg(shs__s3_config *d, const shs__s3_config *s)
     d->secret_key = shs__strdup(s->secret_key);
     d->session_token = s->session_token ? shs__strdup(s->session_token) : NULL;
     d->profile = s->profile ? shs__strdup(s->profile) : NULL;
-    if (!d->scheme || !d->host || !d->base_path || !d->region || !d->access_key ||
-        !d->secret_key || (s->session_token && !d->session_token) || (s->profile && !d->profile))
+    if (!d->scheme || !d->host || !d->base_path || !d->region || !d->access_key || !d->secret_key ||
+        (s->session_token && !d->session_token) || (s->profile && !d->profile))
         return shs__err(SHS_ENOMEM, "out of memory");
     return SHS_OK;
 }
@@ -450,7 +450,10 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *ctx)
         r->got += n;
         return n;
     }
-    if (r->resp.len + n > r->resp_max) {
+    /* error bodies have their own cap: a small object's limit must not
+       turn a 404 into "too large" */
+    size_t cap = http >= 200 && http < 300 ? r->resp_max : RESP_MAX_ERR;
+    if (r->resp.len + n > cap) {
         r->overflow = 1;
         return 0;
     }
@@ -615,11 +618,16 @@ static int judge(shs__s3 *s3, s3_req *r)
     const shs__s3_retry *rt = &s3->cfg.retry;
     char *code = NULL;
     curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->http);
+    if (r->cc == CURLE_WRITE_ERROR && r->overflow && r->http >= 300) {
+        r->cc = CURLE_OK; /* an error answer too long to keep: its status says enough */
+        r->resp.len = 0;
+    }
     int ok2xx = r->cc == CURLE_OK && r->http >= 200 && r->http < 300;
     /* an S3 error Code from the body: of any failure, and of a 200
        multipart completion (which reports a late failure that way) */
     if (r->resp.len && ((r->cc == CURLE_OK && !ok2xx) || (ok2xx && !strcmp(r->method, "POST")))) {
-        if (shs__s3_xml_text(&code, r->resp.data, r->resp.len, "Error/Code", "S3 error") == SHS_OK &&
+        if (shs__s3_xml_text(&code, r->resp.data, r->resp.len, "Error/Code", "S3 error") ==
+                SHS_OK &&
             code) {
             size_t o = 0;
             for (const char *q = code; *q && o + 1 < sizeof r->code; q++)
@@ -649,8 +657,7 @@ static int judge(shs__s3 *s3, s3_req *r)
             if (r->have_length && r->content_length == r->got) {
                 fail_req(r, SHS_ERANGE,
                          "bytes [%llu, %llu) are past the end of the object (got %zu bytes)",
-                         (unsigned long long)r->off, (unsigned long long)(r->off + r->len),
-                         r->got);
+                         (unsigned long long)r->off, (unsigned long long)(r->off + r->len), r->got);
                 return 1;
             }
             retry_short = 1; /* cut short on the way */
@@ -884,7 +891,8 @@ int shs__s3_create_bucket(shs__s3 *s3, const char *bucket)
     r.body = body;
     r.body_len = strlen(body);
     int rc = check_bucket(bucket);
-    if (rc == SHS_OK && (rc = s3_run1(s3, &r)) < 0 && strcmp(r.code, "BucketAlreadyOwnedByYou") == 0) {
+    if (rc == SHS_OK && (rc = s3_run1(s3, &r)) < 0 &&
+        strcmp(r.code, "BucketAlreadyOwnedByYou") == 0) {
         shs__err_clear();
         rc = SHS_OK;
     }
@@ -1029,7 +1037,10 @@ int s3_mpu_create(shs__s3 *s3, const char *bucket, const char *key, char **uploa
     char nm[300];
     *upload_id = NULL;
     int rc = shs__s3_canonical_query(&q, names, values, 1);
-    s3_req r = { .method = "POST", .bucket = bucket, .key = key, .query = q.data,
+    s3_req r = { .method = "POST",
+                 .bucket = bucket,
+                 .key = key,
+                 .query = q.data,
                  .op = "create multipart upload" };
     if (rc == SHS_OK && (rc = s3_run1(s3, &r)) == SHS_OK) {
         rc = shs__s3_xml_text(upload_id, r.resp.data ? r.resp.data : "", r.resp.len,
@@ -1051,7 +1062,10 @@ int shs__s3_abort_upload(shs__s3 *s3, const char *bucket, const char *key, const
 {
     shs__buf q = SHS__BUF_INIT;
     int rc = id_query(&q, upload_id);
-    s3_req r = { .method = "DELETE", .bucket = bucket, .key = key, .query = q.data,
+    s3_req r = { .method = "DELETE",
+                 .bucket = bucket,
+                 .key = key,
+                 .query = q.data,
                  .op = "abort multipart upload" };
     if (rc == SHS_OK && (rc = s3_run1(s3, &r)) == SHS_ENOENT) {
         shs__err_clear(); /* already gone */
@@ -1074,7 +1088,10 @@ int s3_mpu_complete(shs__s3 *s3, const char *bucket, const char *key, const char
                            etags[i] ? etags[i] : "");
     if (rc == SHS_OK)
         rc = shs__buf_addf(&body, "</CompleteMultipartUpload>");
-    s3_req r = { .method = "POST", .bucket = bucket, .key = key, .query = q.data,
+    s3_req r = { .method = "POST",
+                 .bucket = bucket,
+                 .key = key,
+                 .query = q.data,
                  .op = "complete multipart upload" };
     r.body = body.data;
     r.body_len = body.len;
@@ -1220,8 +1237,9 @@ int shs__s3_list_uploads(shs__s3 *s3, const char *bucket, const char *prefix,
         values[k++] = NULL;
         if ((rc = shs__s3_canonical_query(&q, names, values, k)) < 0)
             break;
-        s3_req r = { .method = "GET", .bucket = bucket, .query = q.data,
-                     .op = "list multipart uploads" };
+        s3_req r = {
+            .method = "GET", .bucket = bucket, .query = q.data, .op = "list multipart uploads"
+        };
         r.resp_max = RESP_MAX_XML;
         shs__s3_uploads_page pg;
         memset(&pg, 0, sizeof pg);

@@ -38,9 +38,9 @@ typedef struct shs__s3_retry {
 } shs__s3_retry;
 
 typedef struct shs__s3_config {
-    char *scheme; /* "http" or "https" */
-    char *host;   /* host[:port] of the endpoint, without a bucket */
-    char *base_path; /* path of the endpoint ("" or "/something"), no '/' at the end */
+    char *scheme;        /* "http" or "https" */
+    char *host;          /* host[:port] of the endpoint, without a bucket */
+    char *base_path;     /* path of the endpoint ("" or "/something"), no '/' at the end */
     int custom_endpoint; /* an endpoint was configured (not AWS's default) */
     int path_style;      /* 1: http://host/bucket/key; 0: http://bucket.host/key */
     char *region;
@@ -109,13 +109,13 @@ int shs__s3_retryable(int curl_code, long http, const char *code);
 
 /* One page of ListObjectsV2. */
 typedef struct shs__s3_list_page {
-    char **keys;       /* Contents/Key, in the order given */
-    uint64_t *sizes;   /* Contents/Size */
+    char **keys;     /* Contents/Key, in the order given */
+    uint64_t *sizes; /* Contents/Size */
     size_t nkeys;
-    char **prefixes;   /* CommonPrefixes/Prefix */
+    char **prefixes; /* CommonPrefixes/Prefix */
     size_t nprefixes;
-    int truncated;     /* IsTruncated */
-    char *next_token;  /* NextContinuationToken when truncated */
+    int truncated;    /* IsTruncated */
+    char *next_token; /* NextContinuationToken when truncated */
 } shs__s3_list_page;
 void shs__s3_list_page_release(shs__s3_list_page *p);
 

@@ -302,8 +302,7 @@ static int load_numbers(shs__s3_config *c, const aws_files *f)
     c->retry.max_attempts = (unsigned)v;
     if ((rc = env_u64(&c->retry.base_ms, "SHS_S3_RETRY_BASE_MS", DEF_BASE_MS, 1, 600000)) < 0 ||
         (rc = env_u64(&c->retry.cap_ms, "SHS_S3_RETRY_CAP_MS", DEF_CAP_MS, 1, 3600000)) < 0 ||
-        (rc = env_u64(&c->retry.total_ms, "SHS_S3_RETRY_TOTAL_MS", DEF_TOTAL_MS, 0, 86400000)) <
-            0)
+        (rc = env_u64(&c->retry.total_ms, "SHS_S3_RETRY_TOTAL_MS", DEF_TOTAL_MS, 0, 86400000)) < 0)
         return rc;
     if ((rc = env_u64(&v, "SHS_S3_CONNECT_TIMEOUT_MS", DEF_CONNECT_MS, 1, 600000)) < 0)
         return rc;
@@ -351,11 +350,10 @@ static int load_credentials(shs__s3_config *c, const aws_files *f, int named)
     int rc;
     if (env_set("AWS_ACCESS_KEY_ID") || env_set("AWS_SECRET_ACCESS_KEY")) {
         if (!env_set("AWS_ACCESS_KEY_ID") || !env_set("AWS_SECRET_ACCESS_KEY"))
-            return shs__err(SHS_ECONFIG, "%s is set but %s is not: both or neither",
-                            env_set("AWS_ACCESS_KEY_ID") ? "AWS_ACCESS_KEY_ID"
-                                                         : "AWS_SECRET_ACCESS_KEY",
-                            env_set("AWS_ACCESS_KEY_ID") ? "AWS_SECRET_ACCESS_KEY"
-                                                         : "AWS_ACCESS_KEY_ID");
+            return shs__err(
+                SHS_ECONFIG, "%s is set but %s is not: both or neither",
+                env_set("AWS_ACCESS_KEY_ID") ? "AWS_ACCESS_KEY_ID" : "AWS_SECRET_ACCESS_KEY",
+                env_set("AWS_ACCESS_KEY_ID") ? "AWS_SECRET_ACCESS_KEY" : "AWS_ACCESS_KEY_ID");
         if ((rc = dup_env(&c->access_key, "AWS_ACCESS_KEY_ID")) < 0 ||
             (rc = dup_env(&c->secret_key, "AWS_SECRET_ACCESS_KEY")) < 0 ||
             (rc = dup_env(&c->session_token, "AWS_SESSION_TOKEN")) < 0)

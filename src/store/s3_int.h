@@ -18,15 +18,15 @@ typedef struct s3_req {
     const char *query; /* canonical query string, "" for none */
     const char *body;  /* request body (PUT, POST), not owned */
     size_t body_len;
-    int create_only;           /* If-None-Match: * */
-    int ranged;                /* GET bytes [off, off + len) into dst */
+    int create_only; /* If-None-Match: * */
+    int ranged;      /* GET bytes [off, off + len) into dst */
     uint64_t off;
     char *dst;
     size_t len;
-    size_t resp_max;           /* cap of resp (XML answers, error bodies) */
-    const char *op;            /* for messages: "PUT", "upload part 3 of", ... */
-    void *user;                /* the caller's */
-    const int *cancel;         /* nonzero (read atomically): stop the transfer */
+    size_t resp_max;   /* cap of resp (XML answers, error bodies) */
+    const char *op;    /* for messages: "PUT", "upload part 3 of", ... */
+    void *user;        /* the caller's */
+    const int *cancel; /* nonzero (read atomically): stop the transfer */
     /* while running */
     shs__s3 *s3;
     char *url;

@@ -134,8 +134,9 @@ int shs__s3_upload_begin(shs__s3_upload **out, shs__s3 *s3, const char *bucket, 
         p = (p + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
         if (p > SHS__S3_MAX_PART) {
             shs__free(u);
-            return shs__err(SHS_EINVAL, "s3://%s/%s: %llu bytes is more than S3 holds in one object",
-                            bucket, key, (unsigned long long)size_hint);
+            return shs__err(SHS_EINVAL,
+                            "s3://%s/%s: %llu bytes is more than S3 holds in one object", bucket,
+                            key, (unsigned long long)size_hint);
         }
         u->part_size = (size_t)p;
     }

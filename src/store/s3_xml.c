@@ -440,8 +440,7 @@ int shs__s3_parse_list(shs__s3_list_page *out, const char *xml, size_t len, cons
     }
     if (out->truncated) {
         if (tok < 0 || !d.n[tok].text_len) {
-            rc = shs__err(SHS_ECORRUPT, "%s: truncated listing without a continuation token",
-                          what);
+            rc = shs__err(SHS_ECORRUPT, "%s: truncated listing without a continuation token", what);
             goto done;
         }
         if (!(out->next_token = shs__strdup(text_of(&d, &d.n[tok])))) {
@@ -458,8 +457,8 @@ int shs__s3_parse_list(shs__s3_list_page *out, const char *xml, size_t len, cons
         long k = only_child(&d, i, contents ? "Key" : "Prefix");
         if (k < 0) {
             rc = shs__err(SHS_ECORRUPT, "%s: a <%s> with %s <%s>", what,
-                          contents ? "Contents" : "CommonPrefixes", k == -1 ? "no" : "more than one",
-                          contents ? "Key" : "Prefix");
+                          contents ? "Contents" : "CommonPrefixes",
+                          k == -1 ? "no" : "more than one", contents ? "Key" : "Prefix");
             goto done;
         }
         const xnode *kn = &d.n[k];

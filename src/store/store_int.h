@@ -53,6 +53,7 @@ extern const shs__store_ops shs__store_s3_ops;
 /* "<location>/<key>" for messages, into buf. */
 const char *shs__store_name(char *buf, size_t cap, const shs__store *st, const char *key);
 /* Add a name (and size) or a dir to a listing. */
-int shs__store_list_add(shs__store_listing *l, const char *name, size_t len, uint64_t size, int dir);
+int shs__store_list_add(shs__store_listing *l, const char *name, size_t len, uint64_t size,
+                        int dir);
 
 #endif
