@@ -108,7 +108,7 @@ static int group_setup(void **state)
     setenv("SHS_S3_RETRY_BASE_MS", "5", 1);
     setenv("SHS_S3_RETRY_CAP_MS", "40", 1);
     setenv("AWS_MAX_ATTEMPTS", "4", 1);
-    setenv("SHS_S3_STALL_TIMEOUT_S", "10", 1);
+    setenv("SHS_S3_STALL_TIMEOUT_S", "30", 1);
     g_tmp = tu_mkdtemp();
     snprintf(g_bucket, sizeof g_bucket, "shs-test-%ld-%ld", (long)getpid(), (long)time(NULL));
     g_direct = client_for(g_server);

@@ -6,6 +6,8 @@
  */
 #include "store/s3_int.h"
 
+#include "store/io.h"
+
 #include <errno.h>
 #include <openssl/sha.h>
 #include <pthread.h>
@@ -41,19 +43,12 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* A draw for the backoff's jitter (not cryptographic). */
 static uint64_t rand64(void)
 {
-    static _Thread_local uint64_t state;
-    if (!state) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        state = ((uint64_t)ts.tv_nsec << 21) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 42) ^
-                (uint64_t)(uintptr_t)&ts;
-    }
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    char hex[17];
+    shs__random_suffix(hex);
+    return strtoull(hex, NULL, 16);
 }
 
 const char *s3_name(char *buf, size_t cap, const char *bucket, const char *key)
@@ -942,6 +937,26 @@ int shs__s3_get_ranges(shs__s3 *s3, const char *bucket, shs__s3_range *rg, size_
     return rc;
 }
 
+/* GET the bucket with the query of the k pairs (built in q): the answer
+   (XML, NUL-terminated) in *resp. */
+static int get_xml(shs__s3 *s3, const char *bucket, const char *const *names,
+                   const char *const *values, size_t k, const char *op, shs__buf *q, shs__buf *resp)
+{
+    int rc = shs__s3_canonical_query(q, names, values, k);
+    if (rc < 0)
+        return rc;
+    s3_req r = { .method = "GET", .bucket = bucket, .query = q->data, .op = op };
+    r.resp_max = RESP_MAX_XML;
+    if ((rc = s3_run1(s3, &r)) == SHS_OK) {
+        *resp = r.resp;
+        memset(&r.resp, 0, sizeof r.resp);
+        if (!resp->data)
+            rc = shs__buf_add(resp, "", 0);
+    }
+    s3_req_release(&r);
+    return rc;
+}
+
 int shs__s3_list(shs__s3 *s3, const char *bucket, const char *prefix, char delimiter,
                  shs__s3_list_page *out)
 {
@@ -965,15 +980,12 @@ int shs__s3_list(shs__s3 *s3, const char *bucket, const char *prefix, char delim
         values[k++] = "2";
         names[k] = "prefix";
         values[k++] = prefix ? prefix : "";
-        if ((rc = shs__s3_canonical_query(&q, names, values, k)) < 0)
-            break;
-        s3_req r = { .method = "GET", .bucket = bucket, .query = q.data, .op = "LIST" };
-        r.resp_max = RESP_MAX_XML;
         shs__s3_list_page pg;
+        shs__buf resp = SHS__BUF_INIT;
         memset(&pg, 0, sizeof pg);
-        if ((rc = s3_run1(s3, &r)) == SHS_OK)
-            rc = shs__s3_parse_list(&pg, r.resp.data ? r.resp.data : "", r.resp.len, nm);
-        s3_req_release(&r);
+        if ((rc = get_xml(s3, bucket, names, values, k, "LIST", &q, &resp)) == SHS_OK)
+            rc = shs__s3_parse_list(&pg, resp.data, resp.len, nm);
+        shs__buf_release(&resp);
         if (rc < 0)
             break;
         /* append the page */
@@ -1235,17 +1247,13 @@ int shs__s3_list_uploads(shs__s3 *s3, const char *bucket, const char *prefix,
         values[k++] = prefix ? prefix : "";
         names[k] = "uploads";
         values[k++] = NULL;
-        if ((rc = shs__s3_canonical_query(&q, names, values, k)) < 0)
-            break;
-        s3_req r = {
-            .method = "GET", .bucket = bucket, .query = q.data, .op = "list multipart uploads"
-        };
-        r.resp_max = RESP_MAX_XML;
         shs__s3_uploads_page pg;
+        shs__buf resp = SHS__BUF_INIT;
         memset(&pg, 0, sizeof pg);
-        if ((rc = s3_run1(s3, &r)) == SHS_OK)
-            rc = shs__s3_parse_uploads(&pg, r.resp.data ? r.resp.data : "", r.resp.len, nm);
-        s3_req_release(&r);
+        if ((rc = get_xml(s3, bucket, names, values, k, "list multipart uploads", &q, &resp)) ==
+            SHS_OK)
+            rc = shs__s3_parse_uploads(&pg, resp.data, resp.len, nm);
+        shs__buf_release(&resp);
         if (rc < 0)
             break;
         size_t n = out->n + pg.n;

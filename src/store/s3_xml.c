@@ -372,6 +372,16 @@ static int parse_size(uint64_t *out, const char *s)
     return 0;
 }
 
+/* Parse a document whose root must be <root>. */
+static int open_doc(xdoc *d, const char *xml, size_t len, const char *what, const char *root)
+{
+    int rc = parse_doc(d, xml, len, what);
+    if (rc == SHS_OK && !name_is(&d->n[0], root))
+        rc = shs__err(SHS_ECORRUPT, "%s: answer is a <%.*s>, not a <%s>", what,
+                      (int)(d->n[0].name_len > 64 ? 64 : d->n[0].name_len), d->n[0].name, root);
+    return rc;
+}
+
 void shs__s3_list_page_release(shs__s3_list_page *p)
 {
     if (!p)
@@ -398,15 +408,10 @@ static int key_text_ok(const char *s, size_t len)
 int shs__s3_parse_list(shs__s3_list_page *out, const char *xml, size_t len, const char *what)
 {
     xdoc d;
-    int rc;
     memset(out, 0, sizeof *out);
-    if ((rc = parse_doc(&d, xml, len, what)) < 0)
+    int rc = open_doc(&d, xml, len, what, "ListBucketResult");
+    if (rc < 0)
         goto done;
-    if (!name_is(&d.n[0], "ListBucketResult")) {
-        rc = shs__err(SHS_ECORRUPT, "%s: answer is a <%.*s>, not a <ListBucketResult>", what,
-                      (int)(d.n[0].name_len > 64 ? 64 : d.n[0].name_len), d.n[0].name);
-        goto done;
-    }
     size_t nk = 0, np = 0;
     for (uint32_t i = 1; i < d.count; i++)
         if (d.n[i].parent == 0) {
@@ -538,14 +543,10 @@ done:
 int shs__s3_parse_uploads(shs__s3_uploads_page *out, const char *xml, size_t len, const char *what)
 {
     xdoc d;
-    int rc;
     memset(out, 0, sizeof *out);
-    if ((rc = parse_doc(&d, xml, len, what)) < 0)
+    int rc = open_doc(&d, xml, len, what, "ListMultipartUploadsResult");
+    if (rc < 0)
         goto done;
-    if (!name_is(&d.n[0], "ListMultipartUploadsResult")) {
-        rc = shs__err(SHS_ECORRUPT, "%s: answer is not a <ListMultipartUploadsResult>", what);
-        goto done;
-    }
     size_t n = 0;
     for (uint32_t i = 1; i < d.count; i++)
         n += d.n[i].parent == 0 && name_is(&d.n[i], "Upload");

@@ -24,6 +24,8 @@
  */
 #include "store/store_int.h"
 
+#include "store/lock.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,29 +83,10 @@ static int top_gen(shs__store *st, const char *name, uint64_t *gen, uint64_t **a
     return rc;
 }
 
-static void field(char *out, size_t cap, const char *text, const char *key)
-{
-    size_t kl = strlen(key);
-    out[0] = '\0';
-    for (const char *line = text; line && *line;) {
-        const char *end = strchr(line, '\n');
-        size_t len = end ? (size_t)(end - line) : strlen(line);
-        if (len > kl && strncmp(line, key, kl) == 0 && line[kl] == ' ') {
-            size_t o = 0;
-            for (size_t i = kl + 1; i < len && o + 1 < cap; i++)
-                if (line[i] > 0x20 && line[i] < 0x7f)
-                    out[o++] = line[i];
-            out[o] = '\0';
-            return;
-        }
-        line = end ? end + 1 : NULL;
-    }
-}
-
 static int64_t field_i64(const char *text, const char *key)
 {
     char v[32];
-    field(v, sizeof v, text, key);
+    shs__lock_info_field(v, sizeof v, text, key);
     if (!v[0] || strlen(v) > 18 || strspn(v, "0123456789") != strlen(v))
         return -1;
     return (int64_t)strtoll(v, NULL, 10);
@@ -115,11 +98,11 @@ static void parse_lease(shs_lock_holder *h, const char *text, int64_t now, int64
 {
     memset(h, 0, sizeof *h);
     h->pid = field_i64(text, "pid");
-    field(h->host, sizeof h->host, text, "host");
-    field(h->since, sizeof h->since, text, "since");
+    shs__lock_info_field(h->host, sizeof h->host, text, "host");
+    shs__lock_info_field(h->since, sizeof h->since, text, "since");
     int64_t exp = field_i64(text, "expires");
     if (token)
-        field(token, 33, text, "token");
+        shs__lock_info_field(token, 33, text, "token");
     *expires = exp;
     h->held = exp >= 0 && now < exp;
     char left[64] = "";
