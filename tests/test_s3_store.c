@@ -649,8 +649,13 @@ static void test_create_only_lost_answer(void **state)
     faults("[{\"action\": \"truncate\", \"method\": \"PUT\", \"key\": \"lost\", \"count\": 1}]");
     /* truncate forwards the request, then cuts the answer: the object
        exists when the client retries */
-    TU_OK(shs__store_commit_put(st, "lost/metadata.json", "{\"x\":1}", 7));
+    TU_OK(shs__store_put(st, "lost/metadata.json", "{\"x\":1}", 7, SHS__STORE_CREATE_ONLY));
     assert_int_equal(log_count("PUT", "lost", NULL), 2);
+    /* another writer's object met by a retry stays a refusal */
+    faults("[{\"action\": \"truncate\", \"method\": \"PUT\", \"key\": \"lost\", \"count\": 1}]");
+    assert_int_equal(
+        shs__store_put(st, "lost/metadata.json", "{\"x\":2}", 7, SHS__STORE_CREATE_ONLY),
+        SHS_EEXIST);
     faults(NULL);
     shs__store_close(st);
 }

@@ -1207,9 +1207,10 @@ int shs__s3_put(shs__s3 *s3, const char *bucket, const char *key, const void *da
     r.body_len = len;
     r.create_only = create_only;
     rc = s3_run1(s3, &r);
-    if (rc == SHS_EEXIST && r.attempt > 1) {
-        /* a retry met an object: our own first attempt, answered too
-           late, or another writer's.  The bytes tell. */
+    if (rc == SHS_EEXIST) {
+        /* the object there may be our own: an earlier attempt whose
+           answer was lost -- ours, or curl's own silent resend of a
+           request on a reused connection that died.  The bytes tell. */
         char *have = NULL, msg[600];
         size_t hl = 0;
         snprintf(msg, sizeof msg, "%s", shs_last_error());

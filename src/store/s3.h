@@ -167,9 +167,10 @@ uint64_t shs__s3_requests(const shs__s3 *s3);
 int shs__s3_head(shs__s3 *s3, const char *bucket, const char *key, uint64_t *size);
 
 /* PUT the whole object from memory.  create_only: If-None-Match: *, and
-   SHS_EEXIST when the key exists (a retry that meets its own earlier,
-   answered-too-late success is recognised by reading the object back and
-   comparing).  Bodies larger than a part go up as a multipart upload
+   SHS_EEXIST when the key exists with other bytes (an object found there
+   is read back: one with exactly these bytes is our own earlier attempt
+   whose answer was lost -- a retry, or curl resending on a reused
+   connection that died -- and that is success).  Bodies larger than a part go up as a multipart upload
    (not with create_only: SHS_EINVAL past 5 GiB then). */
 int shs__s3_put(shs__s3 *s3, const char *bucket, const char *key, const void *data, size_t len,
                 int create_only);
