@@ -104,8 +104,8 @@ static int open_common(shs__store **out, const char *location, struct shs__s3 *s
         return shs__err(SHS_EINVAL, "empty store location");
     if (!(st = shs__calloc(1, sizeof *st)))
         return shs__err(SHS_ENOMEM, "out of memory");
-    size_t len = strlen(location);
-    while (len > 1 && location[len - 1] == '/')
+    size_t len = strlen(location), keep = shs__is_s3_location(location) ? 5 : 1;
+    while (len > keep && location[len - 1] == '/')
         len--;
     if (!(st->location = shs__strndup(location, len))) {
         rc = shs__err(SHS_ENOMEM, "out of memory");
