@@ -94,7 +94,11 @@ auth_service_required = none
 auth_client_required = none
 ms_mon_client_mode = crc
 osd_objectstore = memstore
-memstore_device_bytes = 8589934592
+# a limit, not an allocation: memory is used as objects are stored.  A
+# full OSD makes radosgw wait forever, hence the room and the quick
+# garbage collection below (deleted and overwritten objects are freed by
+# radosgw's GC, after 2 hours by default)
+memstore_device_bytes = 12884901888
 osd_pool_default_size = 1
 osd_pool_default_min_size = 1
 osd_pool_default_pg_num = 8
@@ -126,6 +130,9 @@ rgw_data = $dir/rgw
 # (AWS wants 5 MiB except for the last part)
 rgw_multipart_min_part_size = 65536
 rgw_enable_usage_log = false
+rgw_gc_obj_min_wait = 1
+rgw_gc_processor_period = 5
+rgw_gc_processor_max_time = 5
 EOF
 }
 
