@@ -216,8 +216,8 @@ int shs__s3_abort_upload(shs__s3 *s3, const char *bucket, const char *key, const
 /* ---- streaming upload ---- */
 
 /* A large object written front to back: bytes are copied into part
-   buffers (at most cfg.parallel of cfg.part_size bytes: that is all the
-   memory it holds), each full part is uploaded in the background (one
+   buffers (at most cfg.parallel + 1 of cfg.part_size bytes: that is all
+   the memory it holds), each full part is uploaded in the background (one
    thread per upload driving curl_multi) while the caller goes on writing,
    and a failed part is retried alone.  An object that ends within its
    first part is sent as one PUT at commit: no multipart upload is ever

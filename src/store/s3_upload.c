@@ -2,8 +2,9 @@
  * s3_upload.c -- a large object written front to back as a multipart
  * upload: the caller fills part buffers, a background thread drives
  * curl_multi over the full ones, each part retried on its own.  Memory
- * is at most cfg.parallel buffers of the part size; the writer waits when
- * every one is in flight.  An object that ends inside its first part
+ * is at most cfg.parallel + 1 buffers of the part size (cfg.parallel in
+ * flight, one filling); the writer waits when every one is busy.  An
+ * object that ends inside its first part
  * never becomes a multipart upload: it is one PUT at commit.
  */
 #include "store/s3_int.h"
@@ -33,7 +34,8 @@ struct shs__s3_upload {
     shs__s3 *s3;
     char *bucket, *key;
     size_t part_size;
-    unsigned nbuf;
+    unsigned parallel; /* parts in flight at most */
+    unsigned nbuf;     /* part buffers: parallel + 1 */
     part_buf *bufs;
     int cur; /* the buffer being filled, -1 none */
     char *upload_id;
@@ -113,7 +115,7 @@ static void *up_thread(void *arg)
 {
     shs__s3_upload *u = arg;
     s3_feed f = { up_next, up_done, up_idle, u };
-    s3_drive(u->s3, u->m, &f, u->nbuf);
+    s3_drive(u->s3, u->m, &f, u->parallel);
     return NULL;
 }
 
@@ -140,7 +142,11 @@ int shs__s3_upload_begin(shs__s3_upload **out, shs__s3 *s3, const char *bucket, 
         }
         u->part_size = (size_t)p;
     }
-    u->nbuf = c->parallel;
+    /* one buffer more than the transfers: the writer fills one while
+       `parallel` parts are in flight (with only `parallel` buffers, one
+       transfer slot would sit idle during every fill) */
+    u->parallel = c->parallel;
+    u->nbuf = c->parallel + 1;
     pthread_mutex_init(&u->mu, NULL);
     pthread_cond_init(&u->cv, NULL);
     if (!(u->bucket = shs__strdup(bucket)) || !(u->key = shs__strdup(key)) ||

@@ -119,7 +119,7 @@ int shs__store_put(shs__store *st, const char *key, const void *data, size_t len
    local: a temporary file beside the key, written as it comes; commit =
      fsync (SHS__STORE_FSYNC) + rename + fsync of the directory.
    S3: a multipart upload whose parts go up in the background while the
-     caller writes (memory: SHS_S3_PARALLEL x SHS_S3_PART_SIZE at most);
+     caller writes (memory: (SHS_S3_PARALLEL + 1) x SHS_S3_PART_SIZE at most);
      an object smaller than one part is one PUT at commit.
    Nothing is visible under `key` before the commit succeeds.  Commit and
    abort free the handle whatever happens; abort leaves nothing behind
