@@ -1607,6 +1607,16 @@ SHS_API int shs_dtype_parse_alias(shs_dtype *out, const char *name);
    static. */
 SHS_API const char *shs_file_name_problem(const char *name);
 
+/* ---- object storage ---- */
+
+/* Status of a create-only write (an S3 PUT with If-None-Match: *, a local
+   link(2)) that found the name taken: a step committed by another
+   attempt, a lease another job holds.  A value of the shs_status list,
+   declared with its feature (docs/s3.md). */
+enum {
+    SHS_EEXIST = -61
+};
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,10 @@ pkgs=(build-essential cmake pkg-config git
       libopenmpi-dev openmpi-bin
       python3-dev python3-venv python3-setuptools python3-wheel python3-pytest
       python3-torch python3-mpi4py)
+# s3:// save paths (docs/s3.md): libcurl for the S3 client; Ceph's monitor,
+# OSD and radosgw (scripts/s3-server.sh) for the real S3 server the tests
+# run against; curl for its readiness probe and the benchmark's baseline.
+pkgs+=(libcurl4-openssl-dev curl ceph-mon ceph-osd radosgw ceph-common)
 # python3-*: the Python binding (python/, docs/python.md): its build, its
 # pytest suite and the pip install test; torch for shardsafe.torch.
 # python3-fsspec: one test of the reference safetensors suite that

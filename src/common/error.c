@@ -55,6 +55,7 @@ const char *shs_strerror(int status)
     case SHS_ENOCHECKPOINT: return "no checkpoint found";
     case SHS_ELOCKED: return "save path is locked by another writer";
     case SHS_EKEY: return "encryption key missing, wrong or malformed";
+    case SHS_EEXIST: return "already exists";
     default: return "unknown status";
     }
 }

@@ -60,9 +60,7 @@ int shs__is_lock_name(const char *name)
     return strcmp(name, SHS__LOCK_NAME) == 0;
 }
 
-/* Copy the value of `key` from the lock file's "key value" lines into out,
-   keeping printable ASCII only (the file is anyone's to write). */
-static void info_field(char *out, size_t cap, const char *text, const char *key)
+void shs__lock_info_field(char *out, size_t cap, const char *text, const char *key)
 {
     size_t klen = strlen(key);
     out[0] = '\0';
@@ -84,7 +82,7 @@ static void info_field(char *out, size_t cap, const char *text, const char *key)
 static void parse_holder(shs_lock_holder *h, const char *text)
 {
     char pid[32];
-    info_field(pid, sizeof pid, text, "pid");
+    shs__lock_info_field(pid, sizeof pid, text, "pid");
     h->pid = -1;
     if (pid[0] && strlen(pid) <= 10 && strspn(pid, "0123456789") == strlen(pid)) {
         int64_t v = 0;
@@ -92,8 +90,8 @@ static void parse_holder(shs_lock_holder *h, const char *text)
             v = v * 10 + (*p - '0');
         h->pid = v;
     }
-    info_field(h->host, sizeof h->host, text, "host");
-    info_field(h->since, sizeof h->since, text, "since");
+    shs__lock_info_field(h->host, sizeof h->host, text, "host");
+    shs__lock_info_field(h->since, sizeof h->since, text, "since");
     if (h->pid < 0 && !h->host[0])
         snprintf(h->text, sizeof h->text, "an unknown process (its lock file names no holder)");
     else if (h->pid < 0)

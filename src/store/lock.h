@@ -12,6 +12,11 @@
    would let a second writer lock a new file of the same name). */
 #define SHS__LOCK_NAME SHS_SAVEPATH_LOCK_NAME
 
+/* Copy the value of `key` from the "key value" lines of `text` (a lock
+   file, a lease object: anyone's to write) into out, keeping printable
+   ASCII only; "" when absent. */
+void shs__lock_info_field(char *out, size_t cap, const char *text, const char *key);
+
 /* Nonzero when `name` (an entry of a save path) is the lock file. */
 int shs__is_lock_name(const char *name);
 
