@@ -326,8 +326,8 @@ static void test_json_doc(void **state)
         "\xef\xbb\xbf{}",
         "// c\n{}",
         "[1e99999]",
-        "{\"\xe3\xe3\": 1}", /* not UTF-8 (a fuzzer's find) */
-        "[\"\xc0\xaf\"]",    /* overlong */
+        "{\"\xe3\xe3\": 1}",  /* not UTF-8 (a fuzzer's find) */
+        "[\"\xc0\xaf\"]",     /* overlong */
         "[\"\xed\xa0\x80\"]", /* an encoded surrogate */
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
