@@ -622,8 +622,15 @@ typedef struct shs_config {
     const char *export_dtype; /* floating-point tensors converted to this
                                  dtype (shs_dtype_parse_alias: "bfloat16",
                                  "bf16", "float32"...); "" as saved */
+    /* version 4: with a key configured, the resume from save_path takes
+       encrypted checkpoints only (an unencrypted one is refused with
+       SHS_EKEY: it may be an encrypted one stripped of its encryption);
+       set this to resume from unencrypted ones too (saved before
+       encryption was turned on).  load_path and initial_load_path take
+       unencrypted checkpoints and weights whatever it says. */
+    int allow_unencrypted_resume; /* (0) */
 } shs_config;
-#define SHS_CONFIG_VERSION 3
+#define SHS_CONFIG_VERSION 4
 
 SHS_API void shs_config_init(shs_config *config);
 SHS_API void shs_config_release(shs_config *config);

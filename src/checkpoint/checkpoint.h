@@ -73,6 +73,10 @@ typedef struct shs__load_req {
                                      registered are skipped and listed,
                                      even when strict */
     const struct shs__key *key;   /* of an encrypted checkpoint, or NULL */
+    int encrypted_only;           /* with a key: refuse an unencrypted
+                                     checkpoint (SHS_EKEY) -- the manager's
+                                     resume from save_path, unless
+                                     allow_unencrypted_resume */
 } shs__load_req;
 
 /* Load a step directory (ours, or a plain directory of safetensors files:
