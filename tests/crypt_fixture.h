@@ -159,8 +159,9 @@ static inline int memmem_found(const void *hay, size_t n, const void *needle, si
 
 /* ---- tampering ---- */
 
-/* Edit metadata.json of dir with `fn` and seal it again, as the writer
-   does (so only the edit is different). */
+/* Edit metadata.json of dir with `fn` and seal it again with its
+   unkeyed checksum, as anyone can (so only the edit is different; the
+   MAC of a version-4 file, where it stays, no longer matches). */
 static inline void edit_meta(const char *dir, void (*fn)(json_t *root, void *ctx), void *ctx)
 {
     const char *mp = tu_path(dir, "metadata.json");
@@ -168,8 +169,50 @@ static inline void edit_meta(const char *dir, void (*fn)(json_t *root, void *ctx
     json_t *root = json_load_file(mp, 0, &je);
     assert_non_null(root);
     fn(root, ctx);
+    /* a member added stays before the MAC, as the writer puts it */
+    json_t *mac = json_incref(json_object_get(root, "metadata_mac"));
+    if (mac && json_object_del(root, "metadata_mac") == 0)
+        json_object_set_new(root, "metadata_mac", mac);
     tu_meta_reseal(mp, root);
     json_decref(root);
+}
+
+/* The same, and authenticated again under k_key, as only a holder of the
+   key can: what is left to catch it is the chunks' own tags. */
+static inline void edit_meta_keyed(const char *dir, void (*fn)(json_t *root, void *ctx),
+                                   void *ctx)
+{
+    const char *mp = tu_path(dir, "metadata.json");
+    json_error_t je;
+    json_t *root = json_load_file(mp, 0, &je);
+    assert_non_null(root);
+    fn(root, ctx);
+    json_object_del(root, "metadata_mac");
+    json_object_del(root, "metadata_xxh3");
+    char *plain = json_dumps(root, JSON_COMPACT);
+    assert_non_null(plain);
+    shs__key k;
+    TU_OK(shs__key_from_bytes(&k, k_key, 32));
+    char *sealed = NULL;
+    size_t len = 0;
+    TU_OK(shs__crypt_meta_seal(&sealed, &len, plain, strlen(plain), &k));
+    free(plain);
+    assert_int_equal(tu_write_file(mp, sealed, len), 0);
+    shs__free(sealed);
+    json_decref(root);
+}
+
+/* Load sp (its newest step) and verify dir with k_key: both fail with
+   `rc`, the message holding `needle`. */
+static inline void expect_refused(const char *sp, shs_state *st, const char *dir, int rc,
+                                  const char *needle)
+{
+    int got = load_keyed(sp, st, g_key_file);
+    if (got != rc || !strstr(shs_last_error(), needle))
+        fail_msg("load: %d (want %d) %s", got, rc, shs_last_error());
+    got = shs_checkpoint_verify_key(dir, k_key, 32);
+    if (got != rc || !strstr(shs_last_error(), needle))
+        fail_msg("verify: %d (want %d) %s", got, rc, shs_last_error());
 }
 
 static inline json_t *chunk_of(json_t *root, const char *tensor)
@@ -226,6 +269,30 @@ static inline void flip_byte(const char *dir, size_t at)
     data[at] ^= 0x01;
     assert_int_equal(tu_write_file(tu_path(dir, MODEL_FILE), data, len), 0);
     free(data);
+}
+
+/* Swap n bytes at a and b of the model file of dir. */
+static inline void swap_bytes(const char *dir, size_t a, size_t b, size_t n)
+{
+    size_t len;
+    char *data = tu_read_file(tu_path(dir, MODEL_FILE), &len);
+    assert_non_null(data);
+    assert_true(a + n <= len && b + n <= len);
+    for (size_t i = 0; i < n; i++) {
+        char t = data[a + i];
+        data[a + i] = data[b + i];
+        data[b + i] = t;
+    }
+    assert_int_equal(tu_write_file(tu_path(dir, MODEL_FILE), data, len), 0);
+    free(data);
+}
+
+/* Copy the tree at `from` (files and directories only) to `to`. */
+static inline void copy_tree(const char *from, const char *to)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cp -R '%s' '%s'", from, to);
+    assert_int_equal(system(cmd), 0);
 }
 
 
