@@ -234,6 +234,16 @@ static PyObject *File_view(FileObject *self, PyObject *name)
         return NULL;
     const shs_tensor_info *t = shs_file_tensor(self->f, (size_t)i);
     void *p;
+    /* the library hands out no data of an encrypted file (its header's
+       "shardsafe_cipher"); this private mapping is the binding's own, so
+       it refuses likewise */
+    const char *cipher = shs_file_metadata_get(self->f, "shardsafe_cipher");
+    if (self->mode == MODE_COW && cipher)
+        return pyshs_raise_msg(SHS_EKEY,
+                               "%s: encrypted (its header says \"shardsafe_cipher\": \"%s\"): its "
+                               "tensors are ciphertext, read only through the metadata.json of "
+                               "its checkpoint with the key",
+                               shs_file_path(self->f), cipher);
     if (self->mode == MODE_COW)
         p = self->cow + shs_file_data_start(self->f) + t->offset;
     else
