@@ -179,8 +179,7 @@ static inline void edit_meta(const char *dir, void (*fn)(json_t *root, void *ctx
 
 /* The same, and authenticated again under k_key, as only a holder of the
    key can: what is left to catch it is the chunks' own tags. */
-static inline void edit_meta_keyed(const char *dir, void (*fn)(json_t *root, void *ctx),
-                                   void *ctx)
+static inline void edit_meta_keyed(const char *dir, void (*fn)(json_t *root, void *ctx), void *ctx)
 {
     const char *mp = tu_path(dir, "metadata.json");
     json_error_t je;

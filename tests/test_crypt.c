@@ -113,9 +113,8 @@ static void test_roundtrip(void **state)
     assert_int_equal(strlen(json_string_value(json_object_get(c0, "gcm_tags"))), 12 * 32);
     assert_null(json_object_get(c0, "aes_gcm"));
     assert_null(json_object_get(c0, "xxh3_blocks"));
-    c0 = json_array_get(json_object_get(json_object_get(json_object_get(root, "tensors"), "a"),
-                                        "chunks"),
-                        0);
+    c0 = json_array_get(
+        json_object_get(json_object_get(json_object_get(root, "tensors"), "a"), "chunks"), 0);
     assert_int_equal(strlen(json_string_value(json_object_get(c0, "gcm_tags"))), 32);
     json_decref(root);
     size_t len;
@@ -276,8 +275,7 @@ static void test_read_api(void **state)
     TU_OK(shs_checkpoint_read(ck, ti, bs, bn, SHS_F32, box, sizeof box));
     assert_true(box[4] == s.big[501 * (BIG / 1024) + 8]);
     uint64_t bs0[2] = { 0, 7 };
-    assert_int_equal(shs_checkpoint_read(ck, ti, bs0, bn, SHS_F32, box, sizeof box),
-                     SHS_ECHECKSUM);
+    assert_int_equal(shs_checkpoint_read(ck, ti, bs0, bn, SHS_F32, box, sizeof box), SHS_ECHECKSUM);
     TU_ASSERT_MSG_HAS("segment 0 of 12");
     assert_int_equal(shs_checkpoint_read(ck, ti, NULL, NULL, SHS_F32, s.big, BIG * sizeof(float)),
                      SHS_ECHECKSUM);
@@ -879,8 +877,7 @@ static void test_open_tampered(void **state)
             assert_int_equal(open_w(&x, x.ct, buf), SHS_ECHECKSUM);
             assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
             x.key = right;
-            assert_int_equal(shs__crypt_auth_chunk(NULL, &x.m, "D", &x.t, &x.c, x.ct, n),
-                             SHS_EKEY);
+            assert_int_equal(shs__crypt_auth_chunk(NULL, &x.m, "D", &x.t, &x.c, x.ct, n), SHS_EKEY);
             TU_ASSERT_MSG_HAS("key required");
             /* and untouched, it opens */
             TU_OK(auth_w(&x));
@@ -991,11 +988,10 @@ static void test_open_segments(void **state)
     assert_true(all_bytes(buf + 2 * SEG, 4 * SEG, 0));
     assert_true(all_bytes(buf, 2 * SEG, 0x5a));
     /* out of range, no key */
-    assert_int_equal(shs__crypt_open_segments(&x.key, &x.m, "D", &x.t, &x.c, 6, 2, NULL, x.ct,
-                                              buf),
+    assert_int_equal(shs__crypt_open_segments(&x.key, &x.m, "D", &x.t, &x.c, 6, 2, NULL, x.ct, buf),
                      SHS_ECORRUPT);
-    assert_int_equal(
-        shs__crypt_open_segments(NULL, &x.m, "D", &x.t, &x.c, 0, 1, NULL, x.ct, buf), SHS_EKEY);
+    assert_int_equal(shs__crypt_open_segments(NULL, &x.m, "D", &x.t, &x.c, 0, 1, NULL, x.ct, buf),
+                     SHS_EKEY);
     free(buf);
     sealed_free(&x);
 }

@@ -347,10 +347,8 @@ static void test_marked_file_in_folder(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_downgrade_v4),
-        cmocka_unit_test(test_downgrade_v3),
-        cmocka_unit_test(test_marks_removed),
-        cmocka_unit_test(test_unencrypted_save_path),
+        cmocka_unit_test(test_downgrade_v4),          cmocka_unit_test(test_downgrade_v3),
+        cmocka_unit_test(test_marks_removed),         cmocka_unit_test(test_unencrypted_save_path),
         cmocka_unit_test(test_marked_file_in_folder),
     };
     return TU_RUN_GROUP(tests, setup, teardown);

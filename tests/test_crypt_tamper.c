@@ -610,10 +610,10 @@ static void test_hostile_metadata(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tampered_byte),    cmocka_unit_test(test_swapped_segments),
-        cmocka_unit_test(test_swapped_chunks),   cmocka_unit_test(test_moved_chunk),
+        cmocka_unit_test(test_tampered_byte),           cmocka_unit_test(test_swapped_segments),
+        cmocka_unit_test(test_swapped_chunks),          cmocka_unit_test(test_moved_chunk),
         cmocka_unit_test(test_spliced_from_other_save), cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_fields_and_tags),  cmocka_unit_test(test_metadata_mac),
+        cmocka_unit_test(test_fields_and_tags),         cmocka_unit_test(test_metadata_mac),
         cmocka_unit_test(test_hostile_metadata),
     };
     return TU_RUN_GROUP(tests, setup, teardown);

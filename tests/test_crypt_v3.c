@@ -289,7 +289,8 @@ static void test_v3_tamper(void **state)
         { edit_nt, 50, SHS_ECHECKSUM, "tensor 'big': chunk does not authenticate" },
         /* version 4's members in version 3 */
         { add_salt, 0, SHS_ECORRUPT, "\"gcm_salt\" and \"gcm_tags\" are only valid in version 4" },
-        { add_segment, 0, SHS_ECORRUPT, "\"segment_bytes\" and \"metadata_mac\" belong to version 4" },
+        { add_segment, 0, SHS_ECORRUPT,
+          "\"segment_bytes\" and \"metadata_mac\" belong to version 4" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *sp = v3_copy("v3-case");

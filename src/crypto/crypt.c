@@ -168,8 +168,8 @@ size_t shs__crypt_aad(unsigned char *out, const char *save_id, const char *name,
 size_t shs__crypt_chunk_aad(unsigned char *out, const shs__meta *m, const shs__mtensor *t,
                             const shs__mchunk *c)
 {
-    return shs__crypt_aad(out, m->save_id, t->name, t->dtype, t->ndim, t->gshape, c->off,
-                          c->shape, m->step, m->version >= SHS__META_VERSION_STREAM ? m->segment : 0);
+    return shs__crypt_aad(out, m->save_id, t->name, t->dtype, t->ndim, t->gshape, c->off, c->shape,
+                          m->step, m->version >= SHS__META_VERSION_STREAM ? m->segment : 0);
 }
 
 int shs__crypt_save_id(char out[17])
@@ -299,8 +299,7 @@ static int meta_digest(unsigned char out[32], char *text, size_t len)
 /* The text ends as shs__crypt_meta_seal writes it. */
 static int has_mac_tail(const char *text, size_t len)
 {
-    return len >= MAC_TAIL &&
-           memcmp(text + len - MAC_TAIL, MAC_KEY, sizeof MAC_KEY - 1) == 0 &&
+    return len >= MAC_TAIL && memcmp(text + len - MAC_TAIL, MAC_KEY, sizeof MAC_KEY - 1) == 0 &&
            memcmp(text + len - MAC_AT + MAC_HEX, SEAL_KEY, sizeof SEAL_KEY - 1) == 0 &&
            memcmp(text + len - (sizeof TAIL_END - 1), TAIL_END, sizeof TAIL_END - 1) == 0;
 }
@@ -358,8 +357,7 @@ done:
     return rc;
 }
 
-int shs__crypt_meta_digest(shs__meta *m, char *buf, size_t len, const char *value,
-                           const char *path)
+int shs__crypt_meta_digest(shs__meta *m, char *buf, size_t len, const char *value, const char *path)
 {
     if (!has_mac_tail(buf, len) || !value || strlen(value) != MAC_HEX ||
         memcmp(value, buf + len - MAC_AT, MAC_HEX) != 0 ||
@@ -385,8 +383,7 @@ int shs__crypt_mismatch(const char *dir, const shs__meta *m, const shs__mtensor 
 {
     char where[64] = "";
     if (seg >= 0)
-        snprintf(where, sizeof where, ", segment %lld of %llu", seg,
-                 (unsigned long long)c->ntags);
+        snprintf(where, sizeof where, ", segment %lld of %llu", seg, (unsigned long long)c->ntags);
     return shs__err(SHS_ECHECKSUM,
                     "%s/%s: tensor '%s': chunk does not authenticate (%s tag mismatch%s): its "
                     "bytes, its place (tensor, offset, step) or metadata.json were changed",
@@ -395,9 +392,8 @@ int shs__crypt_mismatch(const char *dir, const shs__meta *m, const shs__mtensor 
 
 /* Decrypt (buf) or only authenticate (buf NULL: through a scratch
    buffer) a version-3 chunk. */
-static int open_v3(const shs__key *key, const shs__meta *m, const char *dir,
-                   const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
-                   uint64_t n)
+static int open_v3(const shs__key *key, const shs__meta *m, const char *dir, const shs__mtensor *t,
+                   const shs__mchunk *c, const void *src, void *buf, uint64_t n)
 {
     unsigned char aad[SHS__AAD_MAX], tag[SHS__TAG_BYTES], tail[16];
     unsigned char *scratch = buf ? NULL : shs__malloc(SCRATCH);

@@ -221,14 +221,21 @@ static int open_range(const shs__key *key, const shs__meta *m, const char *dir,
     segs s;
     uint64_t n = c->b1 - c->b0;
     if (shs__crypt_nsegs(n, m->segment) != c->ntags || end > c->ntags || first > end)
-        return shs__err(SHS_ECORRUPT, "%s/%s: tensor '%s': %llu segment tags for %llu bytes",
-                        dir, m->f[c->file].name, t->name, (unsigned long long)c->ntags,
+        return shs__err(SHS_ECORRUPT, "%s/%s: tensor '%s': %llu segment tags for %llu bytes", dir,
+                        m->f[c->file].name, t->name, (unsigned long long)c->ntags,
                         (unsigned long long)n);
     size_t alen = shs__crypt_chunk_aad(aad, m, t, c);
     if (segs_init(&s, key, c->salt, aad, alen, n, m->segment) < 0)
         return shs__err(SHS_EIO, "libcrypto: cannot derive the key of a chunk");
-    seg_pool p = { .s = &s, .first = first, .end = end, .marks = marks, .in = src,
-                   .out = buf, .tags = c->tags, .next = first, .bad = UINT64_MAX };
+    seg_pool p = { .s = &s,
+                   .first = first,
+                   .end = end,
+                   .marks = marks,
+                   .in = src,
+                   .out = buf,
+                   .tags = c->tags,
+                   .next = first,
+                   .bad = UINT64_MAX };
     pool_run(&p);
     segs_wipe(&s);
     if (p.failed == 0 && p.bad == UINT64_MAX)
@@ -239,8 +246,9 @@ static int open_range(const shs__key *key, const shs__meta *m, const char *dir,
         OPENSSL_cleanse(buf, (size_t)(e - b));
     }
     if (p.failed)
-        return shs__err(p.failed, p.failed == SHS_ENOMEM ? "out of memory decrypting '%s'"
-                                                         : "libcrypto: decrypting '%s' failed",
+        return shs__err(p.failed,
+                        p.failed == SHS_ENOMEM ? "out of memory decrypting '%s'"
+                                               : "libcrypto: decrypting '%s' failed",
                         t->name);
     return shs__crypt_mismatch(dir, m, t, c, (long long)p.bad);
 }
@@ -276,11 +284,11 @@ typedef struct seal_pipe {
     unsigned char *ring, *tags;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    uint64_t next;                  /* the next segment a helper takes */
-    uint64_t used;                  /* segments the caller has written */
-    uint64_t done[SHS__SEAL_RING];  /* 1 + the segment a slot holds */
-    int stop;                       /* the caller failed */
-    int failed;                     /* a helper failed (SHS_EIO/ENOMEM) */
+    uint64_t next;                 /* the next segment a helper takes */
+    uint64_t used;                 /* segments the caller has written */
+    uint64_t done[SHS__SEAL_RING]; /* 1 + the segment a slot holds */
+    int stop;                      /* the caller failed */
+    int failed;                    /* a helper failed (SHS_EIO/ENOMEM) */
 } seal_pipe;
 
 static void *seal_helper(void *arg)

@@ -65,8 +65,7 @@ int shs__meta_check_chunk_cipher(const mparse *s, shs__mtensor *t, const rchunk 
     /* an encrypted checkpoint encrypts every chunk, another none */
     if (m->encrypted && !v4 ? q->enc_k != H_OK : q->enc_k != H_NONE)
         BAD("%s: tensor '%s': chunk %zu: \"aes_gcm\" (56 hex digits: nonce and tag) is %s", path,
-            tname, k,
-            m->encrypted && !v4 ? "required in version 3" : "only valid in version 3");
+            tname, k, m->encrypted && !v4 ? "required in version 3" : "only valid in version 3");
     if (!v4 && (q->salt_k != H_NONE || q->tags_k != H_NONE))
         BAD("%s: tensor '%s': chunk %zu: \"gcm_salt\" and \"gcm_tags\" are only valid in version "
             "%d",

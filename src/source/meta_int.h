@@ -56,7 +56,7 @@ typedef struct rchunk {
     jnum file, b0, b1, block;
     size_t off_n, shape_n, br_n, nblocks, bad_block;
     uint8_t obj, key_k, off_k, off_ok, shape_k, shape_ok, br_k, hash_k, blocks_k;
-    uint8_t enc_k; /* "aes_gcm": H_NONE, H_OK or H_BAD */
+    uint8_t enc_k;          /* "aes_gcm": H_NONE, H_OK or H_BAD */
     uint8_t salt_k, tags_k; /* "gcm_salt", "gcm_tags" (version 4): likewise */
 } rchunk;
 

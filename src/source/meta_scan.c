@@ -283,9 +283,9 @@ static int scan_blocks(mparse *s, shs__mchunk *c, rchunk *r)
     }
 }
 
-static const char *const k_chunk_keys[] = { "offset",     "shape",       "file",    "key",
-                                            "byte_range", "xxh3",        "xxh3_block",
-                                            "xxh3_blocks", "aes_gcm",    "gcm_salt", "gcm_tags" };
+static const char *const k_chunk_keys[] = { "offset",     "shape",    "file",       "key",
+                                            "byte_range", "xxh3",     "xxh3_block", "xxh3_blocks",
+                                            "aes_gcm",    "gcm_salt", "gcm_tags" };
 
 /* "aes_gcm" (crypt.h): nonce and tag, 56 hex digits. */
 static int scan_aes_gcm(mparse *s, shs__mchunk *c, rchunk *r)
@@ -543,8 +543,8 @@ enum {
     R_N
 };
 static const char *const k_root_keys[R_N] = {
-    "format", "version", "step",   "world_size",    "common_xxh3",         "model_only",
-    "files",  "tensors", "blobs",  "metadata_xxh3", "state_dict_metadata", "storage_data",
+    "format", "version", "step",    "world_size",    "common_xxh3",         "model_only",
+    "files",  "tensors", "blobs",   "metadata_xxh3", "state_dict_metadata", "storage_data",
     "cipher", "key_id",  "save_id", "segment_bytes", "metadata_mac"
 };
 
