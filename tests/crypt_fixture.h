@@ -129,14 +129,23 @@ static inline int save_keyed(const char *sp, shs_state *st, int64_t step, const 
     return rc;
 }
 
-/* Load sp (its newest step) into st with the key from `file`. */
-static inline int load_keyed(const char *sp, shs_state *st, const char *file)
+/* A manager's load into st with the key from `file` (NULL: none): the
+   save path `save_path` resumed (allow: allow_unencrypted_resume), or
+   with save_path NULL, `load_path` (its newest step) loaded.  SHS_EINVAL
+   when the load found nothing at the path it was given. */
+static inline int manager_load(const char *save_path, const char *load_path, shs_state *st,
+                               const char *file, int allow)
 {
     shs_config c;
-    shs_config_init(&c);
-    c.enable_save = 0;
-    c.load_path = sp;
+    if (save_path) {
+        tu_cfg_saving(&c, save_path);
+    } else {
+        shs_config_init(&c);
+        c.enable_save = 0;
+        c.load_path = load_path;
+    }
     c.encrypt_key_file = file ? file : "";
+    c.allow_unencrypted_resume = allow;
     shs_manager *m = NULL;
     int rc = shs_manager_create(&m, &c, st);
     if (rc < 0)
@@ -144,8 +153,29 @@ static inline int load_keyed(const char *sp, shs_state *st, const char *file)
     shs_progress p = tu_prog(0);
     shs_load_result r = SHS_LOAD_RESULT_INIT;
     rc = shs_manager_load(m, &p, &r);
+    if (rc == SHS_OK && r.source != (save_path ? SHS_LOAD_SAVE_PATH : SHS_LOAD_LOAD_PATH))
+        rc = SHS_EINVAL;
     shs_manager_free(m);
     return rc;
+}
+
+/* Load sp (its newest step) into st with the key from `file`. */
+static inline int load_keyed(const char *sp, shs_state *st, const char *file)
+{
+    return manager_load(NULL, sp, st, file, 0);
+}
+
+/* The read API's handle of `path` opened with k_key (flags:
+   SHS_CKPT_OPEN_*). */
+static inline shs_checkpoint *open_keyed(const char *path, unsigned flags)
+{
+    shs_checkpoint *ck = NULL;
+    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+    o.key = k_key;
+    o.key_len = 32;
+    o.flags = flags;
+    TU_OK(shs_checkpoint_open_ex(&ck, path, &o));
+    return ck;
 }
 
 static inline int memmem_found(const void *hay, size_t n, const void *needle, size_t k)
@@ -292,6 +322,13 @@ static inline void copy_tree(const char *from, const char *to)
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "cp -R '%s' '%s'", from, to);
     assert_int_equal(system(cmd), 0);
+}
+
+/* dir as it was when copied to `keep` (copy_tree). */
+static inline void restore_tree(const char *dir, const char *keep)
+{
+    tu_rmtree(dir);
+    copy_tree(keep, dir);
 }
 
 

@@ -43,21 +43,7 @@ static void strip(json_t *root, void *arg)
 /* The manager resumes from save path sp (key from key_file, or none). */
 static int resume(const char *sp, shs_state *st, const char *key_file, int allow)
 {
-    shs_config c;
-    tu_cfg_saving(&c, sp);
-    c.encrypt_key_file = key_file ? key_file : "";
-    c.allow_unencrypted_resume = allow;
-    shs_manager *m = NULL;
-    int rc = shs_manager_create(&m, &c, st);
-    if (rc < 0)
-        return rc;
-    shs_progress p = tu_prog(0);
-    shs_load_result r = SHS_LOAD_RESULT_INIT;
-    rc = shs_manager_load(m, &p, &r);
-    if (rc == SHS_OK && r.source != SHS_LOAD_SAVE_PATH)
-        rc = SHS_EINVAL; /* nothing resumed */
-    shs_manager_free(m);
-    return rc;
+    return manager_load(sp, NULL, st, key_file, allow);
 }
 
 #define EXPECT(call, want, needle)                                                                 \

@@ -63,11 +63,7 @@ static void test_tampered_byte(void **state)
     expect_refused(sp, s.st, dir, SHS_ECHECKSUM, "does not authenticate");
     TU_ASSERT_MSG_HAS("tensor 'a'");
     TU_ASSERT_MSG_HAS("segment 0 of 1");
-    shs_checkpoint *ck;
-    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
-    o.key = k_key;
-    o.key_len = 32;
-    TU_OK(shs_checkpoint_open_ex(&ck, sp, &o));
+    shs_checkpoint *ck = open_keyed(sp, 0);
     size_t ti;
     TU_OK(shs_checkpoint_find(&ti, ck, "a"));
     float out[12];
@@ -244,11 +240,7 @@ static void test_moved_chunk(void **state)
     expect_refused(rs, s.st, dst, SHS_ECHECKSUM, "does not authenticate");
     TU_ASSERT_MSG_HAS("tensor 'a'");
     /* the read API too, for a box in either half */
-    shs_checkpoint *ck;
-    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
-    o.key = k_key;
-    o.key_len = 32;
-    TU_OK(shs_checkpoint_open_ex(&ck, dst, &o));
+    shs_checkpoint *ck = open_keyed(dst, 0);
     size_t ti;
     TU_OK(shs_checkpoint_find(&ti, ck, "a"));
     float out[3];
@@ -433,8 +425,7 @@ static void test_fields_and_tags(void **state)
         int rc = shs_checkpoint_verify_key(dir, k_key, 32);
         if (rc != want || !strstr(shs_last_error(), needle))
             fail_msg("case %zu unkeyed: %d %s", i, rc, shs_last_error());
-        tu_rmtree(dir);
-        copy_tree(keep, dir);
+        restore_tree(dir, keep);
         edit_meta_keyed(dir, cases[i].fn, (void *)(uintptr_t)cases[i].arg);
         rc = shs_checkpoint_verify_key(dir, k_key, 32);
         if (rc != cases[i].keyed_rc || !strstr(shs_last_error(), cases[i].keyed_needle))
@@ -442,8 +433,7 @@ static void test_fields_and_tags(void **state)
         rc = load_keyed(sp, s.st, g_key_file);
         if (rc != cases[i].keyed_rc)
             fail_msg("case %zu keyed load: %d %s", i, rc, shs_last_error());
-        tu_rmtree(dir);
-        copy_tree(keep, dir);
+        restore_tree(dir, keep);
     }
     TU_OK(shs_checkpoint_verify_key(dir, k_key, 32));
     tu_rmtree(keep);
@@ -505,13 +495,11 @@ static void test_metadata_mac(void **state)
     assert_null(ck);
     TU_OK(shs_checkpoint_open(&ck, sp));
     shs_checkpoint_close(ck);
-    tu_rmtree(dir);
-    copy_tree(keep, dir);
+    restore_tree(dir, keep);
     /* the MAC dropped, or not where it belongs */
     edit_meta(dir, drop_mac, NULL);
     expect_refused(sp, s.st, dir, SHS_ECORRUPT, "\"metadata_mac\" belong to version 4");
-    tu_rmtree(dir);
-    copy_tree(keep, dir);
+    restore_tree(dir, keep);
     json_error_t je;
     json_t *root = json_load_file(tu_path(dir, "metadata.json"), 0, &je);
     assert_non_null(root);
@@ -519,8 +507,7 @@ static void test_metadata_mac(void **state)
     tu_meta_reseal(tu_path(dir, "metadata.json"), root); /* not edit_meta: it keeps the order */
     json_decref(root);
     expect_refused(sp, s.st, dir, SHS_ECORRUPT, "ends with \"metadata_mac\"");
-    tu_rmtree(dir);
-    copy_tree(keep, dir);
+    restore_tree(dir, keep);
     TU_OK(shs_checkpoint_verify_key(dir, k_key, 32));
     tu_rmtree(keep);
     free(keep);

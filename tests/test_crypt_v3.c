@@ -90,13 +90,8 @@ static void test_v3_reads(void **state)
     TU_ASSERT_MSG_HAS("checksums match");
 
     /* the read API: whole tensors and boxes, mapped and with pread */
-    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
-    o.key = k_key;
-    o.key_len = 32;
     for (int nommap = 0; nommap < 2; nommap++) {
-        shs_checkpoint *ck;
-        o.flags = nommap ? SHS_CKPT_OPEN_NO_MMAP : 0;
-        TU_OK(shs_checkpoint_open_ex(&ck, sp, &o));
+        shs_checkpoint *ck = open_keyed(sp, nommap ? SHS_CKPT_OPEN_NO_MMAP : 0);
         assert_int_equal(shs_checkpoint_format_version(ck), 3);
         assert_int_equal(shs_checkpoint_encrypted(ck), 1);
         size_t ti;
@@ -221,11 +216,7 @@ static void test_v3_tamper(void **state)
         edit_meta(dir, mend_hash, &x);
         expect_refused(sp, s.st, dir, SHS_ECHECKSUM, "does not authenticate (AES-256-GCM tag");
         TU_ASSERT_MSG_HAS("tensor 'big'");
-        shs_checkpoint *ck;
-        shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
-        o.key = k_key;
-        o.key_len = 32;
-        TU_OK(shs_checkpoint_open_ex(&ck, sp, &o));
+        shs_checkpoint *ck = open_keyed(sp, 0);
         size_t ti;
         TU_OK(shs_checkpoint_find(&ti, ck, "big"));
         float box[2];

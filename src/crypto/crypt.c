@@ -446,6 +446,7 @@ int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *d
                           const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
                           uint64_t n)
 {
+    /* buf NULL: authenticate only (shs__crypt_auth_chunk) */
     int rc;
     if (!c->enc)
         return SHS_OK;
@@ -459,14 +460,7 @@ int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *d
 int shs__crypt_auth_chunk(const shs__key *key, const shs__meta *m, const char *dir,
                           const shs__mtensor *t, const shs__mchunk *c, const void *src, uint64_t n)
 {
-    int rc;
-    if (!c->enc)
-        return SHS_OK;
-    if ((rc = shs__crypt_check_key_id(m, key, dir)) < 0)
-        return rc;
-    if (m->version >= SHS__META_VERSION_STREAM)
-        return shs__crypt_open_v4(key, m, dir, t, c, src, NULL, n);
-    return open_v3(key, m, dir, t, c, src, NULL, n);
+    return shs__crypt_open_chunk(key, m, dir, t, c, src, NULL, n);
 }
 
 /* ---- metadata.json's spelling ---- */
