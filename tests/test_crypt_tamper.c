@@ -38,6 +38,17 @@ static void done_with(char *sp, cstate *s)
     free(sp);
 }
 
+/* dir, restored from its copy `keep`, is intact (so each edit was what
+   failed); then everything freed. */
+static void done_keeping(char *sp, cstate *s, char *dir, char *keep)
+{
+    TU_OK(shs_checkpoint_verify_key(dir, k_key, 32));
+    tu_rmtree(keep);
+    free(keep);
+    free(dir);
+    done_with(sp, s);
+}
+
 static void test_tampered_byte(void **state)
 {
     (void)state;
@@ -435,11 +446,7 @@ static void test_fields_and_tags(void **state)
             fail_msg("case %zu keyed load: %d %s", i, rc, shs_last_error());
         restore_tree(dir, keep);
     }
-    TU_OK(shs_checkpoint_verify_key(dir, k_key, 32));
-    tu_rmtree(keep);
-    free(keep);
-    free(dir);
-    done_with(sp, &s);
+    done_keeping(sp, &s, dir, keep);
 }
 
 static void flip_mac(json_t *root, void *arg)
@@ -508,11 +515,7 @@ static void test_metadata_mac(void **state)
     json_decref(root);
     expect_refused(sp, s.st, dir, SHS_ECORRUPT, "ends with \"metadata_mac\"");
     restore_tree(dir, keep);
-    TU_OK(shs_checkpoint_verify_key(dir, k_key, 32));
-    tu_rmtree(keep);
-    free(keep);
-    free(dir);
-    done_with(sp, &s);
+    done_keeping(sp, &s, dir, keep);
 }
 
 /* ---- metadata.json that lies about the encryption ---- */
