@@ -287,8 +287,8 @@ static int link_unchanged(local_save *L)
     shs__meta *prev = &L->prev;
     int rc = SHS_OK;
     int *linkable = NULL;
-    /* encrypted saves write every chunk (a fresh nonce each, under the
-       current key): the manager refuses incremental with a key */
+    /* encrypted saves write every chunk (each under a key of its own,
+       from a fresh salt): the manager refuses incremental with a key */
     if (req->incremental && !req->key && req->prev_dir &&
         shs__meta_parse(prev, req->prev_dir) == SHS_OK)
         L->have_prev = 1;

@@ -94,7 +94,7 @@ typedef struct shs__meta {
     int encrypted;  /* versions 3 and 4: "cipher", every chunk
                                  encrypted under the key "key_id" names */
     char key_id[17];
-    char save_id[17];         /* version 3: "save_id", bound into every chunk's AAD */
+    char save_id[17];         /* versions 3, 4: "save_id", in every chunk's AAD */
     uint64_t segment;         /* version 4: "segment_bytes" of every chunk's STREAM */
     unsigned char mac[32];    /* version 4: "metadata_mac" */
     unsigned char digest[32]; /* version 4: SHA-256 of metadata.json as its

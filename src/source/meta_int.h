@@ -82,7 +82,7 @@ typedef struct mparse {
     jnum version, step, world_size;
     uint8_t format_k, seal_k, common_k, model_only_k, files_k, tensors_k, blobs_k;
     uint8_t ms_k;       /* "state_dict_metadata" or "storage_data" seen: MindSpore's */
-    const char *cipher; /* in the arena ("cipher", version 3) */
+    const char *cipher; /* in the arena ("cipher", versions 3 and 4) */
     uint8_t cipher_k, key_id_k, save_id_k;
     uint64_t key_id, save_id;
     jnum segment;    /* "segment_bytes" (version 4) */
