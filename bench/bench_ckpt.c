@@ -14,7 +14,8 @@
  *                               (warm cache) vs memcpy of the same bytes
  *   bench_ckpt encrypt     DIR  encryption at rest (AES-256-GCM, encrypt_key_file):
  *                               encrypted vs unencrypted sync save (fsync=1),
- *                               interleaved, and the warm-cache load of each
+ *                               interleaved, and the warm-cache load and
+ *                               verify of each
  *   bench_ckpt profile-load DIR [ITERS [WORKERS]]   load in a loop, for perf record
  *   bench_ckpt profile-load-enc DIR [ITERS [WORKERS]]  the same, saved and loaded with a key
  *
