@@ -14,7 +14,8 @@
  *                               (warm cache) vs memcpy of the same bytes
  *   bench_ckpt encrypt     DIR  encryption at rest (AES-256-GCM, encrypt_key_file):
  *                               encrypted vs unencrypted sync save (fsync=1),
- *                               interleaved, and the warm-cache load of each
+ *                               interleaved, and the warm-cache load and
+ *                               verify of each
  *   bench_ckpt profile-load DIR [ITERS [WORKERS]]   load in a loop, for perf record
  *   bench_ckpt profile-load-enc DIR [ITERS [WORKERS]]  the same, saved and loaded with a key
  *
@@ -772,6 +773,35 @@ static int mode_encrypt(const char *dir)
            "best CPU time of the unencrypted load / of the encrypted load");
     shs_manager_free(mp);
     shs_manager_free(me);
+    /* verify (warm cache): the checksums of the unencrypted step against
+       the checksums, the MAC and every segment authenticated (decrypted
+       into scratch buffers, two threads per chunk) of the encrypted one */
+    char dp[4096], de[4096];
+    snprintf(dp, sizeof dp, "%s/iteration_%08d", sp, 100 * SAVE_REPS);
+    snprintf(de, sizeof de, "%s/iteration_%08d", se, 100 * SAVE_REPS);
+    double vp[ENC_LOAD_REPS], ve[ENC_LOAD_REPS], cvp[ENC_LOAD_REPS], cve[ENC_LOAD_REPS];
+    for (int r = 0; r < ENC_LOAD_REPS; r++) {
+        double c0 = cpu_now(), t0 = now();
+        CHECK(shs_checkpoint_verify(dp));
+        double c1 = cpu_now(), t1 = now();
+        CHECK(shs_checkpoint_verify_key(de, key, sizeof key));
+        vp[r] = t1 - t0;
+        cvp[r] = c1 - c0;
+        ve[r] = now() - t1;
+        cve[r] = cpu_now() - c1;
+    }
+    gp = bytes / best_of(vp, ENC_LOAD_REPS) / 1e9;
+    ge = bytes / best_of(ve, ENC_LOAD_REPS) / 1e9;
+    printf("encrypt: verify (warm cache) plain %.2f GB/s; encrypted with the key %.2f GB/s; ratio "
+           "%.3f (best of %d); CPU time %.3f s / %.3f s (the encrypted verify's CPU over its "
+           "wall time: %.2f threads busy)\n",
+           gp, ge, ge / gp, ENC_LOAD_REPS, best_of(cvp, ENC_LOAD_REPS), best_of(cve, ENC_LOAD_REPS),
+           best_of(cve, ENC_LOAD_REPS) / best_of(ve, ENC_LOAD_REPS));
+    result("plain_verify", gp, "GB/s", "shs_checkpoint_verify, warm cache, unencrypted");
+    result("enc_verify", ge, "GB/s", "shs_checkpoint_verify_key of the encrypted save");
+    result("enc_verify_ratio", ge / gp, "", "encrypted / unencrypted verify throughput");
+    result("enc_verify_threads", best_of(cve, ENC_LOAD_REPS) / best_of(ve, ENC_LOAD_REPS), "",
+           "CPU time / wall time of the encrypted verify");
     rmtree(sp);
     rmtree(se);
     unlink(kf);

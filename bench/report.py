@@ -782,9 +782,11 @@ def encryption(g, w):
     w("")
     w(f"`bench_ckpt encrypt DIR`: the {fr((E('state_bytes') or 0) / 2**30)} GiB state of "
       "section 3 saved by `shs_manager_save` (sync) without and with `encrypt_key_file` "
-      "(AES-256-GCM per chunk, libcrypto), interleaved, best of 3 each; then loaded back "
-      "(warm cache) by `shs_manager_load`, checked equal. \"CPU ratio\" divides the best "
-      "process CPU times (user + system) instead: the steadier number on a shared machine.")
+      "(AES-256-GCM, a STREAM of 1 MiB segments per chunk, libcrypto), interleaved, best of 3 "
+      "each; then loaded back (warm cache) by `shs_manager_load`, checked equal, and verified "
+      "(`shs_checkpoint_verify` against `shs_checkpoint_verify_key`). \"CPU ratio\" divides "
+      "the best process CPU times (user + system) instead: the steadier number on a shared "
+      "machine.")
     w("")
     w("| | what | encrypted | unencrypted (same run) | ratio | CPU ratio | target | status |")
     w("|---|---|---|---|---|---|---|---|")
@@ -796,7 +798,10 @@ def encryption(g, w):
       f"{gbs(E('enc_save_nofsync'))} | {gbs(E('plain_save_nofsync'))} | "
       f"{fr(E('enc_save_nofsync_ratio'))} | {fr(E('enc_save_nofsync_cpu_ratio'))} | — | |")
     w(f"| c | load, warm cache | {gbs(E('enc_load'))} | {gbs(E('plain_load'))} | "
-      f"{fr(E('enc_load_ratio'))} | | — | |")
+      f"{fr(E('enc_load_ratio'))} | {fr(E('enc_load_cpu_ratio'))} | — | |")
+    w(f"| d | verify, warm cache (encrypted: with the key, on "
+      f"{fr(E('enc_verify_threads'))} cores busy) | {gbs(E('enc_verify'))} | "
+      f"{gbs(E('plain_verify'))} | {fr(E('enc_verify_ratio'))} | | — | |")
     w(f"| | peak RSS of the process (two managers, the state, a 4 MiB ring per file written) | "
       f"{fr(E('peak_rss'))} MiB | | | | | |")
     w("")

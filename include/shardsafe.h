@@ -314,7 +314,10 @@ SHS_API const char *shs_file_metadata_get_n(const shs_file *file, const char *ke
 
 /*
  * Zero-copy pointer to a tensor's bytes (no alignment guarantee), or NULL
- * when the file is not mapped (SHS_OPEN_NO_MMAP or mmap unavailable).
+ * when the file is not mapped (SHS_OPEN_NO_MMAP or mmap unavailable) or is
+ * a data file of an encrypted save (its __metadata__ holds
+ * "shardsafe_cipher": its tensors are ciphertext, which the reads below
+ * refuse with SHS_EKEY too; read it through its checkpoint with the key).
  * Read-only, unless the file was opened with SHS_OPEN_PRIVATE_WRITABLE.
  * As with any mapping, if another process truncates the file while it is
  * open, touching the lost pages raises SIGBUS; pages touched count in the
@@ -644,8 +647,15 @@ typedef struct shs_config {
     const char *export_dtype; /* floating-point tensors converted to this
                                  dtype (shs_dtype_parse_alias: "bfloat16",
                                  "bf16", "float32"...); "" as saved */
+    /* version 4: with a key configured, the resume from save_path takes
+       encrypted checkpoints only (an unencrypted one is refused with
+       SHS_EKEY: it may be an encrypted one stripped of its encryption);
+       set this to resume from unencrypted ones too (saved before
+       encryption was turned on).  load_path and initial_load_path take
+       unencrypted checkpoints and weights whatever it says. */
+    int allow_unencrypted_resume; /* (0) */
 } shs_config;
-#define SHS_CONFIG_VERSION 3
+#define SHS_CONFIG_VERSION 4
 
 SHS_API void shs_config_init(shs_config *config);
 SHS_API void shs_config_release(shs_config *config);
@@ -1032,8 +1042,11 @@ typedef struct shs_ckpt_open_opts {
        rest" below): key_len must be SHS_KEY_BYTES; NULL: none (an
        encrypted checkpoint then opens, names and shapes readable, and
        each read is SHS_EKEY "key required").  A key that is not the
-       checkpoint's fails the open (SHS_EKEY "wrong key").  Copied: the
-       caller may wipe it after the open. */
+       checkpoint's fails the open (SHS_EKEY "wrong key"), as does a key
+       given for an unencrypted checkpoint (SHS_EKEY "not encrypted":
+       the key would authenticate nothing; open it without one) and an
+       encrypted metadata.json that does not authenticate under the key
+       (SHS_ECHECKSUM).  Copied: the caller may wipe it after the open. */
     const unsigned char *key;
     size_t key_len;
 } shs_ckpt_open_opts;
@@ -1448,8 +1461,9 @@ typedef struct shs_reshard_opts {
     /* version 2: the key of an encrypted source (SHS_KEY_BYTES bytes;
        NULL: none, and an encrypted source fails with SHS_EKEY "key
        required").  The output of an encrypted source is encrypted with
-       the same key (fresh nonces, a new save id); a plain source gives a
-       plain output whatever the key. */
+       the same key (fresh salts, a new save id); a key given for an
+       unencrypted source fails with SHS_EKEY "not encrypted" (as
+       shs_ckpt_open_opts.key). */
     const unsigned char *key;
     size_t key_len;
 } shs_reshard_opts;
@@ -1517,17 +1531,31 @@ SHS_API void shs_reshard_layout_free(char *layout);
 /* ---- encryption at rest ----
  *
  * Optional AES-256-GCM (OpenSSL libcrypto) of every tensor chunk a save
- * writes (docs/encryption.md).  Each chunk is one GCM message with a
- * fresh random 96-bit nonce; its additional authenticated data binds it
- * to its tensor name, dtype, global shape, offset, shape, step and save
- * (a random id per save), so a changed byte, a chunk moved to another
- * place, step or save, or a wrong key fails with a clear error instead of
- * loading garbage.  What stays
- * readable without the key: file names, the safetensors headers (tensor
- * names, dtypes, shapes), metadata.json (which records the cipher, the
- * key id and each chunk's nonce and tag), common.json, and the
- * rank-local blobs (rng, dataloader state).  The files stay valid
- * safetensors files whose payload is ciphertext.
+ * writes (docs/encryption.md).  Each chunk is a STREAM of 1 MiB segments,
+ * each its own GCM message under a key of the chunk's own (HKDF from the
+ * key and a random salt), its nonce holding the segment's index and a
+ * last-segment flag; the additional authenticated data binds every
+ * segment to its tensor name, dtype, global shape, offset, shape, step
+ * and save (a random id per save), and metadata.json carries an
+ * HMAC-SHA256 under the key.  So a changed byte, a segment or chunk moved,
+ * swapped or cut off, an edited metadata.json, or a wrong key fails with a
+ * clear error instead of loading garbage; segments are decrypted and
+ * verified on several threads, and a read of part of a chunk decrypts
+ * only the segments it touches.  Checkpoints of the release before
+ * (metadata.json version 3, one GCM message per chunk) still load and
+ * verify.  What stays readable without the key: file names, the
+ * safetensors headers (tensor names, dtypes, shapes), metadata.json
+ * (which records the cipher, the key id and each chunk's salt and tags),
+ * common.json, and the rank-local blobs (rng, dataloader state).  The
+ * files stay valid safetensors files whose payload is ciphertext, marked
+ * so in their header ("shardsafe_cipher"): such a file is never read as
+ * plain data.
+ *
+ * A key given means an encrypted checkpoint is expected: verify and the
+ * read API refuse an unencrypted one with a key (SHS_EKEY "not
+ * encrypted"), and the manager, a key configured, resumes from save_path
+ * only encrypted ones unless allow_unencrypted_resume (load_path and
+ * initial_load_path take plain weights as ever).
  *
  * Keys are 32 bytes.  The manager takes one from the config fields
  * encrypt_key_file / encrypt_key_env, the read API from
@@ -1554,8 +1582,10 @@ SHS_API int shs_key_load(unsigned char key[SHS_KEY_BYTES], const char *key_file,
                          const char *key_env);
 
 /* shs_checkpoint_verify with the key of an encrypted checkpoint (key
-   NULL: as shs_checkpoint_verify).  Every chunk is checked against its
-   checksum, then decrypted and authenticated.  Without a key an
+   NULL: as shs_checkpoint_verify).  metadata.json is authenticated under
+   the key, every chunk is checked against its checksum, then decrypted
+   (into scratch buffers) and authenticated.  A key given for an
+   unencrypted checkpoint is SHS_EKEY "not encrypted".  Without a key an
    encrypted checkpoint is checked against its checksums (damage is
    found without the key) and then fails with SHS_EKEY "key required":
    its chunks cannot be authenticated. */

@@ -129,14 +129,23 @@ static inline int save_keyed(const char *sp, shs_state *st, int64_t step, const 
     return rc;
 }
 
-/* Load sp (its newest step) into st with the key from `file`. */
-static inline int load_keyed(const char *sp, shs_state *st, const char *file)
+/* A manager's load into st with the key from `file` (NULL: none): the
+   save path `save_path` resumed (allow: allow_unencrypted_resume), or
+   with save_path NULL, `load_path` (its newest step) loaded.  SHS_EINVAL
+   when the load found nothing at the path it was given. */
+static inline int manager_load(const char *save_path, const char *load_path, shs_state *st,
+                               const char *file, int allow)
 {
     shs_config c;
-    shs_config_init(&c);
-    c.enable_save = 0;
-    c.load_path = sp;
+    if (save_path) {
+        tu_cfg_saving(&c, save_path);
+    } else {
+        shs_config_init(&c);
+        c.enable_save = 0;
+        c.load_path = load_path;
+    }
     c.encrypt_key_file = file ? file : "";
+    c.allow_unencrypted_resume = allow;
     shs_manager *m = NULL;
     int rc = shs_manager_create(&m, &c, st);
     if (rc < 0)
@@ -144,8 +153,29 @@ static inline int load_keyed(const char *sp, shs_state *st, const char *file)
     shs_progress p = tu_prog(0);
     shs_load_result r = SHS_LOAD_RESULT_INIT;
     rc = shs_manager_load(m, &p, &r);
+    if (rc == SHS_OK && r.source != (save_path ? SHS_LOAD_SAVE_PATH : SHS_LOAD_LOAD_PATH))
+        rc = SHS_EINVAL;
     shs_manager_free(m);
     return rc;
+}
+
+/* Load sp (its newest step) into st with the key from `file`. */
+static inline int load_keyed(const char *sp, shs_state *st, const char *file)
+{
+    return manager_load(NULL, sp, st, file, 0);
+}
+
+/* The read API's handle of `path` opened with k_key (flags:
+   SHS_CKPT_OPEN_*). */
+static inline shs_checkpoint *open_keyed(const char *path, unsigned flags)
+{
+    shs_checkpoint *ck = NULL;
+    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+    o.key = k_key;
+    o.key_len = 32;
+    o.flags = flags;
+    TU_OK(shs_checkpoint_open_ex(&ck, path, &o));
+    return ck;
 }
 
 static inline int memmem_found(const void *hay, size_t n, const void *needle, size_t k)
@@ -159,8 +189,9 @@ static inline int memmem_found(const void *hay, size_t n, const void *needle, si
 
 /* ---- tampering ---- */
 
-/* Edit metadata.json of dir with `fn` and seal it again, as the writer
-   does (so only the edit is different). */
+/* Edit metadata.json of dir with `fn` and seal it again with its
+   unkeyed checksum, as anyone can (so only the edit is different; the
+   MAC of a version-4 file, where it stays, no longer matches). */
 static inline void edit_meta(const char *dir, void (*fn)(json_t *root, void *ctx), void *ctx)
 {
     const char *mp = tu_path(dir, "metadata.json");
@@ -168,8 +199,49 @@ static inline void edit_meta(const char *dir, void (*fn)(json_t *root, void *ctx
     json_t *root = json_load_file(mp, 0, &je);
     assert_non_null(root);
     fn(root, ctx);
+    /* a member added stays before the MAC, as the writer puts it */
+    json_t *mac = json_incref(json_object_get(root, "metadata_mac"));
+    if (mac && json_object_del(root, "metadata_mac") == 0)
+        json_object_set_new(root, "metadata_mac", mac);
     tu_meta_reseal(mp, root);
     json_decref(root);
+}
+
+/* The same, and authenticated again under k_key, as only a holder of the
+   key can: what is left to catch it is the chunks' own tags. */
+static inline void edit_meta_keyed(const char *dir, void (*fn)(json_t *root, void *ctx), void *ctx)
+{
+    const char *mp = tu_path(dir, "metadata.json");
+    json_error_t je;
+    json_t *root = json_load_file(mp, 0, &je);
+    assert_non_null(root);
+    fn(root, ctx);
+    json_object_del(root, "metadata_mac");
+    json_object_del(root, "metadata_xxh3");
+    char *plain = json_dumps(root, JSON_COMPACT);
+    assert_non_null(plain);
+    shs__key k;
+    TU_OK(shs__key_from_bytes(&k, k_key, 32));
+    char *sealed = NULL;
+    size_t len = 0;
+    TU_OK(shs__crypt_meta_seal(&sealed, &len, plain, strlen(plain), &k));
+    free(plain);
+    assert_int_equal(tu_write_file(mp, sealed, len), 0);
+    shs__free(sealed);
+    json_decref(root);
+}
+
+/* Load sp (its newest step) and verify dir with k_key: both fail with
+   `rc`, the message holding `needle`. */
+static inline void expect_refused(const char *sp, shs_state *st, const char *dir, int rc,
+                                  const char *needle)
+{
+    int got = load_keyed(sp, st, g_key_file);
+    if (got != rc || !strstr(shs_last_error(), needle))
+        fail_msg("load: %d (want %d) %s", got, rc, shs_last_error());
+    got = shs_checkpoint_verify_key(dir, k_key, 32);
+    if (got != rc || !strstr(shs_last_error(), needle))
+        fail_msg("verify: %d (want %d) %s", got, rc, shs_last_error());
 }
 
 static inline json_t *chunk_of(json_t *root, const char *tensor)
@@ -226,6 +298,37 @@ static inline void flip_byte(const char *dir, size_t at)
     data[at] ^= 0x01;
     assert_int_equal(tu_write_file(tu_path(dir, MODEL_FILE), data, len), 0);
     free(data);
+}
+
+/* Swap n bytes at a and b of the model file of dir. */
+static inline void swap_bytes(const char *dir, size_t a, size_t b, size_t n)
+{
+    size_t len;
+    char *data = tu_read_file(tu_path(dir, MODEL_FILE), &len);
+    assert_non_null(data);
+    assert_true(a + n <= len && b + n <= len);
+    for (size_t i = 0; i < n; i++) {
+        char t = data[a + i];
+        data[a + i] = data[b + i];
+        data[b + i] = t;
+    }
+    assert_int_equal(tu_write_file(tu_path(dir, MODEL_FILE), data, len), 0);
+    free(data);
+}
+
+/* Copy the tree at `from` (files and directories only) to `to`. */
+static inline void copy_tree(const char *from, const char *to)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cp -R '%s' '%s'", from, to);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* dir as it was when copied to `keep` (copy_tree). */
+static inline void restore_tree(const char *dir, const char *keep)
+{
+    tu_rmtree(dir);
+    copy_tree(keep, dir);
 }
 
 

@@ -9,6 +9,9 @@
 #include "crypt_fixture.h"
 #include "threadcomm.h"
 
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
 #include <pthread.h>
 
 /* k_key in hex */
@@ -93,18 +96,26 @@ static void test_roundtrip(void **state)
     TU_OK(save_keyed(sp, s.st, 5, g_key_file, NULL, 0));
     const char *dir = tu_step_dir(sp, 5);
 
-    /* metadata.json says so: version 3, cipher, key id, nonce and tag per
-       chunk; the files hold no plaintext run of the weights */
+    /* metadata.json says so: version 4, cipher, key id, segment size, a
+       salt and one tag per 1 MiB segment per chunk, and its MAC; the files
+       hold no plaintext run of the weights */
     json_error_t je;
     json_t *root = json_load_file(tu_path(dir, "metadata.json"), 0, &je);
     assert_non_null(root);
-    assert_int_equal(json_integer_value(json_object_get(root, "version")), 3);
-    assert_string_equal(json_string_value(json_object_get(root, "cipher")), "AES-256-GCM");
+    assert_int_equal(json_integer_value(json_object_get(root, "version")), 4);
+    assert_string_equal(json_string_value(json_object_get(root, "cipher")), "AES-256-GCM-STREAM");
     assert_int_equal(strlen(json_string_value(json_object_get(root, "key_id"))), 16);
+    assert_int_equal(json_integer_value(json_object_get(root, "segment_bytes")), 1 << 20);
+    assert_int_equal(strlen(json_string_value(json_object_get(root, "metadata_mac"))), 64);
     json_t *ta = json_object_get(json_object_get(root, "tensors"), "big");
     json_t *c0 = json_array_get(json_object_get(ta, "chunks"), 0);
-    assert_int_equal(strlen(json_string_value(json_object_get(c0, "aes_gcm"))), 56);
+    assert_int_equal(strlen(json_string_value(json_object_get(c0, "gcm_salt"))), 32);
+    assert_int_equal(strlen(json_string_value(json_object_get(c0, "gcm_tags"))), 12 * 32);
+    assert_null(json_object_get(c0, "aes_gcm"));
     assert_null(json_object_get(c0, "xxh3_blocks"));
+    c0 = json_array_get(
+        json_object_get(json_object_get(json_object_get(root, "tensors"), "a"), "chunks"), 0);
+    assert_int_equal(strlen(json_string_value(json_object_get(c0, "gcm_tags"))), 32);
     json_decref(root);
     size_t len;
     char *f = tu_read_file(tu_path(dir, "checkpoint-model-0000000-0000001.safetensors"), &len);
@@ -113,7 +124,7 @@ static void test_roundtrip(void **state)
     assert_false(memmem_found(f, len, s.a, 16));
     /* names and shapes stay readable, and the file says it is encrypted */
     assert_true(memmem_found(f, len, "\"big\"", 5));
-    assert_true(memmem_found(f, len, "\"shardsafe_cipher\":\"AES-256-GCM\"", 32));
+    assert_true(memmem_found(f, len, "\"shardsafe_cipher\":\"AES-256-GCM-STREAM\"", 39));
     free(f);
 
     /* a load with the key gives every tensor back */
@@ -123,7 +134,7 @@ static void test_roundtrip(void **state)
     /* without a key, or with another: a clear error, nothing read */
     cstate_zero(&s);
     assert_int_equal(load_keyed(sp, s.st, NULL), SHS_EKEY);
-    TU_ASSERT_MSG_HAS("encrypted (AES-256-GCM, key id ");
+    TU_ASSERT_MSG_HAS("encrypted (AES-256-GCM-STREAM, key id ");
     TU_ASSERT_MSG_HAS("key required");
     assert_int_equal(load_keyed(sp, s.st, g_other_file), SHS_EKEY);
     TU_ASSERT_MSG_HAS("wrong key");
@@ -142,8 +153,9 @@ static void test_roundtrip(void **state)
     TU_ASSERT_MSG_HAS("wrong key");
     assert_int_equal(shs_checkpoint_verify_key(dir, k_key, 16), SHS_EKEY);
 
-    /* an unencrypted checkpoint loads with a key configured (pretrained
-       weights, saves from before encryption was turned on) */
+    /* an unencrypted checkpoint loads with a key configured through
+       load_path (pretrained weights); verify with a key refuses it: the
+       key authenticates nothing in it (docs/encryption.md, downgrades) */
     char *plain = tu_subdir("rt-plain");
     cstate_free(&s);
     cstate_make(&s, 3.0f);
@@ -151,7 +163,9 @@ static void test_roundtrip(void **state)
     cstate_zero(&s);
     TU_OK(load_keyed(plain, s.st, g_key_file));
     cstate_assert(&s, 3.0f);
-    TU_OK(shs_checkpoint_verify_key(tu_step_dir(plain, 5), k_key, 32));
+    assert_int_equal(shs_checkpoint_verify_key(tu_step_dir(plain, 5), k_key, 32), SHS_EKEY);
+    TU_ASSERT_MSG_HAS("not encrypted, but a key was given");
+    TU_OK(shs_checkpoint_verify(tu_step_dir(plain, 5)));
     tu_rmtree(plain);
     free(plain);
     cstate_free(&s);
@@ -189,8 +203,8 @@ static void test_read_api(void **state)
     assert_null(ck);
     o.key_len = 31;
     assert_int_equal(shs_checkpoint_open_ex(&ck, sp, &o), SHS_EKEY);
-    /* the key: whole tensors, a box inside one (the chunk is decrypted
-       whole, then cut), a dtype conversion, mapped and with pread */
+    /* the key: whole tensors, a box inside one (only the segments it
+       touches are decrypted), a dtype conversion, mapped and with pread */
     for (int nommap = 0; nommap < 2; nommap++) {
         unsigned char key[32];
         memcpy(key, k_key, 32);
@@ -221,7 +235,8 @@ static void test_read_api(void **state)
         assert_memory_equal(rng, "seed-42", 7);
         shs_checkpoint_close(ck);
     }
-    /* a data file alone (no metadata.json: no nonces, no tags) */
+    /* a data file alone (no metadata.json: no salts, no tags), through
+       the read API and the file API */
     char *one = tu_path_dup(tu_step_dir(sp, 2), "checkpoint-model-0000000-0000001.safetensors");
     TU_OK(shs_checkpoint_open(&ck, one));
     TU_OK(shs_checkpoint_find(&ti, ck, "a"));
@@ -230,6 +245,40 @@ static void test_read_api(void **state)
                          SHS_EKEY);
         TU_ASSERT_MSG_HAS("without the metadata.json");
     }
+    shs_checkpoint_close(ck);
+    for (int nommap = 0; nommap < 2; nommap++) {
+        shs_file *f = NULL;
+        shs_open_opts fo = SHS_OPEN_OPTS_INIT;
+        fo.flags = nommap ? SHS_OPEN_NO_MMAP : 0;
+        TU_OK(shs_file_open(&f, one, &fo));
+        TU_OK(shs_file_find(&ti, f, "a"));
+        assert_int_equal(shs_file_tensor(f, ti)->nbytes, sizeof s.a); /* names and shapes */
+        assert_null(shs_file_tensor_data(f, ti));
+        assert_int_equal(shs_file_read(f, ti, s.a, sizeof s.a), SHS_EKEY);
+        TU_ASSERT_MSG_HAS("its tensors are ciphertext");
+        uint64_t st[2] = { 0, 0 }, n[2] = { 1, 1 };
+        assert_int_equal(shs_file_read_slice(f, ti, st, n, s.a, sizeof s.a), SHS_EKEY);
+        shs_file_close(f);
+    }
+    /* a box read decrypts only the segments it touches: a byte changed in
+       the first segment of "big" (12 of them) fails a read of the whole
+       tensor, not one of rows 500-501 (segment 5) */
+    const char *dir = tu_step_dir(sp, 2);
+    size_t b0, b1;
+    chunk_range(dir, "big", &b0, &b1);
+    flip_byte(dir, b0 + 10);
+    o.key = k_key;
+    o.flags = 0;
+    TU_OK(shs_checkpoint_open_ex(&ck, sp, &o));
+    TU_OK(shs_checkpoint_find(&ti, ck, "big"));
+    uint64_t bs[2] = { 500, 7 }, bn[2] = { 2, 3 };
+    TU_OK(shs_checkpoint_read(ck, ti, bs, bn, SHS_F32, box, sizeof box));
+    assert_true(box[4] == s.big[501 * (BIG / 1024) + 8]);
+    uint64_t bs0[2] = { 0, 7 };
+    assert_int_equal(shs_checkpoint_read(ck, ti, bs0, bn, SHS_F32, box, sizeof box), SHS_ECHECKSUM);
+    TU_ASSERT_MSG_HAS("segment 0 of 12");
+    assert_int_equal(shs_checkpoint_read(ck, ti, NULL, NULL, SHS_F32, s.big, BIG * sizeof(float)),
+                     SHS_ECHECKSUM);
     shs_checkpoint_close(ck);
     free(one);
     cstate_free(&s);
@@ -585,10 +634,21 @@ static void test_tools(void **state)
     TU_OK(load_keyed(rs, s.st, g_key_file));
     cstate_assert(&s, 3.0f);
 
-    /* a plain source with a key: a plain output */
+    /* a plain source with a key: refused (the key would authenticate
+       nothing: an encrypted source stripped of its encryption looks like
+       this); without the key, a plain output */
     char *plain = tu_subdir("tools-plain");
     char *pdst = tu_path_dup(rs, "iteration_00000009");
     TU_OK(save_keyed(plain, s.st, 9, NULL, NULL, 0));
+    assert_int_equal(shs_reshard(NULL, plain, pdst, NULL, &ro), SHS_EKEY);
+    TU_ASSERT_MSG_HAS("not encrypted, but a key was given");
+    assert_false(tu_path_exists(pdst));
+    char *hf2 = tu_path_dup(tu_root, "tools-hf2");
+    assert_int_equal(shs_merge(plain, hf2, &mo, NULL), SHS_EKEY);
+    assert_false(tu_path_exists(hf2));
+    free(hf2);
+    ro.key = NULL;
+    ro.key_len = 0;
     TU_OK(shs_reshard(NULL, plain, pdst, NULL, &ro));
     TU_OK(shs_checkpoint_open(&ck, pdst));
     assert_int_equal(shs_checkpoint_encrypted(ck), 0);
@@ -607,11 +667,13 @@ static void test_tools(void **state)
     free(pdst);
 }
 
-/* ---- opening a chunk (crypt.c), and authenticating it alone (verify:
-   GHASH over the ciphertext on two threads) ---- */
+/* ---- opening a chunk (crypt.c, crypt_segs.c), and authenticating it
+   alone (verify: decrypted into scratch buffers, version 4 on two
+   threads) ---- */
 
-/* One chunk of n bytes of tensor "w" (U8, 1-D) sealed by the save's own
-   one-pass GCM, and what it takes to open it again. */
+/* One chunk of n bytes of tensor "w" (U8, 1-D) sealed as `version`
+   writes it (4: by the save's own shs__seal_chunk; 3: one GCM message,
+   as the releases before wrote it), and what it takes to open it. */
 typedef struct sealed {
     shs__key key;
     shs__meta m;
@@ -623,7 +685,31 @@ typedef struct sealed {
     uint64_t n;
 } sealed;
 
-static void sealed_make(sealed *x, uint64_t n)
+static int copy_sink(void *ctx, uint64_t at, const void *data, size_t len)
+{
+    memcpy((unsigned char *)ctx + at, data, len);
+    return SHS_OK;
+}
+
+/* Version 3's writer, for the tests: one GCM message under a random
+   nonce. */
+static void seal_v3(sealed *x, const unsigned char *aad, size_t alen)
+{
+    int len = 0;
+    unsigned char fin[16];
+    assert_int_equal(RAND_bytes(x->c.nonce, 12), 1);
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    assert_non_null(ctx);
+    assert_int_equal(EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, x->key.k, x->c.nonce), 1);
+    assert_int_equal(EVP_EncryptUpdate(ctx, NULL, &len, aad, (int)alen), 1);
+    if (x->n)
+        assert_int_equal(EVP_EncryptUpdate(ctx, x->ct, &len, x->plain, (int)x->n), 1);
+    assert_int_equal(EVP_EncryptFinal_ex(ctx, fin, &len), 1);
+    assert_int_equal(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, 16, x->c.tag), 1);
+    EVP_CIPHER_CTX_free(ctx);
+}
+
+static void sealed_make(sealed *x, uint64_t n, int version)
 {
     unsigned char aad[SHS__AAD_MAX];
     memset(x, 0, sizeof *x);
@@ -634,12 +720,15 @@ static void sealed_make(sealed *x, uint64_t n)
     x->m.f = &x->f;
     x->m.nf = 1;
     x->m.step = 7;
+    x->m.version = version;
+    x->m.segment = version >= 4 ? SHS__SEGMENT : 0;
     x->m.encrypted = 1;
     memcpy(x->m.key_id, x->key.id, sizeof x->m.key_id);
     memcpy(x->m.save_id, "0123456789abcdef", 17);
     x->t = (shs__mtensor){ .name = "w", .dtype = SHS_U8, .ndim = 1, .gshape = x->gshape };
     x->c.off = x->off;
     x->c.shape = x->shape;
+    x->c.b1 = n;
     x->c.enc = 1;
     x->plain = malloc(n + 1);
     x->ct = malloc(n + 1);
@@ -648,12 +737,17 @@ static void sealed_make(sealed *x, uint64_t n)
     for (uint64_t i = 0; i < n; i++)
         x->plain[i] = (unsigned char)(i * 131 + (i >> 9) + 7);
     size_t alen = shs__crypt_aad(aad, x->m.save_id, "w", SHS_U8, 1, x->gshape, x->off, x->shape,
-                                 x->m.step);
-    shs__sealer *s;
-    TU_OK(shs__seal_begin(&s, &x->key, aad, alen, x->c.nonce));
-    TU_OK(shs__seal_update(s, x->plain, x->ct, (size_t)n));
-    TU_OK(shs__seal_end(s, x->c.tag));
-    shs__seal_free(s);
+                                 x->m.step, x->m.segment);
+    if (version < 4) {
+        seal_v3(x, aad, alen);
+    } else {
+        unsigned char *ring = malloc(SHS__SEAL_RING * SHS__SEGMENT);
+        assert_non_null(ring);
+        TU_OK(shs__seal_chunk(&x->key, aad, alen, x->plain, n, ring, x->c.salt, &x->c.tags,
+                              copy_sink, x->ct));
+        x->c.ntags = shs__crypt_nsegs(n, SHS__SEGMENT);
+        free(ring);
+    }
     x->c.has_hash = 1;
     x->c.hash = shs__xxh3(x->ct, (size_t)n);
 }
@@ -662,6 +756,7 @@ static void sealed_free(sealed *x)
 {
     free(x->plain);
     free(x->ct);
+    shs__free(x->c.tags);
 }
 
 static int all_bytes(const unsigned char *p, uint64_t n, unsigned char v)
@@ -682,107 +777,223 @@ static int auth_w(sealed *x)
     return shs__crypt_auth_chunk(&x->key, &x->m, "D", &x->t, &x->c, x->ct, x->n);
 }
 
-/* Lengths around the 16-byte blocks, the thread threshold (1 MiB) and the
-   split point of verify's two threads: what one-pass GCM sealed opens to
-   the same bytes, out of place and in place, and authenticates alone. */
+#define SEG SHS__SEGMENT
+
+/* Lengths around the 16-byte blocks and the segments: what was sealed
+   opens to the same bytes, out of place and in place, and authenticates
+   alone; version 4 has one tag per segment (an empty chunk one). */
 static void test_open_lengths(void **state)
 {
     (void)state;
-    static const uint64_t lens[] = { 0,
-                                     1,
-                                     15,
-                                     16,
-                                     17,
-                                     31,
-                                     33,
-                                     1000,
-                                     (1u << 20) - 1,
-                                     1u << 20,
-                                     (1u << 20) + 1,
-                                     (1u << 20) + 17,
-                                     (3u << 20) + 5,
-                                     (5u << 20) + 9,
-                                     (5u << 20) + 32 };
-    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
-        sealed x;
-        sealed_make(&x, lens[k]);
-        unsigned char *buf = malloc(x.n + 1);
-        assert_non_null(buf);
-        memset(buf, 0x5a, x.n + 1);
-        if (open_w(&x, x.ct, buf) != SHS_OK)
-            fail_msg("n=%llu: %s", (unsigned long long)x.n, shs_last_error());
-        assert_memory_equal(buf, x.plain, x.n);
-        assert_int_equal(buf[x.n], 0x5a);
-        memcpy(buf, x.ct, x.n);
-        if (open_w(&x, buf, buf) != SHS_OK)
-            fail_msg("n=%llu in place: %s", (unsigned long long)x.n, shs_last_error());
-        assert_memory_equal(buf, x.plain, x.n);
-        if (auth_w(&x) != SHS_OK)
-            fail_msg("n=%llu authenticated alone: %s", (unsigned long long)x.n, shs_last_error());
-        free(buf);
-        sealed_free(&x);
-    }
+    static const uint64_t lens[] = { 0,       1,           15,          16,
+                                     17,      31,          33,          1000,
+                                     SEG - 1, SEG,         SEG + 1,     SEG + 17,
+                                     2 * SEG, 3 * SEG + 5, 5 * SEG + 9, 5 * SEG + 32 };
+    for (int version = 3; version <= 4; version++)
+        for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+            sealed x;
+            sealed_make(&x, lens[k], version);
+            if (version == 4)
+                assert_int_equal(x.c.ntags, lens[k] ? (lens[k] + SEG - 1) / SEG : 1);
+            unsigned char *buf = malloc(x.n + 1);
+            assert_non_null(buf);
+            memset(buf, 0x5a, x.n + 1);
+            if (open_w(&x, x.ct, buf) != SHS_OK)
+                fail_msg("v%d n=%llu: %s", version, (unsigned long long)x.n, shs_last_error());
+            assert_memory_equal(buf, x.plain, x.n);
+            assert_int_equal(buf[x.n], 0x5a);
+            assert_true(x.n < 64 || memcmp(x.ct, x.plain, 64) != 0);
+            memcpy(buf, x.ct, x.n);
+            if (open_w(&x, buf, buf) != SHS_OK)
+                fail_msg("v%d n=%llu in place: %s", version, (unsigned long long)x.n,
+                         shs_last_error());
+            assert_memory_equal(buf, x.plain, x.n);
+            if (auth_w(&x) != SHS_OK)
+                fail_msg("v%d n=%llu authenticated alone: %s", version, (unsigned long long)x.n,
+                         shs_last_error());
+            free(buf);
+            sealed_free(&x);
+        }
 }
 
-/* A changed byte anywhere (in either of verify's two GHASH parts, in the
-   last partial block), a changed tag, nonce, place or key: opening leaves
-   no plaintext (the buffer is wiped), authenticating alone refuses it. */
+/* A changed byte anywhere (in any segment, in the last partial block), a
+   changed tag, nonce or salt, place or key: opening leaves no plaintext
+   (the buffer is wiped), authenticating alone refuses it. */
 static void test_open_tampered(void **state)
 {
     (void)state;
-    static const uint64_t lens[] = { 40, (3u << 20) + 5 };
-    for (size_t k = 0; k < 2; k++) {
-        sealed x;
-        sealed_make(&x, lens[k]);
-        uint64_t n = x.n;
-        unsigned char *buf = malloc(n + 1);
-        assert_non_null(buf);
-        const uint64_t at[] = { 0, n / 4, n / 2 - 1, n / 2, n * 3 / 4, n - 1 };
-        for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
-            x.ct[at[i]] ^= 0x10;
-            memset(buf, 0x5a, n);
+    static const uint64_t lens[] = { 40, 3 * SEG + 5 };
+    for (int version = 3; version <= 4; version++)
+        for (size_t k = 0; k < 2; k++) {
+            sealed x;
+            sealed_make(&x, lens[k], version);
+            uint64_t n = x.n;
+            unsigned char *buf = malloc(n + 1);
+            assert_non_null(buf);
+            const uint64_t at[] = { 0, n / 4, n / 2 - 1, n / 2, n * 3 / 4, n - 1 };
+            for (size_t i = 0; i < sizeof at / sizeof *at; i++) {
+                x.ct[at[i]] ^= 0x10;
+                memset(buf, 0x5a, n);
+                assert_int_equal(open_w(&x, x.ct, buf), SHS_ECHECKSUM);
+                TU_ASSERT_MSG_HAS("does not authenticate");
+                TU_ASSERT_MSG_HAS("D/w.safetensors: tensor 'w'");
+                if (version == 4) {
+                    char seg[64];
+                    snprintf(seg, sizeof seg, "segment %llu of %llu",
+                             (unsigned long long)(at[i] / SEG), (unsigned long long)x.c.ntags);
+                    TU_ASSERT_MSG_HAS(seg);
+                }
+                assert_true(all_bytes(buf, n, 0));
+                memcpy(buf, x.ct, n);
+                assert_int_equal(open_w(&x, buf, buf), SHS_ECHECKSUM);
+                assert_true(all_bytes(buf, n, 0));
+                assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
+                TU_ASSERT_MSG_HAS("does not authenticate");
+                TU_ASSERT_MSG_HAS("D/w.safetensors: tensor 'w'");
+                x.ct[at[i]] ^= 0x10;
+            }
+            /* a tag (v4: the last segment's), the nonce or the salt */
+            unsigned char *fields[2] = { version == 4 ? x.c.tags + 16 * (x.c.ntags - 1) : x.c.tag,
+                                         version == 4 ? x.c.salt : x.c.nonce };
+            for (int f = 0; f < 2; f++) {
+                fields[f][3] ^= 1;
+                memset(buf, 0x5a, n);
+                assert_int_equal(open_w(&x, x.ct, buf), SHS_ECHECKSUM);
+                assert_true(all_bytes(buf, n, 0));
+                assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
+                fields[f][3] ^= 1;
+            }
+            /* the step and the save id (in the AAD) */
+            x.m.step++;
             assert_int_equal(open_w(&x, x.ct, buf), SHS_ECHECKSUM);
-            TU_ASSERT_MSG_HAS("does not authenticate");
-            TU_ASSERT_MSG_HAS("D/w.safetensors: tensor 'w'");
-            assert_true(all_bytes(buf, n, 0));
-            memcpy(buf, x.ct, n);
-            assert_int_equal(open_w(&x, buf, buf), SHS_ECHECKSUM);
-            assert_true(all_bytes(buf, n, 0));
             assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
-            TU_ASSERT_MSG_HAS("does not authenticate");
-            TU_ASSERT_MSG_HAS("D/w.safetensors: tensor 'w'");
-            x.ct[at[i]] ^= 0x10;
-        }
-        /* the tag, the nonce */
-        unsigned char *fields[2] = { x.c.tag, x.c.nonce };
-        for (int f = 0; f < 2; f++) {
-            fields[f][3] ^= 1;
-            memset(buf, 0x5a, n);
+            x.m.step--;
+            x.m.save_id[0] ^= 1;
+            assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
+            x.m.save_id[0] ^= 1;
+            /* another key with the right id (only the tag can tell), no key */
+            shs__key right = x.key;
+            x.key.k[0] ^= 1;
             assert_int_equal(open_w(&x, x.ct, buf), SHS_ECHECKSUM);
-            assert_true(all_bytes(buf, n, 0));
             assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
-            fields[f][3] ^= 1;
+            x.key = right;
+            assert_int_equal(shs__crypt_auth_chunk(NULL, &x.m, "D", &x.t, &x.c, x.ct, n), SHS_EKEY);
+            TU_ASSERT_MSG_HAS("key required");
+            /* and untouched, it opens */
+            TU_OK(auth_w(&x));
+            TU_OK(open_w(&x, x.ct, buf));
+            assert_memory_equal(buf, x.plain, n);
+            free(buf);
+            sealed_free(&x);
         }
-        /* the step (in the AAD) */
-        x.m.step++;
-        assert_int_equal(open_w(&x, x.ct, buf), SHS_ECHECKSUM);
-        assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
-        x.m.step--;
-        /* another key with the right id (only the tag can tell), no key */
-        shs__key right = x.key;
-        x.key.k[0] ^= 1;
-        assert_int_equal(open_w(&x, x.ct, buf), SHS_ECHECKSUM);
-        assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
-        x.key = right;
-        assert_int_equal(shs__crypt_auth_chunk(NULL, &x.m, "D", &x.t, &x.c, x.ct, n), SHS_EKEY);
-        TU_ASSERT_MSG_HAS("key required");
-        /* and untouched, it opens */
-        TU_OK(auth_w(&x));
-        TU_OK(open_w(&x, x.ct, buf));
-        assert_memory_equal(buf, x.plain, n);
-        free(buf);
-        sealed_free(&x);
+}
+
+static void swap_mem(unsigned char *a, unsigned char *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char t = a[i];
+        a[i] = b[i];
+        b[i] = t;
     }
+}
+
+/* Version 4's STREAM: segments swapped (with their tags or without),
+   dropped from the end, a segment added, the segment size changed: each
+   fails to authenticate, or the tag table no longer fits the chunk. */
+static void test_segments(void **state)
+{
+    (void)state;
+    sealed x;
+    sealed_make(&x, 4 * SEG + 100, 4);
+    unsigned char *buf = malloc(x.n + 1);
+    assert_non_null(buf);
+    /* segments 1 and 2 swapped, tags along, and without */
+    swap_mem(x.ct + SEG, x.ct + 2 * SEG, SEG);
+    assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
+    swap_mem(x.c.tags + 16, x.c.tags + 32, 16);
+    assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
+    TU_ASSERT_MSG_HAS("segment 1 of 5");
+    assert_int_equal(open_w(&x, x.ct, buf), SHS_ECHECKSUM);
+    swap_mem(x.ct + SEG, x.ct + 2 * SEG, SEG);
+    swap_mem(x.c.tags + 16, x.c.tags + 32, 16);
+    TU_OK(auth_w(&x));
+    /* the stream cut after a whole segment (the chunk's shape, in the
+       AAD, kept): the new last one was not sealed as the last (its flag
+       is in its nonce) */
+    uint64_t n = x.n;
+    x.n = x.c.b1 = 3 * SEG;
+    x.c.ntags = 3;
+    assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
+    TU_ASSERT_MSG_HAS("segment 2 of 3");
+    /* a segment more than the tags: the table does not fit */
+    x.n = x.c.b1 = n;
+    x.c.ntags = 4;
+    assert_int_equal(auth_w(&x), SHS_ECORRUPT);
+    TU_ASSERT_MSG_HAS("4 segment tags for");
+    x.c.ntags = 5;
+    TU_OK(auth_w(&x));
+    /* the segment size doubled: the table no longer fits */
+    x.m.segment = 2 * SEG;
+    assert_int_equal(auth_w(&x), SHS_ECORRUPT);
+    x.m.segment = SEG;
+    sealed_free(&x);
+    /* a chunk of one segment under any size: the size is in the AAD */
+    sealed_make(&x, 1000, 4);
+    x.m.segment = 2 * SEG;
+    assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
+    x.m.segment = SEG;
+    TU_OK(auth_w(&x));
+    /* the salt of another chunk (each chunk has a key of its own) */
+    sealed y;
+    sealed_make(&y, 1000, 4);
+    memcpy(x.c.salt, y.c.salt, 16);
+    assert_int_equal(auth_w(&x), SHS_ECHECKSUM);
+    sealed_free(&y);
+    sealed_free(&x);
+    free(buf);
+}
+
+/* A box read decrypts only the segments it touches: the others are left
+   as they were in the buffer, and damage in them goes unseen; damage in a
+   touched one fails the window, which is wiped. */
+static void test_open_segments(void **state)
+{
+    (void)state;
+    sealed x;
+    sealed_make(&x, 6 * SEG + 10, 4);
+    unsigned char *buf = malloc(x.n + 1);
+    assert_non_null(buf);
+    uint8_t marks[4] = { 1, 0, 1, 1 }; /* segments 2, 4 and 5 of [2, 6) */
+    memset(buf, 0x5a, x.n);
+    x.ct[3 * SEG + 7] ^= 1; /* segment 3: not touched */
+    TU_OK(shs__crypt_open_segments(&x.key, &x.m, "D", &x.t, &x.c, 2, 4, marks, x.ct + 2 * SEG,
+                                   buf + 2 * SEG));
+    assert_memory_equal(buf + 2 * SEG, x.plain + 2 * SEG, SEG);
+    assert_true(all_bytes(buf + 3 * SEG, SEG, 0x5a));
+    assert_memory_equal(buf + 4 * SEG, x.plain + 4 * SEG, 2 * SEG);
+    assert_true(all_bytes(buf, 2 * SEG, 0x5a));
+    /* in place, the last (short) segment alone */
+    uint8_t last = 1;
+    memcpy(buf + 6 * SEG, x.ct + 6 * SEG, 10);
+    TU_OK(shs__crypt_open_segments(&x.key, &x.m, "D", &x.t, &x.c, 6, 1, &last, buf + 6 * SEG,
+                                   buf + 6 * SEG));
+    assert_memory_equal(buf + 6 * SEG, x.plain + 6 * SEG, 10);
+    /* damage in a touched segment: the window is wiped */
+    x.ct[5 * SEG + 1] ^= 1;
+    memset(buf, 0x5a, x.n);
+    assert_int_equal(shs__crypt_open_segments(&x.key, &x.m, "D", &x.t, &x.c, 2, 4, marks,
+                                              x.ct + 2 * SEG, buf + 2 * SEG),
+                     SHS_ECHECKSUM);
+    TU_ASSERT_MSG_HAS("segment 5 of 7");
+    assert_true(all_bytes(buf + 2 * SEG, 4 * SEG, 0));
+    assert_true(all_bytes(buf, 2 * SEG, 0x5a));
+    /* out of range, no key */
+    assert_int_equal(shs__crypt_open_segments(&x.key, &x.m, "D", &x.t, &x.c, 6, 2, NULL, x.ct, buf),
+                     SHS_ECORRUPT);
+    assert_int_equal(shs__crypt_open_segments(NULL, &x.m, "D", &x.t, &x.c, 0, 1, NULL, x.ct, buf),
+                     SHS_EKEY);
+    free(buf);
+    sealed_free(&x);
 }
 
 int main(void)
@@ -793,6 +1004,7 @@ int main(void)
         cmocka_unit_test(test_two_ranks),      cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_write_failures), cmocka_unit_test(test_tools),
         cmocka_unit_test(test_open_lengths),   cmocka_unit_test(test_open_tampered),
+        cmocka_unit_test(test_segments),       cmocka_unit_test(test_open_segments),
     };
     return TU_RUN_GROUP(tests, setup, teardown);
 }

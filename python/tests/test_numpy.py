@@ -268,3 +268,23 @@ def test_the_sanitizer_runtime_is_loaded():
         maps = fh.read()
     assert "libasan" in maps and "libubsan" in maps
     assert "__asan_init" in open(shardsafe._C.__file__, "rb").read().decode("latin-1")
+
+
+def test_encrypted_data_file_is_never_read_as_plain(tmp_path):
+    """A data file of an encrypted save (its header's __metadata__ has
+    "shardsafe_cipher") holds ciphertext: names and shapes are readable,
+    its tensors are refused everywhere outside its checkpoint, mapped,
+    copied, sliced or through the read API (docs/encryption.md)."""
+    p = str(tmp_path / "model.safetensors")
+    snp.save_file({"w": np.arange(12, dtype=np.float32).reshape(4, 3)}, p,
+                 metadata={"shardsafe_cipher": "AES-256-GCM-STREAM"})
+    for mmap in (True, False):
+        with safe_open(p, "np", mmap=mmap) as f:
+            assert f.keys() == ["w"]
+            assert f.metadata()["shardsafe_cipher"] == "AES-256-GCM-STREAM"
+            with pytest.raises(shardsafe.ShardsafeError, match="ciphertext"):
+                f.get_tensor("w")
+            with pytest.raises(shardsafe.ShardsafeError, match="ciphertext"):
+                f.get_slice("w")[1:2]
+    with pytest.raises(shardsafe.ShardsafeError, match="without the metadata.json"):
+        shardsafe.open_checkpoint(p).get_tensor("w")

@@ -205,3 +205,16 @@ def test_large_tensors_load_into_their_own_writable_memory(tmp_path):
     with pytest.raises(BufferError):
         shardsafe._C.advise_huge(b"read-only bytes")
     shardsafe._C.advise_huge(bytearray(10))  # small: nothing to advise, no error
+
+
+def test_encrypted_data_file_is_never_read_as_plain(tmp_path):
+    """torch reads through a private copy-on-write mapping of its own: an
+    encrypted data file (header "shardsafe_cipher") is refused there too."""
+    p = str(tmp_path / "model.safetensors")
+    st.save_file({"w": torch.arange(12, dtype=torch.float32)}, p,
+                 metadata={"shardsafe_cipher": "AES-256-GCM-STREAM"})
+    for copy in (False, True):
+        with safe_open(p, "pt", copy=copy) as f:
+            assert f.keys() == ["w"]
+            with pytest.raises(shardsafe.ShardsafeError, match="ciphertext"):
+                f.get_tensor("w")

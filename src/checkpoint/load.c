@@ -13,6 +13,7 @@
 #include "store/io.h"
 #include "format/layout.h"
 #include "dist/plan.h"
+#include "format/st_parse.h"
 
 
 #include <pthread.h>
@@ -21,17 +22,32 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* A data file of an encrypted save read without its metadata.json (which
-   holds the nonces and tags): refused, never read as data. */
-static int plain_encrypted(const shs__loader *L, uint32_t fi)
+/* A data file of an encrypted save (its header says so) is read only
+   through the metadata.json of an encrypted checkpoint, which holds its
+   salts and tags: never as plain data, whether the folder has no
+   metadata.json or one that says the checkpoint is not encrypted (an
+   encrypted checkpoint downgraded).  Its tensors are then readable
+   through the file handle (shs__file_allow_sealed). */
+static int check_sealed_file(const shs__loader *L, uint32_t fi)
 {
-    const char *cipher = shs_file_metadata_get(L->fh[fi], "shardsafe_cipher");
-    if (!L->m->plain || !cipher)
+    const char *cipher = shs_file_metadata_get(L->fh[fi], SHS__FILE_MARK);
+    if (!cipher)
         return SHS_OK;
-    return shs__err(SHS_EKEY,
-                    "%s/%s: encrypted (%s) and without the metadata.json of its checkpoint: it "
-                    "cannot be decrypted",
-                    L->dir, L->m->f[fi].name, cipher);
+    if (L->m->encrypted) {
+        shs__file_allow_sealed(L->fh[fi]);
+        return SHS_OK;
+    }
+    if (L->m->plain)
+        return shs__err(SHS_EKEY,
+                        "%s/%s: encrypted (%s) and without the metadata.json of its checkpoint: "
+                        "it cannot be decrypted",
+                        L->dir, L->m->f[fi].name, cipher);
+    return shs__err(SHS_ECORRUPT,
+                    "%s/%s: its header says it is encrypted (%s), but metadata.json (version %d) "
+                    "says the checkpoint is not: metadata.json was replaced or edited (an "
+                    "encrypted checkpoint stripped of its encryption?); its bytes are never read "
+                    "as plain data",
+                    L->dir, L->m->f[fi].name, cipher, L->m->version);
 }
 
 int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out)
@@ -52,7 +68,7 @@ int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out)
                           L->m->f[fi].name, L->m->plain ? "the index" : "metadata.json");
         /* the header names and places every chunk: it is checked before
            any of them is used */
-        if (rc == SHS_OK && ((rc = plain_encrypted(L, fi)) < 0 ||
+        if (rc == SHS_OK && ((rc = check_sealed_file(L, fi)) < 0 ||
                              (rc = shs__meta_check_file(L->m, L->dir, fi, L->fh[fi])) < 0)) {
             shs_file_close(L->fh[fi]);
             L->fh[fi] = NULL;
@@ -191,10 +207,18 @@ typedef struct fill_ctx {
     uint64_t next_hash;       /* streaming: next window to hash */
     shs__xxh3_state *hs;      /* streaming whole-chunk hash, or NULL */
     uint64_t *read_bytes;
+    /* a version-4 encrypted chunk read in part (fill_from_segments) */
+    const shs__mtensor *mt;
+    const uint8_t *marks; /* per segment: the box touches it */
+    const char *cmap;     /* the chunk's ciphertext when mapped */
 } fill_ctx;
+
+static int load_sealed_window(fill_ctx *x, uint64_t q);
 
 static int load_window(fill_ctx *x, uint64_t q)
 {
+    if (x->marks)
+        return load_sealed_window(x, q);
     const shs__mchunk *c = x->c;
     uint64_t n = c->b1 - c->b0, at = q * x->wsize;
     size_t len = (size_t)(n - at < x->wsize ? n - at : x->wsize);
@@ -259,9 +283,68 @@ static int fill_run(void *ctx, uint64_t src_off, uint64_t dst_off, uint64_t len)
     return SHS_OK;
 }
 
-/* An encrypted chunk that is not one run of the box: read whole into a
-   buffer, decrypted and authenticated there (a GCM tag covers the whole
-   chunk, so a part cannot be checked alone), then copied out. */
+/* Window q of a version-4 encrypted chunk read in part: the segments of
+   the window that the box touches are read (or found in the mapping),
+   decrypted into x->win and authenticated, on two threads; the others
+   are left alone. */
+static int load_sealed_window(fill_ctx *x, uint64_t q)
+{
+    const shs__mchunk *c = x->c;
+    const shs__meta *m = x->L->m;
+    uint64_t n = c->b1 - c->b0, seg = m->segment, at = q * x->wsize;
+    uint64_t len = n - at < x->wsize ? n - at : x->wsize;
+    uint64_t first = at / seg, count = (len + seg - 1) / seg;
+    int rc = SHS_OK;
+    for (uint64_t k = first; k < first + count && rc == SHS_OK; k++) {
+        if (!x->marks[k])
+            continue;
+        uint64_t b = k * seg, e = b + seg < n ? b + seg : n;
+        *x->read_bytes += e - b;
+        if (!x->cmap)
+            rc = shs_file_read_bytes(x->f, x->idx, b, x->win + (b - at), (size_t)(e - b));
+    }
+    if (rc == SHS_OK)
+        rc = shs__crypt_open_segments(x->L->key, m, x->L->dir, x->mt, c, first, count,
+                                      x->marks + first, x->cmap ? x->cmap + at : x->win, x->win);
+    x->wq = rc == SHS_OK ? q : UINT64_MAX;
+    return rc;
+}
+
+/* segments of a window: decrypted together, on two threads */
+#define SEG_WINDOW 4
+
+/* A version-4 encrypted chunk that is not one run of the box: only the
+   segments the box touches are read, decrypted and authenticated (each
+   has its own tag), a window of SEG_WINDOW segments at a time, and copied
+   out; memory is one window.  Its xxh3, of the whole ciphertext, is not
+   checked: the tags cover every byte used. */
+static int fill_from_segments(fill_ctx *x, unsigned bits, size_t nd, const uint64_t *src_start,
+                              const uint64_t *bshape, const uint64_t *dst_start,
+                              const uint64_t *ishape)
+{
+    const shs__mchunk *c = x->c;
+    uint64_t n = c->b1 - c->b0, seg = x->L->m->segment;
+    block_marks b = { seg, shs__calloc(c->ntags + 1, 1) };
+    x->wsize = SEG_WINDOW * seg;
+    x->nwin = (n + x->wsize - 1) / x->wsize;
+    x->win = b.mark ? shs__malloc((size_t)(n < x->wsize ? n : x->wsize) + 1) : NULL;
+    int rc = x->win ? SHS_OK : shs__err(SHS_ENOMEM, "out of memory reading '%s'", x->tname);
+    if (rc == SHS_OK)
+        rc = shs__box_runs2(bits, nd, c->shape, src_start, ishape, (uint64_t[SHS_MAX_DIMS]){ 0 },
+                            ishape, mark_run, &b);
+    x->marks = b.mark;
+    x->cmap = x->map;
+    x->map = NULL;
+    if (rc == SHS_OK)
+        rc = shs__box_runs2(bits, nd, c->shape, src_start, bshape, dst_start, ishape, fill_run, x);
+    shs__free(x->win);
+    shs__free(b.mark);
+    return rc;
+}
+
+/* A version-3 encrypted chunk that is not one run of the box: read whole
+   into a buffer, decrypted and authenticated there (a GCM tag covers the
+   whole chunk, so a part cannot be checked alone), then copied out. */
 static int fill_from_sealed(shs__loader *L, const shs__mtensor *mt, const shs__mchunk *c,
                             shs_file *f, size_t idx, fill_ctx *x, const uint64_t *src_start,
                             const uint64_t *bshape, const uint64_t *dst_start,
@@ -339,6 +422,9 @@ static int fill_from_chunk(shs__loader *L, const shs__mtensor *mt, const shs__mc
     x.dbytes = shs_dtype_bits(dtype) / 8;
     x.wq = UINT64_MAX;
     x.read_bytes = read_bytes;
+    x.mt = mt;
+    if (c->enc && L->m->version >= SHS__META_VERSION_STREAM)
+        return fill_from_segments(&x, bits, nd, src_start, bshape, dst_start, ishape);
     if (c->enc)
         return fill_from_sealed(L, mt, c, f, idx, &x, src_start, bshape, dst_start, ishape);
     if (x.map) {
@@ -688,7 +774,18 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
     shs__loader L = { dir, &m, NULL, 0, NULL, req->key };
     if ((rc = shs__meta_check_common(&m, dir)) < 0)
         goto done;
-    /* an encrypted checkpoint: the key is needed, and must be its own */
+    /* an encrypted checkpoint: the key is needed, and must be its own
+       (version 4: its metadata.json authenticated under it); with
+       encrypted_only, a key finds nothing else acceptable */
+    if (req->encrypted_only && req->key && !m.encrypted) {
+        rc = shs__err(SHS_EKEY,
+                      "%s: not encrypted, but a key is configured: an unencrypted checkpoint in "
+                      "save_path is not resumed from (it may be an encrypted one stripped of its "
+                      "encryption); set allow_unencrypted_resume: true if it is meant to be "
+                      "unencrypted (e.g. saved before encryption was turned on)",
+                      dir);
+        goto done;
+    }
     if ((rc = shs__crypt_check_key(&m, req->key, dir)) < 0)
         goto done;
     if (!(L.fh = shs__calloc(m.nf + 1, sizeof(shs_file *)))) {

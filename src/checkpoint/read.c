@@ -66,13 +66,15 @@ int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path, const shs_ckp
     c->L.open_flags = (o.flags & SHS_CKPT_OPEN_NO_MMAP) ? SHS_OPEN_NO_MMAP : 0;
     c->L.mu = &c->mu;
     if (o.key) {
-        /* a wrong key fails here; no key: reads fail with "key required" */
+        /* a wrong key fails here, and a key given for an unencrypted
+           checkpoint (nothing in it is authenticated by the key); no key:
+           reads fail with "key required" */
         if (!(c->key = shs__calloc(1, sizeof *c->key))) {
             rc = shs__err(SHS_ENOMEM, "out of memory");
             goto fail;
         }
         if ((rc = shs__key_from_bytes(c->key, o.key, o.key_len)) < 0 ||
-            (rc = shs__crypt_check_key(&c->m, c->key, c->path)) < 0)
+            (rc = shs__crypt_require(&c->m, c->key, c->path)) < 0)
             goto fail;
         c->L.key = c->key;
     }

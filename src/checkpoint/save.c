@@ -172,7 +172,7 @@ int shs__save_meta(const shs__save_req *req, const char *tmp, const char *texts,
     json_t *held = json_object();
     json_t *root = json_pack(
         "{s:s, s:i, s:I, s:i, s:[], s:{}, s:[]}", "format", "shardsafe.checkpoint", "version",
-        req->key ? SHS__META_VERSION_ENC : SHS__META_VERSION, "step", (json_int_t)req->step,
+        req->key ? SHS__META_VERSION_STREAM : SHS__META_VERSION, "step", (json_int_t)req->step,
         "world_size", world, "files", "tensors", "blobs");
     if (!root || !held) {
         rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
@@ -183,11 +183,14 @@ int shs__save_meta(const shs__save_req *req, const char *tmp, const char *texts,
         rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
         goto done;
     }
-    /* encrypted (crypt.h): the cipher and the key's id, then each chunk's
-       nonce and tag (from the fragments) */
-    if (req->key && (json_object_set_new(root, "cipher", json_string(SHS__CIPHER_NAME)) < 0 ||
-                     json_object_set_new(root, "key_id", json_string(req->key->id)) < 0 ||
-                     json_object_set_new(root, "save_id", json_string(req->save_id)) < 0)) {
+    /* encrypted (crypt.h): the cipher, the key's id, the save's id and the
+       segment size, then each chunk's salt and tags (from the fragments);
+       the text is authenticated under the key when it is sealed */
+    if (req->key &&
+        (json_object_set_new(root, "cipher", json_string(SHS__CIPHER_STREAM)) < 0 ||
+         json_object_set_new(root, "key_id", json_string(req->key->id)) < 0 ||
+         json_object_set_new(root, "save_id", json_string(req->save_id)) < 0 ||
+         json_object_set_new(root, "segment_bytes", json_integer((json_int_t)SHS__SEGMENT)) < 0)) {
         rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
         goto done;
     }
@@ -209,10 +212,15 @@ int shs__save_meta(const shs__save_req *req, const char *tmp, const char *texts,
     /* metadata.json is written last: a directory holding it is complete */
     char *plain = shs__json_dumps(root, JSON_INDENT(1) | JSON_COMPACT);
     size_t tlen = 0;
-    text = plain ? shs__meta_seal(plain, strlen(plain), &tlen) : NULL;
+    rc = plain ? SHS_OK : shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+    if (plain && req->key)
+        rc = shs__crypt_meta_seal(&text, &tlen, plain, strlen(plain), req->key);
+    else if (plain && !(text = shs__meta_seal(plain, strlen(plain), &tlen)))
+        rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
     shs__free(plain);
-    mpath = shs__path_join(tmp, "metadata.json");
-    if (!text || !mpath) {
+    if (rc < 0)
+        goto done;
+    if (!(mpath = shs__path_join(tmp, "metadata.json"))) {
         rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
         goto done;
     }
@@ -226,7 +234,10 @@ int shs__save_meta(const shs__save_req *req, const char *tmp, const char *texts,
         shs__err_prefix(rc, "nothing committed: the ranks' layout is not a valid checkpoint");
         goto done;
     }
+    rc = shs__crypt_check_key(&check, req->key, tmp);
     shs__meta_free(&check);
+    if (rc < 0)
+        goto done;
     if (req->fsync)
         rc = shs__io_fsync_dir(tmp);
 done:

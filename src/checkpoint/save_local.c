@@ -38,7 +38,9 @@ typedef struct tensor_out {
     uint64_t hash;
     uint64_t *blocks; /* per-block checksums (chunks > SHS__HASH_BLOCK) */
     int enc;          /* encrypted (crypt.h): hash is of the ciphertext */
-    unsigned char nonce[SHS__NONCE_BYTES], tag[SHS__TAG_BYTES];
+    unsigned char salt[SHS__SALT_BYTES];
+    unsigned char *tags; /* one per segment */
+    uint64_t ntags;
 } tensor_out;
 
 static const void *tensor_src(const shs_state *st, const shs__save_req *req, size_t i)
@@ -94,7 +96,7 @@ static int same_as_prev(const shs__tensor *t, const shs__mtensor *pt, const shs_
     return 0;
 }
 
-/* Where shs__seal_stream hands the pieces of ciphertext: hashed and
+/* Where shs__seal_chunk hands the segments of ciphertext: hashed and
    written. */
 typedef struct sealed_out {
     shs_writer *w;
@@ -109,10 +111,10 @@ static int sealed_sink(void *ctx, uint64_t at, const void *data, size_t len)
     return shs_writer_write_part(o->w, o->name, at, data, len);
 }
 
-/* Encrypt tensor i as one AES-256-GCM message (crypt.h), streamed
-   through `buf` (the ring of shs__seal_stream, 1 MiB pieces: small
-   enough that the ciphertext is still in the cache when it is hashed and
-   written): its checksum is of the ciphertext, computed on the way. */
+/* Encrypt tensor i as a STREAM of segments (crypt.h), streamed through
+   `buf` (the ring of shs__seal_chunk, 1 MiB segments: small enough that
+   the ciphertext is still in the cache when it is hashed and written):
+   its checksum is of the ciphertext, computed on the way. */
 static int write_sealed(const shs_state *st, const shs__save_req *req, shs_writer *w, size_t i,
                         tensor_out *o, unsigned char *buf)
 {
@@ -120,19 +122,15 @@ static int write_sealed(const shs_state *st, const shs__save_req *req, shs_write
     const char *src = tensor_src(st, req, i);
     unsigned char aad[SHS__AAD_MAX];
     size_t alen = shs__crypt_aad(aad, req->save_id, t->name, t->dtype, t->ndim, t->gshape, t->goff,
-                                 t->shape, req->step);
-    shs__sealer *s = NULL;
+                                 t->shape, req->step, SHS__SEGMENT);
     shs__xxh3_state hs;
     shs__xxh3_reset(&hs);
-    int rc = shs__seal_begin(&s, req->key, aad, alen, o->nonce);
-    if (rc == SHS_OK && t->nbytes == 0)
-        rc = shs_writer_write(w, t->name, buf, 0);
+    int rc = t->nbytes == 0 ? shs_writer_write(w, t->name, buf, 0) : SHS_OK;
     sealed_out so = { w, t->name, &hs };
     if (rc == SHS_OK)
-        rc = shs__seal_stream(s, src, t->nbytes, buf, sealed_sink, &so);
-    if (rc == SHS_OK)
-        rc = shs__seal_end(s, o->tag);
-    shs__seal_free(s);
+        rc = shs__seal_chunk(req->key, aad, alen, src, t->nbytes, buf, o->salt, &o->tags,
+                             sealed_sink, &so);
+    o->ntags = shs__crypt_nsegs(t->nbytes, SHS__SEGMENT);
     o->hash = shs__xxh3_digest(&hs);
     o->enc = 1;
     return rc;
@@ -147,7 +145,7 @@ static int write_one_file(const shs_state *st, const shs__save_req *req, const c
     wo.fsync = req->fsync;
     int rc;
     char *path = shs__path_join(tmp, f->name);
-    unsigned char *buf = req->key ? shs__malloc(SHS__SEAL_RING * SHS__SEAL_PIECE) : NULL;
+    unsigned char *buf = req->key ? shs__malloc(SHS__SEAL_RING * SHS__SEGMENT) : NULL;
     if (!path || (req->key && !buf)) {
         shs__free(path);
         shs__free(buf);
@@ -158,7 +156,7 @@ static int write_one_file(const shs_state *st, const shs__save_req *req, const c
     if ((rc = shs_writer_add_metadata(w, "format", "pt")) < 0)
         goto done;
     /* for any reader of the file alone: the payload is ciphertext */
-    if (req->key && (rc = shs_writer_add_metadata(w, "shardsafe_cipher", SHS__CIPHER_NAME)) < 0)
+    if (req->key && (rc = shs_writer_add_metadata(w, SHS__FILE_MARK, SHS__CIPHER_STREAM)) < 0)
         goto done;
     for (size_t i = 0; i < st->n; i++)
         if (incl[i] && to[i].file == fi &&
@@ -289,8 +287,8 @@ static int link_unchanged(local_save *L)
     shs__meta *prev = &L->prev;
     int rc = SHS_OK;
     int *linkable = NULL;
-    /* encrypted saves write every chunk (a fresh nonce each, under the
-       current key): the manager refuses incremental with a key */
+    /* encrypted saves write every chunk (each under a key of its own,
+       from a fresh salt): the manager refuses incremental with a key */
     if (req->incremental && !req->key && req->prev_dir &&
         shs__meta_parse(prev, req->prev_dir, 0) == SHS_OK)
         L->have_prev = 1;
@@ -460,16 +458,22 @@ static json_t *tensor_entry(const local_save *L, size_t i)
                               json_dims(t->goff, t->ndim), "shape", json_dims(t->shape, t->ndim),
                               "file", o->file, "key", t->name, "byte_range",
                               json_range(o->b0, o->b1), "xxh3", hx);
-    /* large chunks also get per-block checksums, so a load that needs
-       only part of the chunk checks only the blocks it reads */
+    /* encrypted: the chunk's salt and one tag per segment (crypt.h) */
     if (chunk && o->enc) {
-        char nt[57];
-        shs__crypt_hex_nt(nt, o->nonce, o->tag);
-        if (json_object_set_new(chunk, "aes_gcm", json_string(nt)) < 0) {
+        char salt[2 * SHS__SALT_BYTES + 1];
+        char *tags = shs__malloc(2 * SHS__TAG_BYTES * o->ntags + 1);
+        shs__crypt_hex(salt, o->salt, sizeof o->salt);
+        if (tags)
+            shs__crypt_hex(tags, o->tags, SHS__TAG_BYTES * o->ntags);
+        if (!tags || json_object_set_new(chunk, "gcm_salt", json_string(salt)) < 0 ||
+            json_object_set_new(chunk, "gcm_tags", json_string(tags)) < 0) {
             json_decref(chunk);
             chunk = NULL;
         }
+        shs__free(tags);
     }
+    /* large chunks also get per-block checksums, so a load that needs
+       only part of the chunk checks only the blocks it reads */
     if (chunk && o->blocks) {
         json_t *bl = json_array();
         for (uint64_t q = 0; bl && q * SHS__HASH_BLOCK < t->nbytes; q++) {
@@ -583,8 +587,10 @@ done:
     if (L.have_prev)
         shs__meta_free(&L.prev);
     shs__free(L.files);
-    for (size_t i = 0; L.to && i < st->n; i++)
+    for (size_t i = 0; L.to && i < st->n; i++) {
         shs__free(L.to[i].blocks);
+        shs__free(L.to[i].tags);
+    }
     shs__free(L.to);
     shs__free(L.incl);
     shs__free(L.unchanged);

@@ -66,9 +66,10 @@ static int same_as_earlier_copy(shs__loader *L, const shs__mtensor *t, size_t k,
 }
 
 /* An encrypted chunk whose checksums matched (its bytes at p):
-   authenticated, not decrypted (crypt.c: the tag is computed from the
-   ciphertext).  Without a key it is left for the end of the verify, which
-   says a key is needed. */
+   authenticated (crypt.h: decrypted segment by segment into scratch
+   buffers, on two threads for version 4; no plaintext leaves it).
+   Without a key it is left for the end of the verify, which says a key is
+   needed. */
 static int verify_sealed(const shs__loader *L, const shs__mtensor *t, const shs__mchunk *c,
                          const void *p)
 {
@@ -111,8 +112,10 @@ static int verify(const char *dir, const shs__key *key)
         rc = shs__err(SHS_ENOMEM, "out of memory");
         goto done;
     }
-    /* a wrong key is said at once; a missing one at the end */
-    if (key && (rc = shs__crypt_check_key(&m, key, dir)) < 0)
+    /* a wrong key is said at once, and so is a key given for an
+       unencrypted checkpoint (nothing in it is authenticated by the key);
+       a missing key at the end */
+    if (key && (rc = shs__crypt_require(&m, key, dir)) < 0)
         goto done;
     /* every listed file exists and is valid (its header matching its
        checksum in version 2), even one no chunk uses */

@@ -36,7 +36,8 @@ static const struct {
                         "shs_config_init",
                         SHS_CONFIG_VERSION,
                         { 0, offsetof(shs_config, initial_load_in_hf),
-                          offsetof(shs_config, encrypt_key_file), sizeof(shs_config) } },
+                          offsetof(shs_config, encrypt_key_file),
+                          offsetof(shs_config, allow_unencrypted_resume), sizeof(shs_config) } },
     [SHS__V_LOAD_RESULT] = { "shs_load_result",
                              "SHS_LOAD_RESULT_INIT",
                              SHS_LOAD_RESULT_VERSION,
@@ -78,7 +79,7 @@ static const struct {
 
 /* Every table lists every version up to the current one, and the newest
    size is the whole struct. */
-_Static_assert(SHS_CONFIG_VERSION == 3 && SHS_CKPT_OPEN_OPTS_VERSION == 2 &&
+_Static_assert(SHS_CONFIG_VERSION == 4 && SHS_CKPT_OPEN_OPTS_VERSION == 2 &&
                    SHS_MERGE_OPTS_VERSION == 2 && SHS_RESHARD_OPTS_VERSION == 2,
                "a versioned struct changed: update its sizes in k_struct");
 

@@ -1,18 +1,19 @@
 /*
  * crypt.c -- encryption at rest: keys, the AAD that binds a chunk to its
- * place, streaming AES-256-GCM for the save path and in-place decryption
- * for the one checksummed read path (crypt.h, docs/encryption.md).
+ * place, the key check and metadata.json's MAC, and version 3's chunks
+ * (one GCM message each).  Version 4's segments: crypt_segs.c.  Format:
+ * crypt.h, docs/encryption.md.
  */
-#include "crypto/crypt.h"
+#include "crypto/crypt_int.h"
 
 #include "store/io.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/kdf.h>
 #include <openssl/rand.h>
 
-#include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,7 +122,8 @@ int shs__key_load(shs__key *out, const char *file, const char *env)
 
 /* ---- the AAD ---- */
 
-static const char k_aad_label[] = "shardsafe chunk v1";
+static const char k_aad_label[] = "shardsafe chunk v1";  /* version 3 */
+static const char k_aad_label4[] = "shardsafe chunk v4"; /* version 4 */
 
 static unsigned char *put64(unsigned char *p, uint64_t v)
 {
@@ -132,12 +134,15 @@ static unsigned char *put64(unsigned char *p, uint64_t v)
 
 size_t shs__crypt_aad(unsigned char *out, const char *save_id, const char *name, shs_dtype dtype,
                       size_t ndim, const uint64_t *gshape, const uint64_t *off,
-                      const uint64_t *shape, int64_t step)
+                      const uint64_t *shape, int64_t step, uint64_t segment)
 {
     unsigned char *p = out;
     unsigned int mdlen = 0;
     memset(p, 0, 48);
-    memcpy(p, k_aad_label, sizeof k_aad_label);
+    if (segment)
+        memcpy(p, k_aad_label4, sizeof k_aad_label4);
+    else
+        memcpy(p, k_aad_label, sizeof k_aad_label);
     p += 32;
     if (save_id)
         memcpy(p, save_id, strnlen(save_id, 16));
@@ -155,7 +160,16 @@ size_t shs__crypt_aad(unsigned char *out, const char *save_id, const char *name,
         p = put64(p, off[d]);
     for (size_t d = 0; d < ndim; d++)
         p = put64(p, shape[d]);
+    if (segment)
+        p = put64(p, segment);
     return (size_t)(p - out);
+}
+
+size_t shs__crypt_chunk_aad(unsigned char *out, const shs__meta *m, const shs__mtensor *t,
+                            const shs__mchunk *c)
+{
+    return shs__crypt_aad(out, m->save_id, t->name, t->dtype, t->ndim, t->gshape, c->off, c->shape,
+                          m->step, m->version >= SHS__META_VERSION_STREAM ? m->segment : 0);
 }
 
 int shs__crypt_save_id(char out[17])
@@ -163,185 +177,41 @@ int shs__crypt_save_id(char out[17])
     unsigned char r[8];
     if (RAND_bytes(r, sizeof r) != 1)
         return shs__err(SHS_EIO, "libcrypto: no random bytes for a save id");
-    for (int i = 0; i < 8; i++)
-        snprintf(out + 2 * i, 3, "%02x", r[i]);
+    shs__crypt_hex(out, r, sizeof r);
     return SHS_OK;
 }
 
-/* ---- sealing (save) ---- */
-
-struct shs__sealer {
-    EVP_CIPHER_CTX *ctx;
-};
-
-/* EVP lengths are ints: long buffers go in slices. */
-#define SLICE (1 << 30)
-
-int shs__seal_begin(shs__sealer **out, const shs__key *key, const unsigned char *aad, size_t aadlen,
-                    unsigned char nonce[SHS__NONCE_BYTES])
+int shs__crypt_hkdf(unsigned char *out, size_t outlen, const shs__key *key,
+                    const unsigned char *salt, size_t saltlen, const char *info)
 {
-    int len;
-    *out = NULL;
-    if (RAND_bytes(nonce, SHS__NONCE_BYTES) != 1)
-        return shs__err(SHS_EIO, "libcrypto: no random bytes for a nonce");
-    shs__sealer *s = shs__calloc(1, sizeof *s);
-    if (!s || !(s->ctx = EVP_CIPHER_CTX_new())) {
-        shs__free(s);
-        return shs__err(SHS_ENOMEM, "out of memory starting encryption");
-    }
-    if (EVP_EncryptInit_ex(s->ctx, EVP_aes_256_gcm(), NULL, NULL, NULL) != 1 ||
-        EVP_CIPHER_CTX_ctrl(s->ctx, EVP_CTRL_GCM_SET_IVLEN, SHS__NONCE_BYTES, NULL) != 1 ||
-        EVP_EncryptInit_ex(s->ctx, NULL, NULL, key->k, nonce) != 1 ||
-        EVP_EncryptUpdate(s->ctx, NULL, &len, aad, (int)aadlen) != 1) {
-        shs__seal_free(s);
-        return shs__err(SHS_EIO, "libcrypto: cannot start AES-256-GCM");
-    }
-    *out = s;
-    return SHS_OK;
+    EVP_PKEY_CTX *ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, NULL);
+    size_t len = outlen;
+    int ok = ctx && EVP_PKEY_derive_init(ctx) == 1 &&
+             EVP_PKEY_CTX_set_hkdf_md(ctx, EVP_sha256()) == 1 &&
+             (saltlen == 0 || EVP_PKEY_CTX_set1_hkdf_salt(ctx, salt, (int)saltlen) == 1) &&
+             EVP_PKEY_CTX_set1_hkdf_key(ctx, key->k, SHS_KEY_BYTES) == 1 &&
+             EVP_PKEY_CTX_add1_hkdf_info(ctx, (const unsigned char *)info, (int)strlen(info)) ==
+                 1 &&
+             EVP_PKEY_derive(ctx, out, &len) == 1 && len == outlen;
+    EVP_PKEY_CTX_free(ctx);
+    return ok ? 0 : -1;
 }
 
-int shs__seal_update(shs__sealer *s, const void *in, void *out, size_t n)
+/* ---- the key of a checkpoint ---- */
+
+static const char *cipher_of(const shs__meta *m)
 {
-    const unsigned char *i = in;
-    unsigned char *o = out;
-    while (n) {
-        int piece = n > SLICE ? SLICE : (int)n, len = 0;
-        if (EVP_EncryptUpdate(s->ctx, o, &len, i, piece) != 1 || len != piece)
-            return shs__err(SHS_EIO, "libcrypto: AES-256-GCM encryption failed");
-        i += piece;
-        o += piece;
-        n -= (size_t)piece;
-    }
-    return SHS_OK;
+    return m->version >= SHS__META_VERSION_STREAM ? SHS__CIPHER_STREAM : SHS__CIPHER_NAME;
 }
 
-/* The two sides of shs__seal_stream: the helper encrypts piece k into
-   ring slot k % SHS__SEAL_RING once the caller has consumed piece
-   k - SHS__SEAL_RING; the caller consumes pieces as they are made. */
-typedef struct seal_pipe {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    shs__sealer *s;
-    const unsigned char *src;
-    uint64_t n, pieces;
-    unsigned char *ring;
-    uint64_t made, used; /* pieces encrypted / consumed */
-    int stop;            /* the caller failed: the helper stops */
-    int rc;              /* the helper's status */
-    char msg[512];       /* its message (messages are per thread) */
-} seal_pipe;
-
-static size_t piece_len(const seal_pipe *p, uint64_t k)
+/* The key is there and is the checkpoint's (by its id). */
+int shs__crypt_check_key_id(const shs__meta *m, const shs__key *key, const char *dir)
 {
-    uint64_t at = k * SHS__SEAL_PIECE;
-    return (size_t)(p->n - at < SHS__SEAL_PIECE ? p->n - at : SHS__SEAL_PIECE);
-}
-
-static void *seal_helper(void *arg)
-{
-    seal_pipe *p = arg;
-    for (uint64_t k = 0; k < p->pieces; k++) {
-        pthread_mutex_lock(&p->mu);
-        while (!p->stop && k - p->used >= SHS__SEAL_RING)
-            pthread_cond_wait(&p->cv, &p->mu);
-        int stop = p->stop;
-        pthread_mutex_unlock(&p->mu);
-        if (stop)
-            break;
-        int rc = shs__seal_update(p->s, p->src + k * SHS__SEAL_PIECE,
-                                  p->ring + (k % SHS__SEAL_RING) * SHS__SEAL_PIECE,
-                                  piece_len(p, k));
-        pthread_mutex_lock(&p->mu);
-        if (rc < 0) {
-            p->rc = rc;
-            snprintf(p->msg, sizeof p->msg, "%s", shs_last_error());
-        } else {
-            p->made = k + 1;
-        }
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-        if (rc < 0)
-            break;
-    }
-    return NULL;
-}
-
-int shs__seal_stream(shs__sealer *s, const void *src, uint64_t n, unsigned char *ring,
-                     shs__seal_sink sink, void *ctx)
-{
-    seal_pipe p = { .s = s, .src = src, .n = n, .ring = ring, .rc = SHS_OK };
-    p.pieces = (n + SHS__SEAL_PIECE - 1) / SHS__SEAL_PIECE;
-    pthread_t th;
-    int rc = SHS_OK, threaded = 0;
-    if (p.pieces > 1) {
-        pthread_mutex_init(&p.mu, NULL);
-        pthread_cond_init(&p.cv, NULL);
-        threaded = pthread_create(&th, NULL, seal_helper, &p) == 0;
-        if (!threaded) {
-            pthread_mutex_destroy(&p.mu);
-            pthread_cond_destroy(&p.cv);
-        }
-    }
-    for (uint64_t k = 0; k < p.pieces && rc == SHS_OK; k++) {
-        unsigned char *slot = ring + (threaded ? (k % SHS__SEAL_RING) * SHS__SEAL_PIECE : 0);
-        size_t len = piece_len(&p, k);
-        if (!threaded) {
-            if ((rc = shs__seal_update(s, p.src + k * SHS__SEAL_PIECE, slot, len)) < 0)
-                break;
-            rc = sink(ctx, k * SHS__SEAL_PIECE, slot, len);
-            continue;
-        }
-        pthread_mutex_lock(&p.mu);
-        while (p.made <= k && p.rc == SHS_OK)
-            pthread_cond_wait(&p.cv, &p.mu);
-        int made = p.made > k;
-        pthread_mutex_unlock(&p.mu);
-        rc = made ? sink(ctx, k * SHS__SEAL_PIECE, slot, len) : shs__err(p.rc, "%s", p.msg);
-        pthread_mutex_lock(&p.mu);
-        if (rc < 0)
-            p.stop = 1;
-        else
-            p.used = k + 1;
-        pthread_cond_broadcast(&p.cv);
-        pthread_mutex_unlock(&p.mu);
-    }
-    if (threaded) {
-        pthread_join(th, NULL);
-        pthread_mutex_destroy(&p.mu);
-        pthread_cond_destroy(&p.cv);
-    }
-    return rc;
-}
-
-int shs__seal_end(shs__sealer *s, unsigned char tag[SHS__TAG_BYTES])
-{
-    unsigned char tail[16];
-    int len = 0;
-    if (EVP_EncryptFinal_ex(s->ctx, tail, &len) != 1 || len != 0 ||
-        EVP_CIPHER_CTX_ctrl(s->ctx, EVP_CTRL_GCM_GET_TAG, SHS__TAG_BYTES, tag) != 1)
-        return shs__err(SHS_EIO, "libcrypto: AES-256-GCM could not finish");
-    return SHS_OK;
-}
-
-void shs__seal_free(shs__sealer *s)
-{
-    if (!s)
-        return;
-    EVP_CIPHER_CTX_free(s->ctx);
-    shs__free(s);
-}
-
-/* ---- opening (load, read API, verify) ---- */
-
-int shs__crypt_check_key(const shs__meta *m, const shs__key *key, const char *dir)
-{
-    if (!m->encrypted)
-        return SHS_OK;
     if (!key)
         return shs__err(SHS_EKEY,
-                        "%s: encrypted (" SHS__CIPHER_NAME ", key id %s): key required "
+                        "%s: encrypted (%s, key id %s): key required "
                         "(encrypt_key_file or encrypt_key_env; CLI --key-file or --key-env)",
-                        dir, m->key_id);
+                        dir, cipher_of(m), m->key_id);
     if (strcmp(key->id, m->key_id) != 0)
         return shs__err(SHS_EKEY,
                         "%s: wrong key: the checkpoint was encrypted with key id %s, the key "
@@ -350,287 +220,289 @@ int shs__crypt_check_key(const shs__meta *m, const shs__key *key, const char *di
     return SHS_OK;
 }
 
-/* The error of a chunk whose GCM tag does not match (open and verify). */
-static int tag_mismatch(const char *dir, const shs__meta *m, const shs__mtensor *t,
-                        const shs__mchunk *c)
+static const char k_mac_label[] = "shardsafe metadata mac v1";
+
+/* HMAC-SHA256 of `digest` under the key's metadata subkey. */
+static int meta_mac(unsigned char mac[SHS__MAC_BYTES], const shs__key *key,
+                    const unsigned char digest[32])
 {
-    return shs__err(SHS_ECHECKSUM,
-                    "%s/%s: tensor '%s': chunk does not authenticate (" SHS__CIPHER_NAME
-                    " tag mismatch): its bytes, its place (tensor, offset, step) or "
-                    "metadata.json were changed",
-                    dir, m->f[c->file].name, t->name);
+    unsigned char k[32];
+    unsigned int len = 0;
+    int ok = shs__crypt_hkdf(k, sizeof k, key, NULL, 0, k_mac_label) == 0 &&
+             HMAC(EVP_sha256(), k, (int)sizeof k, digest, 32, mac, &len) && len == SHS__MAC_BYTES;
+    OPENSSL_cleanse(k, sizeof k);
+    return ok ? 0 : -1;
 }
 
-int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
-                          const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
-                          uint64_t n)
+int shs__crypt_check_key(const shs__meta *m, const shs__key *key, const char *dir)
 {
-    unsigned char aad[SHS__AAD_MAX], tag[SHS__TAG_BYTES];
-    int rc, len = 0;
-    if (!c->enc)
+    unsigned char mac[SHS__MAC_BYTES];
+    int rc;
+    if (!m->encrypted)
         return SHS_OK;
-    if ((rc = shs__crypt_check_key(m, key, dir)) < 0)
+    if ((rc = shs__crypt_check_key_id(m, key, dir)) < 0)
         return rc;
-    size_t alen = shs__crypt_aad(aad, m->save_id, t->name, t->dtype, t->ndim, t->gshape, c->off,
-                                 c->shape, m->step);
+    if (m->version < SHS__META_VERSION_STREAM)
+        return SHS_OK; /* version 3 has no MAC */
+    if (meta_mac(mac, key, m->digest) < 0)
+        return shs__err(SHS_EIO, "libcrypto: cannot compute the MAC of %s/metadata.json", dir);
+    if (CRYPTO_memcmp(mac, m->mac, sizeof mac) != 0)
+        return shs__err(SHS_ECHECKSUM,
+                        "%s/metadata.json: does not authenticate under the key (metadata_mac, "
+                        "HMAC-SHA256): it was changed after the save, or not written with this "
+                        "key",
+                        dir);
+    return SHS_OK;
+}
+
+int shs__crypt_require(const shs__meta *m, const shs__key *key, const char *dir)
+{
+    if (key && !m->encrypted)
+        return shs__err(SHS_EKEY,
+                        "%s: not encrypted, but a key was given: nothing in it is authenticated "
+                        "by the key (it may be an encrypted checkpoint stripped of its "
+                        "encryption); read it without the key if it is meant to be unencrypted",
+                        dir);
+    return shs__crypt_check_key(m, key, dir);
+}
+
+/* ---- metadata.json's MAC (version 4) ----
+ * The sealed text ends with MAC_KEY <64 hex> SEAL_KEY <16 hex> TAIL_END:
+ * the MAC, then the seal of shs__meta_seal (meta_seal.c), which is always
+ * the last member. */
+
+#define MAC_KEY "\"metadata_mac\":\""
+#define SEAL_KEY "\",\n\"metadata_xxh3\":\""
+#define TAIL_END "\"\n}\n"
+#define MAC_HEX (2 * SHS__MAC_BYTES)
+#define MAC_TAIL (sizeof MAC_KEY - 1 + MAC_HEX + sizeof SEAL_KEY - 1 + 16 + sizeof TAIL_END - 1)
+/* where the digits are, from the end of the text */
+#define MAC_AT (MAC_TAIL - (sizeof MAC_KEY - 1))
+#define XXH_AT (16 + sizeof TAIL_END - 1)
+
+/* SHA-256 of text[0, len) with the MAC's and the seal's digits read as
+   '0' (text is changed, then put back). */
+static int meta_digest(unsigned char out[32], char *text, size_t len)
+{
+    char mac[MAC_HEX], xxh[16];
+    unsigned int mdlen = 0;
+    memcpy(mac, text + len - MAC_AT, MAC_HEX);
+    memcpy(xxh, text + len - XXH_AT, 16);
+    memset(text + len - MAC_AT, '0', MAC_HEX);
+    memset(text + len - XXH_AT, '0', 16);
+    int ok = EVP_Digest(text, len, out, &mdlen, EVP_sha256(), NULL) == 1 && mdlen == 32;
+    memcpy(text + len - MAC_AT, mac, MAC_HEX);
+    memcpy(text + len - XXH_AT, xxh, 16);
+    return ok ? 0 : -1;
+}
+
+/* The text ends as shs__crypt_meta_seal writes it. */
+static int has_mac_tail(const char *text, size_t len)
+{
+    return len >= MAC_TAIL && memcmp(text + len - MAC_TAIL, MAC_KEY, sizeof MAC_KEY - 1) == 0 &&
+           memcmp(text + len - MAC_AT + MAC_HEX, SEAL_KEY, sizeof SEAL_KEY - 1) == 0 &&
+           memcmp(text + len - (sizeof TAIL_END - 1), TAIL_END, sizeof TAIL_END - 1) == 0;
+}
+
+int shs__crypt_meta_seal(char **out, size_t *out_len, const char *text, size_t len,
+                         const shs__key *key)
+{
+    size_t n = len;
+    char *body = NULL, *r0 = NULL;
+    unsigned char digest[32], mac[SHS__MAC_BYTES];
+    size_t r0len = 0;
+    int rc = SHS_OK;
+    *out = NULL;
+    while (n && text[n - 1] != '}')
+        n--;
+    if (!n)
+        return shs__err(SHS_EINVAL, "metadata.json: not a JSON object");
+    n--; /* the closing brace */
+    while (n && (text[n - 1] == ' ' || text[n - 1] == '\n' || text[n - 1] == '\t' ||
+                 text[n - 1] == '\r'))
+        n--;
+    int members = n && text[n - 1] != '{';
+    /* the text, then the MAC member (its digits '0' for now) */
+    size_t blen = n + (size_t)members + 1 + sizeof MAC_KEY - 1 + MAC_HEX + 3;
+    if (!(body = shs__malloc(blen + 1)))
+        return shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+    memcpy(body, text, n);
+    size_t at = n;
+    if (members)
+        body[at++] = ',';
+    body[at++] = '\n';
+    memcpy(body + at, MAC_KEY, sizeof MAC_KEY - 1);
+    at += sizeof MAC_KEY - 1;
+    size_t mac_at = at;
+    memset(body + at, '0', MAC_HEX);
+    at += MAC_HEX;
+    memcpy(body + at, "\"\n}", 4);
+    /* sealed once to find what the MAC covers, then again with it */
+    if (!(r0 = shs__meta_seal(body, blen, &r0len)) || !has_mac_tail(r0, r0len)) {
+        rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+        goto done;
+    }
+    if (meta_digest(digest, r0, r0len) < 0 || meta_mac(mac, key, digest) < 0) {
+        rc = shs__err(SHS_EIO, "libcrypto: cannot compute the MAC of metadata.json");
+        goto done;
+    }
+    char hex[MAC_HEX + 1];
+    shs__crypt_hex(hex, mac, sizeof mac);
+    memcpy(body + mac_at, hex, MAC_HEX);
+    if (!(*out = shs__meta_seal(body, blen, out_len)))
+        rc = shs__err(SHS_ENOMEM, "out of memory writing metadata.json");
+done:
+    shs__free(body);
+    shs__free(r0);
+    return rc;
+}
+
+int shs__crypt_meta_digest(shs__meta *m, char *buf, size_t len, const char *value, const char *path)
+{
+    if (!has_mac_tail(buf, len) || !value || strlen(value) != MAC_HEX ||
+        memcmp(value, buf + len - MAC_AT, MAC_HEX) != 0 ||
+        shs__crypt_unhex(m->mac, sizeof m->mac, value, MAC_HEX) < 0)
+        return shs__err(SHS_ECORRUPT,
+                        "%s: version %d ends with \"metadata_mac\" (64 hex digits) and then "
+                        "\"metadata_xxh3\"",
+                        path, SHS__META_VERSION_STREAM);
+    if (meta_digest(m->digest, buf, len) < 0)
+        return shs__err(SHS_EIO, "libcrypto: cannot hash %s", path);
+    return SHS_OK;
+}
+
+/* ---- version 3: one GCM message per chunk ---- */
+
+/* EVP lengths are ints: long buffers go in slices. */
+#define SLICE (1 << 30)
+/* verify decrypts through a scratch buffer of this size */
+#define SCRATCH ((size_t)64 << 10)
+
+int shs__crypt_mismatch(const char *dir, const shs__meta *m, const shs__mtensor *t,
+                        const shs__mchunk *c, long long seg)
+{
+    char where[64] = "";
+    if (seg >= 0)
+        snprintf(where, sizeof where, ", segment %lld of %llu", seg, (unsigned long long)c->ntags);
+    return shs__err(SHS_ECHECKSUM,
+                    "%s/%s: tensor '%s': chunk does not authenticate (%s tag mismatch%s): its "
+                    "bytes, its place (tensor, offset, step) or metadata.json were changed",
+                    dir, m->f[c->file].name, t->name, cipher_of(m), where);
+}
+
+/* Decrypt (buf) or only authenticate (buf NULL: through a scratch
+   buffer) a version-3 chunk. */
+static int open_v3(const shs__key *key, const shs__meta *m, const char *dir, const shs__mtensor *t,
+                   const shs__mchunk *c, const void *src, void *buf, uint64_t n)
+{
+    unsigned char aad[SHS__AAD_MAX], tag[SHS__TAG_BYTES], tail[16];
+    unsigned char *scratch = buf ? NULL : shs__malloc(SCRATCH);
+    int len = 0;
+    if (!buf && !scratch)
+        return shs__err(SHS_ENOMEM, "out of memory authenticating '%s'", t->name);
+    size_t alen = shs__crypt_chunk_aad(aad, m, t, c);
     memcpy(tag, c->tag, sizeof tag);
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-    if (!ctx)
-        return shs__err(SHS_ENOMEM, "out of memory starting decryption");
-    int ok = EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, NULL, NULL) == 1 &&
+    int ok = ctx && EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, NULL, NULL) == 1 &&
              EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, SHS__NONCE_BYTES, NULL) == 1 &&
              EVP_DecryptInit_ex(ctx, NULL, NULL, key->k, c->nonce) == 1 &&
              EVP_DecryptUpdate(ctx, NULL, &len, aad, (int)alen) == 1;
     unsigned char *p = buf;
     const unsigned char *q = src;
+    size_t max = buf ? SLICE : SCRATCH;
     for (uint64_t left = n; ok && left;) {
-        int piece = left > SLICE ? SLICE : (int)left;
-        ok = EVP_DecryptUpdate(ctx, p, &len, q, piece) == 1 && len == piece;
-        p += piece;
+        int piece = left > max ? (int)max : (int)left;
+        ok = EVP_DecryptUpdate(ctx, buf ? p : scratch, &len, q, piece) == 1 && len == piece;
+        p += buf ? piece : 0;
         q += piece;
         left -= (uint64_t)piece;
     }
-    if (!ok) {
-        EVP_CIPHER_CTX_free(ctx);
-        return shs__err(SHS_EIO, "libcrypto: AES-256-GCM decryption failed");
-    }
-    unsigned char tail[16];
-    ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, SHS__TAG_BYTES, tag) == 1 &&
-         EVP_DecryptFinal_ex(ctx, tail, &len) == 1;
+    int auth = ok && EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, SHS__TAG_BYTES, tag) == 1 &&
+               EVP_DecryptFinal_ex(ctx, tail, &len) == 1;
+    int no_ctx = !ctx;
     EVP_CIPHER_CTX_free(ctx);
+    if (scratch) {
+        OPENSSL_cleanse(scratch, SCRATCH);
+        shs__free(scratch);
+    }
     if (!ok) {
+        if (buf)
+            OPENSSL_cleanse(buf, (size_t)n);
+        return no_ctx ? shs__err(SHS_ENOMEM, "out of memory starting decryption")
+                      : shs__err(SHS_EIO, "libcrypto: AES-256-GCM decryption failed");
+    }
+    if (!auth) {
         /* never hand out unauthenticated plaintext */
-        OPENSSL_cleanse(buf, (size_t)n);
-        return tag_mismatch(dir, m, t, c);
+        if (buf)
+            OPENSSL_cleanse(buf, (size_t)n);
+        return shs__crypt_mismatch(dir, m, t, c, -1);
     }
     return SHS_OK;
 }
 
-/*
- * Authenticating a chunk without decrypting it (verify).
- *
- * GCM is CTR encryption plus GHASH over the ciphertext; verify needs only
- * the tag, so only GHASH is computed, by OpenSSL's own code, on two
- * threads, and no plaintext is ever made.  A GCM context under the key and
- * the chunk's nonce is given a byte string Y as AAD only (no data): its
- * tag T(Y) = E(J0) ^ (G(Y) ^ L(Y)) * H, where G(Y) is GHASH's running
- * value after the 16-byte blocks of Y (zero-padded), L(Y) = [8 len(Y), 0]
- * its length block, H = AES_K(0^128) and E(J0) = AES_K(nonce || 1).  So
- * G(Y) * H = T(Y) ^ E(J0) ^ L(Y) * H (products in GF(2^128), gf128_mul).
- * The chunk's GHASH input is A = aad, zeros to 16 bytes, then the
- * ciphertext C: split at a 16-byte boundary into A1 (aad, pad, the first
- * half of C) and A2 (the rest of C, k blocks), G(A) * H = (G(A1) * H) *
- * H^k ^ G(A2) * H, since each block multiplies the running value by H.
- * The tag is E(J0) ^ G(A) * H ^ [8 len(aad), 8 len(C)] * H, compared with
- * the stored one (CRYPTO_memcmp).  tests/test_crypt.c checks it against
- * the save's one-pass GCM at many lengths.  (A load decrypts with one-pass
- * GCM, which costs less CPU than GHASH and CTR apart; its parallelism is
- * across chunks, load.c.)
- */
+/* ---- opening (load, read API, verify) ---- */
 
-/* Chunks from this size on use a helper thread; smaller ones run alone. */
-#define AUTH_THREAD_MIN ((uint64_t)1 << 20)
-/* GCM's limit on one message: 2^32 - 2 blocks of 16 bytes */
-#define GCM_MAX_BYTES ((((uint64_t)1 << 32) - 2) * 16)
-
-static void put_be64(unsigned char *p, uint64_t v)
+int shs__crypt_open_chunk(const shs__key *key, const shs__meta *m, const char *dir,
+                          const shs__mtensor *t, const shs__mchunk *c, const void *src, void *buf,
+                          uint64_t n)
 {
-    for (int i = 0; i < 8; i++)
-        p[i] = (unsigned char)(v >> (56 - 8 * i));
-}
-
-static uint64_t get_be64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
-/* x = x * y in GCM's GF(2^128) (NIST SP 800-38D, algorithm 1: bit 0 is
-   the most significant bit of byte 0); no branch on the values. */
-static void gf128_mul(unsigned char x[16], const unsigned char y[16])
-{
-    uint64_t zh = 0, zl = 0, vh = get_be64(y), vl = get_be64(y + 8);
-    for (int i = 0; i < 128; i++) {
-        uint64_t bit = 0 - (uint64_t)((x[i / 8] >> (7 - i % 8)) & 1);
-        zh ^= vh & bit;
-        zl ^= vl & bit;
-        uint64_t lsb = 0 - (vl & 1);
-        vl = (vl >> 1) | (vh << 63);
-        vh = (vh >> 1) ^ (0xe100000000000000ull & lsb);
-    }
-    put_be64(x, zh);
-    put_be64(x + 8, zl);
-}
-
-/* x = x * h^k (square and multiply; k is a public length) */
-static void gf128_mul_pow(unsigned char x[16], const unsigned char h[16], uint64_t k)
-{
-    unsigned char sq[16];
-    memcpy(sq, h, 16);
-    for (; k; k >>= 1) {
-        if (k & 1)
-            gf128_mul(x, sq);
-        if (k > 1) {
-            unsigned char t[16];
-            memcpy(t, sq, 16);
-            gf128_mul(sq, t);
-            OPENSSL_cleanse(t, sizeof t);
-        }
-    }
-    OPENSSL_cleanse(sq, sizeof sq);
-}
-
-/* H = AES_K(0^128) and E(J0) = AES_K(nonce || 0x00000001) */
-static int gcm_blocks(const shs__key *key, const unsigned char nonce[SHS__NONCE_BYTES],
-                      unsigned char h[16], unsigned char ej0[16])
-{
-    unsigned char in[32] = { 0 }, out[32];
-    int len = 0;
-    memcpy(in + 16, nonce, SHS__NONCE_BYTES);
-    in[31] = 1;
-    EVP_CIPHER_CTX *ecb = EVP_CIPHER_CTX_new();
-    int ok = ecb && EVP_EncryptInit_ex(ecb, EVP_aes_256_ecb(), NULL, key->k, NULL) == 1 &&
-             EVP_CIPHER_CTX_set_padding(ecb, 0) == 1 &&
-             EVP_EncryptUpdate(ecb, out, &len, in, 32) == 1 && len == 32;
-    EVP_CIPHER_CTX_free(ecb);
-    memcpy(h, out, 16);
-    memcpy(ej0, out + 16, 16);
-    OPENSSL_cleanse(out, sizeof out);
-    return ok ? 0 : -1;
-}
-
-/* gh = G(Y) * H for Y = (aad, zeros to 16 bytes, then the len bytes at
-   ct); aad may be empty.  -1 when libcrypto fails. */
-static int ghash_part(unsigned char gh[16], const shs__key *key,
-                      const unsigned char nonce[SHS__NONCE_BYTES], const unsigned char h[16],
-                      const unsigned char ej0[16], const unsigned char *aad, size_t alen,
-                      const unsigned char *ct, uint64_t len)
-{
-    static const unsigned char zeros[16];
-    unsigned char tail[16], lb[16];
-    int olen = 0;
-    size_t apad = (16 - alen % 16) % 16;
-    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
-    int ok = ctx && EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, NULL, NULL) == 1 &&
-             EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_IVLEN, SHS__NONCE_BYTES, NULL) == 1 &&
-             EVP_EncryptInit_ex(ctx, NULL, NULL, key->k, nonce) == 1 &&
-             (alen == 0 || EVP_EncryptUpdate(ctx, NULL, &olen, aad, (int)alen) == 1) &&
-             (apad == 0 || EVP_EncryptUpdate(ctx, NULL, &olen, zeros, (int)apad) == 1);
-    for (uint64_t left = len; ok && left;) {
-        int piece = left > SLICE ? SLICE : (int)left;
-        ok = EVP_EncryptUpdate(ctx, NULL, &olen, ct, piece) == 1;
-        ct += piece;
-        left -= (uint64_t)piece;
-    }
-    ok = ok && EVP_EncryptFinal_ex(ctx, tail, &olen) == 1 && olen == 0 &&
-         EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, SHS__TAG_BYTES, gh) == 1;
-    EVP_CIPHER_CTX_free(ctx);
-    if (!ok)
-        return -1;
-    put_be64(lb, ((uint64_t)(alen + apad) + len) * 8);
-    put_be64(lb + 8, 0);
-    gf128_mul(lb, h);
-    for (int i = 0; i < 16; i++)
-        gh[i] ^= ej0[i] ^ lb[i];
-    return 0;
-}
-
-/* The helper thread: G(A1) * H. */
-typedef struct auth_job {
-    const shs__key *key;
-    const unsigned char *nonce, *h, *ej0, *aad, *src;
-    size_t alen;
-    uint64_t split; /* A1 = aad + src[0, split) */
-    unsigned char gh[16];
+    /* buf NULL: authenticate only (shs__crypt_auth_chunk) */
     int rc;
-} auth_job;
-
-static void *auth_helper(void *arg)
-{
-    auth_job *j = arg;
-    j->rc = ghash_part(j->gh, j->key, j->nonce, j->h, j->ej0, j->aad, j->alen, j->src, j->split);
-    return NULL;
+    if (!c->enc)
+        return SHS_OK;
+    if ((rc = shs__crypt_check_key_id(m, key, dir)) < 0)
+        return rc;
+    if (m->version >= SHS__META_VERSION_STREAM)
+        return shs__crypt_open_v4(key, m, dir, t, c, src, buf, n);
+    return open_v3(key, m, dir, t, c, src, buf, n);
 }
 
 int shs__crypt_auth_chunk(const shs__key *key, const shs__meta *m, const char *dir,
                           const shs__mtensor *t, const shs__mchunk *c, const void *src, uint64_t n)
 {
-    unsigned char aad[SHS__AAD_MAX], h[16], ej0[16], gh2[16] = { 0 }, lb[16], tag[16];
-    int rc;
-    if (!c->enc)
-        return SHS_OK;
-    if ((rc = shs__crypt_check_key(m, key, dir)) < 0)
-        return rc;
-    if (n > GCM_MAX_BYTES)
-        return shs__err(SHS_ECORRUPT,
-                        "%s/%s: tensor '%s': a chunk of %llu bytes is longer than one "
-                        "AES-256-GCM message can be",
-                        dir, m->f[c->file].name, t->name, (unsigned long long)n);
-    if (gcm_blocks(key, c->nonce, h, ej0) < 0)
-        return shs__err(SHS_EIO, "libcrypto: cannot start AES-256-GCM");
-    size_t alen = shs__crypt_aad(aad, m->save_id, t->name, t->dtype, t->ndim, t->gshape, c->off,
-                                 c->shape, m->step);
-    auth_job j = {
-        .key = key, .nonce = c->nonce, .h = h, .ej0 = ej0, .aad = aad, .src = src, .alen = alen
-    };
-    j.split = n >= AUTH_THREAD_MIN ? n / 32 * 16 : n;
-    pthread_t th;
-    int threaded = j.split < n && pthread_create(&th, NULL, auth_helper, &j) == 0;
-    int rc2 = 0;
-    if (threaded)
-        rc2 = ghash_part(gh2, key, c->nonce, h, ej0, NULL, 0, (const unsigned char *)src + j.split,
-                         n - j.split);
-    else
-        j.split = n;
-    if (threaded)
-        pthread_join(th, NULL);
-    else
-        auth_helper(&j);
-    /* tag = E(J0) ^ (G(A1) * H) * H^k ^ G(A2) * H ^ [8 len(aad), 8 n] * H */
-    gf128_mul_pow(j.gh, h, (n - j.split + 15) / 16);
-    put_be64(lb, (uint64_t)alen * 8);
-    put_be64(lb + 8, n * 8);
-    gf128_mul(lb, h);
-    for (int i = 0; i < 16; i++)
-        tag[i] = ej0[i] ^ j.gh[i] ^ gh2[i] ^ lb[i];
-    int ok = j.rc == 0 && rc2 == 0;
-    int auth = ok && CRYPTO_memcmp(tag, c->tag, SHS__TAG_BYTES) == 0;
-    OPENSSL_cleanse(h, sizeof h);
-    OPENSSL_cleanse(ej0, sizeof ej0);
-    OPENSSL_cleanse(&j, sizeof j);
-    OPENSSL_cleanse(gh2, sizeof gh2);
-    OPENSSL_cleanse(tag, sizeof tag);
-    if (!ok)
-        return shs__err(SHS_EIO, "libcrypto: AES-256-GCM authentication failed");
-    if (!auth)
-        return tag_mismatch(dir, m, t, c);
-    return SHS_OK;
+    return shs__crypt_open_chunk(key, m, dir, t, c, src, NULL, n);
 }
 
 /* ---- metadata.json's spelling ---- */
 
+void shs__crypt_hex(char *out, const unsigned char *p, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+int shs__crypt_unhex(unsigned char *out, size_t n, const char *s, size_t len)
+{
+    if (len != 2 * n)
+        return -1;
+    for (size_t i = 0; i < len; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return -1;
+    return unhex(out, s, n);
+}
+
 void shs__crypt_hex_nt(char out[57], const unsigned char nonce[SHS__NONCE_BYTES],
                        const unsigned char tag[SHS__TAG_BYTES])
 {
-    for (int i = 0; i < SHS__NONCE_BYTES; i++)
-        snprintf(out + 2 * i, 3, "%02x", nonce[i]);
-    for (int i = 0; i < SHS__TAG_BYTES; i++)
-        snprintf(out + 2 * SHS__NONCE_BYTES + 2 * i, 3, "%02x", tag[i]);
+    shs__crypt_hex(out, nonce, SHS__NONCE_BYTES);
+    shs__crypt_hex(out + 2 * SHS__NONCE_BYTES, tag, SHS__TAG_BYTES);
 }
 
 int shs__crypt_parse_nt(const char *s, unsigned char nonce[SHS__NONCE_BYTES],
                         unsigned char tag[SHS__TAG_BYTES])
 {
-    if (strlen(s) != 2 * (SHS__NONCE_BYTES + SHS__TAG_BYTES))
+    size_t len = strlen(s);
+    if (len != 2 * (SHS__NONCE_BYTES + SHS__TAG_BYTES))
         return -1;
-    for (const char *q = s; *q; q++)
-        if (!((*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f')))
-            return -1;
-    unhex(nonce, s, SHS__NONCE_BYTES);
-    unhex(tag, s + 2 * SHS__NONCE_BYTES, SHS__TAG_BYTES);
-    return 0;
+    return shs__crypt_unhex(nonce, SHS__NONCE_BYTES, s, 2 * SHS__NONCE_BYTES) < 0 ||
+                   shs__crypt_unhex(tag, SHS__TAG_BYTES, s + 2 * SHS__NONCE_BYTES,
+                                    2 * SHS__TAG_BYTES) < 0
+               ? -1
+               : 0;
 }
 
 /* ---- public ---- */

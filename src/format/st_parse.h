@@ -68,7 +68,14 @@ struct shs_file {
     shs__st_meta *meta;
     size_t n_meta;
     int has_meta;
+    /* the header's __metadata__ marks the file encrypted ("shardsafe_cipher",
+       crypt.h): its tensors are not handed out as data unless sealed_ok */
+    int sealed, sealed_ok;
 };
+
+/* The loader reads an encrypted file through its checkpoint's
+   metadata.json and the key (load.c): its ciphertext may be read. */
+void shs__file_allow_sealed(shs_file *f);
 
 /* ---- the parser (st_json.c scans, st_header.c interprets) ---- */
 

@@ -68,6 +68,28 @@ static int check_header(shs_file *f, const uint8_t *prefix, size_t prefix_len, c
     return rc;
 }
 
+/* The __metadata__ key that marks a data file of an encrypted save
+   (SHS__FILE_MARK in crypt.h): its tensors are ciphertext. */
+#define SEALED_MARK "shardsafe_cipher"
+
+void shs__file_allow_sealed(shs_file *f)
+{
+    f->sealed_ok = 1;
+}
+
+/* Tensor data of an encrypted file is refused to every reader but the
+   loader of its checkpoint (load.c), which has the key and the tags. */
+static int sealed_refused(const shs_file *f)
+{
+    if (!f->sealed || f->sealed_ok)
+        return SHS_OK;
+    return shs__err(SHS_EKEY,
+                    "%s: encrypted (its header says \"" SEALED_MARK "\": \"%s\"): its tensors are "
+                    "ciphertext, read only through the metadata.json of its checkpoint with the "
+                    "key",
+                    f->path, shs_file_metadata_get(f, SEALED_MARK));
+}
+
 static shs_file *file_new(const char *name)
 {
     shs_file *f = shs__calloc(1, sizeof *f);
@@ -105,6 +127,7 @@ int shs_file_open_memory(shs_file **out, const void *data, size_t len, const cha
     f->header = (const char *)data + 8;
     if ((rc = shs__st_parse_header(f, f->path)) < 0)
         goto fail;
+    f->sealed = shs_file_metadata_get(f, SEALED_MARK) != NULL;
     *out = f;
     return SHS_OK;
 fail:
@@ -164,6 +187,7 @@ int shs_file_open(shs_file **out, const char *path, const shs_open_opts *opts)
     f->header = f->header_copy;
     if ((rc = shs__st_parse_header(f, path)) < 0)
         goto fail;
+    f->sealed = shs_file_metadata_get(f, SEALED_MARK) != NULL;
     if (!(flags & SHS_OPEN_NO_MMAP) && f->file_size > 0 && f->file_size <= (uint64_t)SIZE_MAX) {
         void *m;
         if (!(flags & SHS_OPEN_PRIVATE_WRITABLE))
@@ -294,13 +318,16 @@ const char *shs_file_metadata_get(const shs_file *f, const char *key)
 
 const void *shs_file_tensor_data(const shs_file *f, size_t index)
 {
-    if (!f->map || index >= f->n_tensors)
+    if (!f->map || index >= f->n_tensors || (f->sealed && !f->sealed_ok))
         return NULL;
     return f->map + 8 + f->header_len + f->tensors[index].info.offset;
 }
 
 int shs_file_read_bytes(const shs_file *f, size_t index, uint64_t offset, void *dst, size_t len)
 {
+    int rc = sealed_refused(f);
+    if (rc < 0)
+        return rc;
     if (index >= f->n_tensors)
         return shs__err(SHS_ERANGE, "%s: tensor index %zu out of range", f->path, index);
     const shs_tensor_info *t = &f->tensors[index].info;
@@ -346,7 +373,10 @@ int shs_file_read_slice(const shs_file *f, size_t index, const uint64_t *start,
         return shs__err(SHS_ERANGE, "%s: tensor index %zu out of range", f->path, index);
     const shs_tensor_info *t = &f->tensors[index].info;
     uint64_t need;
-    int rc = shs__box_check(&need, t->dtype, t->ndim, t->shape, start, count);
+    int rc = sealed_refused(f);
+    if (rc < 0)
+        return rc;
+    rc = shs__box_check(&need, t->dtype, t->ndim, t->shape, start, count);
     if (rc < 0)
         return shs__err_prefix(rc, f->path);
     if (need > dst_len)

@@ -68,6 +68,8 @@ static const field g_fields[] = {
     STR(encrypt_key_env, ""),
     FLAG(last_save_in_hf),
     { "export_dtype", F_DTYPE, offsetof(shs_config, export_dtype), 0, "" },
+    /* version 4 */
+    FLAG(allow_unencrypted_resume),
 };
 #define N_FIELDS (sizeof g_fields / sizeof g_fields[0])
 
@@ -155,6 +157,7 @@ void shs_config_init(shs_config *config)
         .encrypt_key_env = "",
         .last_save_in_hf = 0,
         .export_dtype = "",
+        .allow_unencrypted_resume = 0,
     };
 }
 

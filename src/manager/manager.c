@@ -606,7 +606,7 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     if (has_key && config->incremental)
         return shs__err(SHS_ECONFIG, "incremental cannot be combined with encryption "
                                      "(encrypt_key_file / encrypt_key_env): every encrypted "
-                                     "save writes every chunk under a fresh nonce");
+                                     "save writes every chunk under a fresh key");
     int export_dtype = -1;
     if ((rc = shs__export_check_config(config, has_key, &export_dtype)) < 0)
         return rc;

@@ -109,6 +109,9 @@ static int load_dir(shs_manager *m, const char *dir, const shs__meta *meta, int 
         .convert = hf,
         .unused_ok = hf,
         .key = m->key,
+        /* with a key, the job's own save path holds encrypted saves only,
+           unless the user says otherwise */
+        .encrypted_only = source == SHS_LOAD_SAVE_PATH && !c->allow_unencrypted_resume,
     };
     if (weights_only)
         req.exclude |= SHS_EXCLUDE_TRAIN_STATE | SHS_EXCLUDE_DATALOADER | SHS_EXCLUDE_LR_SCHEDULER |
@@ -188,7 +191,11 @@ static int newest_verified(shs_manager *m, const int64_t *steps, size_t n, int64
             char *dir = NULL;
             if (steps[i] >= below || (rc = shs__step_dir_find(&dir, m->save_path, steps[i])) < 0)
                 continue;
-            if (shs_checkpoint_verify_key(dir, m->key ? m->key->k : NULL, SHS_KEY_BYTES) == SHS_OK)
+            int r = shs_checkpoint_verify_key(dir, m->key ? m->key->k : NULL, SHS_KEY_BYTES);
+            /* an unencrypted step verifies without the key, when allowed */
+            if (r == SHS_EKEY && m->key && m->cfg.allow_unencrypted_resume)
+                r = shs_checkpoint_verify(dir);
+            if (r == SHS_OK)
                 v = steps[i];
             shs__free(dir);
         }

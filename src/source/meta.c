@@ -31,6 +31,7 @@ void shs__meta_free(shs__meta *m)
             shs__free(m->t[i].c[k].shape);
             shs__free(m->t[i].c[k].key);
             shs__free(m->t[i].c[k].blocks);
+            shs__free(m->t[i].c[k].tags);
         }
         shs__free(m->t[i].c);
         shs__free(m->t[i].name);
@@ -196,26 +197,13 @@ static int check_root(mparse *s, const char *dir, const char *path)
     if (s->format_k != V_STR || strcmp(s->format, "shardsafe.checkpoint") != 0)
         BAD("%s: \"format\" must be \"shardsafe.checkpoint\"", path);
     uint64_t ver = s->version.v, step = s->step.v, ws = s->world_size.v;
-    if (s->version.k != V_UINT || ver < 1 || ver > SHS__META_VERSION_ENC)
+    if (s->version.k != V_UINT || ver < 1 || ver > SHS__META_VERSION_STREAM)
         BAD("%s: unsupported \"version\" (this build reads versions 1 to %d)", path,
-            SHS__META_VERSION_ENC);
+            SHS__META_VERSION_STREAM);
     m->version = (int)ver;
-    /* version 3 is version 2 encrypted (crypt.h), and only that */
-    if ((ver == SHS__META_VERSION_ENC) != (s->cipher_k != V_NONE) ||
-        (ver != SHS__META_VERSION_ENC && (s->key_id_k != H_NONE || s->save_id_k != H_NONE)))
-        BAD("%s: \"cipher\", \"key_id\" and \"save_id\" belong to version %d, and version %d "
-            "needs them",
-            path, SHS__META_VERSION_ENC, SHS__META_VERSION_ENC);
-    if (ver == SHS__META_VERSION_ENC) {
-        if (s->cipher_k != V_STR || strcmp(s->cipher, SHS__CIPHER_NAME) != 0 ||
-            s->key_id_k != H_OK || s->save_id_k != H_OK)
-            BAD("%s: \"cipher\" must be \"" SHS__CIPHER_NAME "\" with a \"key_id\" and a "
-                "\"save_id\" (16 hex digits each)",
-                path);
-        m->encrypted = 1;
-        shs__hex64(m->key_id, s->key_id);
-        shs__hex64(m->save_id, s->save_id);
-    }
+    /* versions 3 and 4 are version 2 encrypted (crypt.h), and only that */
+    if ((rc = shs__meta_check_cipher(s, path)) < 0)
+        goto done;
     if (ver >= 2) {
         if (s->common_k != H_OK)
             BAD("%s: \"common_xxh3\" (16 hex digits) is required in version 2", path);
@@ -295,10 +283,11 @@ done:
 /* Chunk k of tensor t: a box inside the tensor, stored under the
    tensor's name in a listed file, whose byte range fits its shape, with
    its checksum and well-formed block checksums. */
-static int check_chunk(const shs__meta *m, shs__mtensor *t, const rchunk *q, size_t k,
+static int check_chunk(const mparse *s, shs__mtensor *t, const rchunk *q, size_t k,
                        const char *path)
 {
     int rc = SHS_OK;
+    const shs__meta *m = s->m;
     shs__mchunk *c = &t->c[k];
     const char *tname = t->name;
     uint64_t file = q->file.v;
@@ -326,11 +315,8 @@ static int check_chunk(const shs__meta *m, shs__mtensor *t, const rchunk *q, siz
     if (q->hash_k != H_OK)
         BAD("%s: tensor '%s': chunk %zu: \"xxh3\" (16 hex digits) is required", path, tname, k);
     c->has_hash = 1;
-    /* an encrypted checkpoint encrypts every chunk, another none */
-    if (m->encrypted ? q->enc_k != H_OK : q->enc_k != H_NONE)
-        BAD("%s: tensor '%s': chunk %zu: \"aes_gcm\" (56 hex digits: nonce and tag) is %s", path,
-            tname, k, m->encrypted ? "required in version 3" : "only valid in version 3");
-    c->enc = m->encrypted;
+    if ((rc = shs__meta_check_chunk_cipher(s, t, q, k, path)) < 0)
+        goto done;
     if (q->block.k != V_NONE || q->blocks_k != V_NONE) {
         uint64_t b = q->block.k == V_UINT ? q->block.v : 0;
         uint64_t n = c->b1 - c->b0;
@@ -383,7 +369,7 @@ static int check_tensor(mparse *s, size_t i, const char *path)
     if (!t->c && !(t->c = shs__calloc(1, sizeof *t->c)))
         OOM();
     for (size_t k = 0; k < t->nc; k++)
-        if ((rc = check_chunk(m, t, &r->rc[k], k, path)) < 0)
+        if ((rc = check_chunk(s, t, &r->rc[k], k, path)) < 0)
             goto done;
     rc = shs__meta_check_tiling(t, path);
 done:
@@ -554,6 +540,8 @@ int shs__meta_parse(shs__meta *m, const char *dir, unsigned flags)
        before it is told that it was edited */
     if (m->version >= 2)
         rc = shs__meta_check_seal(buf, len, s.seal_k == V_STR ? s.seal : NULL, path);
+    if (rc == SHS_OK)
+        rc = shs__meta_check_mac(&s, buf, len, path);
 done:
     scan_release(&s);
     shs__free(buf);

@@ -16,6 +16,10 @@
 /* The version of an encrypted checkpoint (crypt.h): an older reader
    refuses it instead of loading ciphertext that its checksums accept. */
 #define SHS__META_VERSION_ENC 3
+/* The version an encrypted save writes (crypt.h): chunks as segmented
+   AES-256-GCM (STREAM), metadata.json authenticated under the key.
+   Version 3 is still read. */
+#define SHS__META_VERSION_STREAM 4
 /* Steps are below 10^18: the step directory names hold at most 18 digits. */
 #define SHS__STEP_LIMIT 1000000000000000000LL
 
@@ -38,6 +42,11 @@ typedef struct shs__mchunk {
        its checksums are of the ciphertext */
     int enc;
     unsigned char nonce[12], tag[16];
+    /* version 4 (crypt.h): the chunk's salt ("gcm_salt") and one tag per
+       segment ("gcm_tags"), ntags * 16 bytes */
+    unsigned char salt[16];
+    unsigned char *tags;
+    uint64_t ntags;
 } shs__mchunk;
 
 /* A tensor of the checkpoint: its global shape and its saved chunks
@@ -83,10 +92,14 @@ typedef struct shs__meta {
     uint64_t common_hash;
     int model_only; /* "model_only": true -- weights only, no
                                  optimizer state (optional key) */
-    int encrypted;  /* version 3: "cipher" AES-256-GCM, every chunk
+    int encrypted;  /* versions 3 and 4: "cipher", every chunk
                                  encrypted under the key "key_id" names */
     char key_id[17];
-    char save_id[17]; /* version 3: "save_id", bound into every chunk's AAD */
+    char save_id[17];         /* versions 3, 4: "save_id", in every chunk's AAD */
+    uint64_t segment;         /* version 4: "segment_bytes" of every chunk's STREAM */
+    unsigned char mac[32];    /* version 4: "metadata_mac" */
+    unsigned char digest[32]; /* version 4: SHA-256 of metadata.json as its
+                                 MAC covers it (crypt.h) */
     shs__mfile *f;
     size_t nf;
     shs__mtensor *t;

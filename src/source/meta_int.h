@@ -56,7 +56,8 @@ typedef struct rchunk {
     jnum file, b0, b1, block;
     size_t off_n, shape_n, br_n, nblocks, bad_block;
     uint8_t obj, key_k, off_k, off_ok, shape_k, shape_ok, br_k, hash_k, blocks_k;
-    uint8_t enc_k; /* "aes_gcm": H_NONE, H_OK or H_BAD */
+    uint8_t enc_k;          /* "aes_gcm": H_NONE, H_OK or H_BAD */
+    uint8_t salt_k, tags_k; /* "gcm_salt", "gcm_tags" (version 4): likewise */
 } rchunk;
 
 typedef struct rtensor {
@@ -81,9 +82,12 @@ typedef struct mparse {
     jnum version, step, world_size;
     uint8_t format_k, seal_k, common_k, model_only_k, files_k, tensors_k, blobs_k;
     uint8_t ms_k;       /* "state_dict_metadata" or "storage_data" seen: MindSpore's */
-    const char *cipher; /* in the arena ("cipher", version 3) */
+    const char *cipher; /* in the arena ("cipher", versions 3 and 4) */
     uint8_t cipher_k, key_id_k, save_id_k;
     uint64_t key_id, save_id;
+    jnum segment;    /* "segment_bytes" (version 4) */
+    const char *mac; /* "metadata_mac" (version 4), in the arena */
+    uint8_t mac_k;
     rfile *rf;
     rtensor *rt;
     rblob *rb;
@@ -97,6 +101,15 @@ int shs__meta_scan(mparse *s);
 /* Replicas marked; the distinct non-empty boxes must tile the tensor
    (SHS_ECORRUPT naming `path` and the tensor otherwise). */
 int shs__meta_check_tiling(shs__mtensor *t, const char *path);
+
+/* The rules of encryption (meta_cipher.c, crypt.h): the top-level
+   members of versions 3 and 4 (and their absence before), chunk k of
+   tensor t, and after the seal, version 4's MAC (`buf`, `len`: the
+   text). */
+int shs__meta_check_cipher(mparse *s, const char *path);
+int shs__meta_check_chunk_cipher(const mparse *s, shs__mtensor *t, const rchunk *q, size_t k,
+                                 const char *path);
+int shs__meta_check_mac(mparse *s, char *buf, size_t len, const char *path);
 
 /* Version 2: the seal of metadata.json (`buf`, `len` bytes, hashed in
    place and put back), whose top-level "metadata_xxh3" is `value` (NULL

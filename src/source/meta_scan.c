@@ -283,9 +283,9 @@ static int scan_blocks(mparse *s, shs__mchunk *c, rchunk *r)
     }
 }
 
-static const char *const k_chunk_keys[] = { "offset",     "shape",       "file",
-                                            "key",        "byte_range",  "xxh3",
-                                            "xxh3_block", "xxh3_blocks", "aes_gcm" };
+static const char *const k_chunk_keys[] = { "offset",     "shape",    "file",       "key",
+                                            "byte_range", "xxh3",     "xxh3_block", "xxh3_blocks",
+                                            "aes_gcm",    "gcm_salt", "gcm_tags" };
 
 /* "aes_gcm" (crypt.h): nonce and tag, 56 hex digits. */
 static int scan_aes_gcm(mparse *s, shs__mchunk *c, rchunk *r)
@@ -300,6 +300,41 @@ static int scan_aes_gcm(mparse *s, shs__mchunk *c, rchunk *r)
     return rc;
 }
 
+/* "gcm_salt" (version 4): 32 hex digits. */
+static int scan_gcm_salt(mparse *s, shs__mchunk *c, rchunk *r)
+{
+    size_t mark = s->js.arena_len;
+    const char *v;
+    uint8_t sk;
+    int rc = scan_str(s, 5, &v, &sk);
+    r->salt_k = rc == SHS_OK && sk == V_STR &&
+                        shs__crypt_unhex(c->salt, sizeof c->salt, v, strlen(v)) == 0
+                    ? H_OK
+                    : H_BAD;
+    s->js.arena_len = mark;
+    return rc;
+}
+
+/* "gcm_tags" (version 4): 32 hex digits per segment, into c->tags. */
+static int scan_gcm_tags(mparse *s, shs__mchunk *c, rchunk *r)
+{
+    size_t mark = s->js.arena_len, len;
+    const char *v;
+    uint8_t sk;
+    int rc = scan_str(s, 5, &v, &sk);
+    r->tags_k = H_BAD;
+    if (rc == SHS_OK && sk == V_STR && (len = strlen(v)) % (2 * SHS__TAG_BYTES) == 0) {
+        shs__free(c->tags);
+        c->ntags = len / (2 * SHS__TAG_BYTES);
+        if (!(c->tags = shs__malloc(len / 2 + 1)))
+            rc = oom(s);
+        else if (shs__crypt_unhex(c->tags, len / 2, v, len) == 0)
+            r->tags_k = H_OK;
+    }
+    s->js.arena_len = mark;
+    return rc;
+}
+
 static int scan_chunk(mparse *s, shs__mchunk *c, rchunk *r)
 {
     shs__json *js = &s->js;
@@ -310,7 +345,7 @@ static int scan_chunk(mparse *s, shs__mchunk *c, rchunk *r)
     if (closes_at_once(js, '}'))
         return SHS_OK;
     for (;;) {
-        if ((rc = member(s, obj, k_chunk_keys, 9, &seen, &which)) < 0)
+        if ((rc = member(s, obj, k_chunk_keys, 11, &seen, &which)) < 0)
             return rc;
         switch (which) {
         case 0: rc = scan_dims(s, 5, &r->off_k, &r->off_n, &r->off_ok, &c->off); break;
@@ -329,6 +364,8 @@ static int scan_chunk(mparse *s, shs__mchunk *c, rchunk *r)
         case 6: rc = scan_num(s, 5, &r->block); break;
         case 7: rc = scan_blocks(s, c, r); break;
         case 8: rc = scan_aes_gcm(s, c, r); break;
+        case 9: rc = scan_gcm_salt(s, c, r); break;
+        case 10: rc = scan_gcm_tags(s, c, r); break;
         default: rc = shs__json_skip_value(js, 5);
         }
         if (rc < 0 || (rc = shs__json_next_member(js, '}')) <= 0)
@@ -501,12 +538,14 @@ enum {
     R_CIPHER,
     R_KEY_ID,
     R_SAVE_ID,
+    R_SEGMENT,
+    R_MAC,
     R_N
 };
 static const char *const k_root_keys[R_N] = {
-    "format", "version", "step",   "world_size",    "common_xxh3",         "model_only",
-    "files",  "tensors", "blobs",  "metadata_xxh3", "state_dict_metadata", "storage_data",
-    "cipher", "key_id",  "save_id"
+    "format", "version", "step",    "world_size",    "common_xxh3",         "model_only",
+    "files",  "tensors", "blobs",   "metadata_xxh3", "state_dict_metadata", "storage_data",
+    "cipher", "key_id",  "save_id", "segment_bytes", "metadata_mac"
 };
 
 static int scan_model_only(mparse *s)
@@ -569,6 +608,8 @@ int shs__meta_scan(mparse *s)
         case R_CIPHER: rc = scan_str(s, 1, &s->cipher, &s->cipher_k); break;
         case R_KEY_ID: rc = scan_hex(s, 1, &s->key_id, &s->key_id_k); break;
         case R_SAVE_ID: rc = scan_hex(s, 1, &s->save_id, &s->save_id_k); break;
+        case R_SEGMENT: rc = scan_num(s, 1, &s->segment); break;
+        case R_MAC: rc = scan_str(s, 1, &s->mac, &s->mac_k); break;
         default: rc = shs__json_skip_value(js, 1);
         }
         if (rc < 0 || (rc = shs__json_next_member(js, '}')) < 0)

@@ -4,7 +4,11 @@
 # takes --key-file / --key-env; so do merge (plain output, the same bytes as
 # an unencrypted run's) and reshard (output encrypted with the same key);
 # names and shapes stay readable; a changed
-# byte, a wrong key, a truncated file and bad key files fail clearly.
+# byte, a wrong key, a truncated file and bad key files fail clearly.  An
+# encrypted checkpoint stripped of its encryption (issue 19, 8a) is refused
+# by verify, merge and the trainer; an unencrypted save path with a key
+# configured needs allow_unencrypted_resume; a version-3 checkpoint (the
+# release before) still verifies and merges.
 . "$(dirname "$0")/lib.bash"
 
 : "${SHS_BUILD_DIR:?SHS_BUILD_DIR must name the build directory}"
@@ -22,20 +26,28 @@ expect 0 "trainer saves encrypted" "$TRAINER" --steps 100 --save-path "$SP" --sa
     --log-every 0 --set "encrypt_key_file=$KEY"
 S100="$SP/iteration_00000100"
 
-py "metadata.json: version 3, cipher, key id, a nonce and tag per chunk; data files are safetensors with readable names" <<EOF
+py "metadata.json: version 4, cipher, key id, segment size, a salt and a tag per segment per chunk, its MAC; data files are safetensors with readable names" <<EOF
 import json, os, struct
 m = json.load(open("$S100/metadata.json"))
-assert m["version"] == 3 and m["cipher"] == "AES-256-GCM" and len(m["key_id"]) == 16, m
+assert m["version"] == 4 and m["cipher"] == "AES-256-GCM-STREAM" and len(m["key_id"]) == 16, m
+seg = m["segment_bytes"]
+assert seg == 1 << 20, seg
+assert len(m["metadata_mac"]) == 64
 for name, t in m["tensors"].items():
     for c in t["chunks"]:
-        assert len(c["aes_gcm"]) == 56, (name, c)
-nonces = [c["aes_gcm"][:24] for t in m["tensors"].values() for c in t["chunks"]]
-assert len(set(nonces)) == len(nonces), "a nonce used twice"
+        n = c["byte_range"][1] - c["byte_range"][0]
+        assert len(c["gcm_salt"]) == 32, (name, c)
+        assert len(c["gcm_tags"]) == 32 * max(1, -(-n // seg)), (name, n, len(c["gcm_tags"]))
+        assert "aes_gcm" not in c
+salts = [c["gcm_salt"] for t in m["tensors"].values() for c in t["chunks"]]
+assert len(set(salts)) == len(salts), "a salt used twice"
+text = open("$S100/metadata.json", "rb").read()
+assert text.endswith(b'",\n"metadata_xxh3":"' + m["metadata_xxh3"].encode() + b'"\n}\n'), text[-140:]
 f = [x["name"] for x in m["files"] if "-model-" in x["name"]][0]
 raw = open(os.path.join("$S100", f), "rb").read()
 n = struct.unpack("<Q", raw[:8])[0]
 h = json.loads(raw[8:8 + n])
-assert h["__metadata__"]["shardsafe_cipher"] == "AES-256-GCM", h["__metadata__"]
+assert h["__metadata__"]["shardsafe_cipher"] == "AES-256-GCM-STREAM", h["__metadata__"]
 assert set(k for k in h if k != "__metadata__") == \
     set(k for k, t in m["tensors"].items() if t["kind"] == "model")
 EOF
@@ -124,15 +136,15 @@ expect 1 "the resharded checkpoint is encrypted: verify without the key fails" \
 has "$WORK/out" "key required" "the resharded checkpoint needs the key"
 expect 0 "the resharded checkpoint verifies with the key" "$SHS_BIN" verify --key-file "$KEY" \
     "$WORK/rs/iteration_00000100"
-py "reshard: 2 ranks, the source's key id, a new save id, fresh nonces" <<EOF
+py "reshard: 2 ranks, the source's key id, a new save id, fresh salts" <<EOF
 import json
 a = json.load(open("$S100/metadata.json"))
 b = json.load(open("$WORK/rs/iteration_00000100/metadata.json"))
-assert b["world_size"] == 2 and b["version"] == 3, b["world_size"]
+assert b["world_size"] == 2 and b["version"] == 4, b["world_size"]
 assert b["key_id"] == a["key_id"] and b["save_id"] != a["save_id"], (a["save_id"], b["save_id"])
-na = {c["aes_gcm"][:24] for t in a["tensors"].values() for c in t["chunks"]}
-nb = {c["aes_gcm"][:24] for t in b["tensors"].values() for c in t["chunks"]}
-assert not na & nb, "a nonce reused by reshard"
+na = {c["gcm_salt"] for t in a["tensors"].values() for c in t["chunks"]}
+nb = {c["gcm_salt"] for t in b["tensors"].values() for c in t["chunks"]}
+assert not na & nb, "a salt reused by reshard"
 EOF
 expect 0 "merge of the resharded checkpoint" "$SHS_BIN" merge --key-file "$KEY" \
     "$WORK/rs/iteration_00000100" "$WORK/hf-rs"
@@ -173,6 +185,91 @@ truncate -s -1 "$WORK/bad/iteration_00000150/$MODEL"
 expect 1 "verify --key-file of a truncated file" "$SHS_BIN" verify --key-file "$KEY" \
     "$WORK/bad/iteration_00000150"
 has "$WORK/out" "$MODEL" "the truncated file is named"
+
+# ---- downgrades (issue 19, 8a): the encryption stripped from metadata.json ----
+cp -a "$SP" "$WORK/dg"
+"$PY" - <<EOF
+import sys, json, os
+sys.path.insert(0, "$SHS_SOURCE_DIR/tests/cli")
+from reseal import reseal
+for step in ("iteration_00000100", "iteration_00000150"):
+    d = os.path.join("$WORK/dg", step)
+    m = json.load(open(os.path.join(d, "metadata.json")))
+    for k in ("cipher", "key_id", "save_id", "segment_bytes", "metadata_mac"):
+        m.pop(k, None)
+    m["version"] = 2
+    for t in m["tensors"].values():
+        for c in t["chunks"]:
+            for k in ("gcm_salt", "gcm_tags", "aes_gcm"):
+                c.pop(k, None)
+    reseal(d, m)
+EOF
+DG="$WORK/dg/iteration_00000150"
+expect 1 "verify --key-file of a downgraded checkpoint fails" "$SHS_BIN" verify --key-file "$KEY" "$DG"
+has "$WORK/out" "not encrypted, but a key was given" "verify: the key authenticates nothing there"
+expect 1 "verify of a downgraded checkpoint fails" "$SHS_BIN" verify "$DG"
+has "$WORK/out" "its header says it is encrypted" "verify: the data files say they are encrypted"
+expect 1 "merge --key-file of a downgraded checkpoint fails" "$SHS_BIN" merge --key-file "$KEY" \
+    "$DG" "$WORK/hf-dg"
+has "$WORK/err" "not encrypted, but a key was given" "merge: the key authenticates nothing there"
+expect 1 "merge of a downgraded checkpoint fails" "$SHS_BIN" merge "$DG" "$WORK/hf-dg"
+has "$WORK/err" "its header says it is encrypted" "merge never writes ciphertext as weights"
+[ ! -e "$WORK/hf-dg" ] && pass "merge of a downgraded checkpoint: nothing written" ||
+    fail "merge of a downgraded checkpoint left output"
+expect 2 "diff of a downgraded checkpoint against the plain run fails" "$SHS_BIN" diff "$DG" \
+    "$WORK/plain"
+has "$WORK/err" "its header says it is encrypted" "diff never reads ciphertext as values"
+expect 1 "the trainer, key configured, does not resume from a downgraded save path" "$TRAINER" \
+    --steps 200 --save-path "$WORK/dg" --save-interval 50 --log-every 0 \
+    --set "encrypt_key_file=$KEY"
+has "$WORK/err" "allow_unencrypted_resume" "the trainer names the way out"
+expect 1 "... nor with allow_unencrypted_resume: the data files are encrypted" "$TRAINER" \
+    --steps 200 --save-path "$WORK/dg" --save-interval 50 --log-every 0 \
+    --set "encrypt_key_file=$KEY" --set allow_unencrypted_resume=true
+has "$WORK/err" "its header says it is encrypted" "the trainer never resumes on ciphertext"
+expect 1 "... nor without a key" "$TRAINER" --steps 200 --save-path "$WORK/dg" \
+    --save-interval 50 --log-every 0
+has "$WORK/err" "its header says it is encrypted" "the trainer without a key refuses it too"
+
+# ---- an unencrypted save path, a key configured ----
+cp -a "$WORK/plain" "$WORK/plain2"
+expect 1 "the trainer with a key does not resume from an unencrypted save path" "$TRAINER" \
+    --steps 150 --save-path "$WORK/plain2" --save-interval 50 --log-every 0 \
+    --set "encrypt_key_file=$KEY"
+has "$WORK/err" "not encrypted, but a key is configured" "the refusal says why"
+expect 0 "... unless allow_unencrypted_resume: true" "$TRAINER" --steps 150 \
+    --save-path "$WORK/plain2" --save-interval 50 --log-every 0 \
+    --set "encrypt_key_file=$KEY" --set allow_unencrypted_resume=true
+has "$WORK/out" "resumed from $WORK/plain2/iteration_00000100" "resumed from the unencrypted step"
+expect 0 "its new step is encrypted" "$SHS_BIN" verify --key-file "$KEY" \
+    "$WORK/plain2/iteration_00000150"
+expect 0 "pretrained weights through load_path with a key configured" "$TRAINER" --steps 150 \
+    --load-path "$WORK/plain" --save-path "$WORK/from-plain" --save-interval 50 --log-every 0 \
+    --set "encrypt_key_file=$KEY"
+
+# ---- version 3 (the release before): still verified and merged ----
+cp -a "$SHS_SOURCE_DIR/tests/golden/crypt_v3" "$WORK/v3"
+"$PY" -c "import sys; sys.stdout.buffer.write(bytes(range(1, 33)))" >"$WORK/v3.key"
+expect 0 "verify --key-file of a version-3 checkpoint" "$SHS_BIN" verify --key-file "$WORK/v3.key" \
+    "$WORK/v3/iteration_00000003"
+has "$WORK/out" "note: encrypted" "version 3: every chunk authenticated"
+expect 1 "verify --key-file of a version-3 checkpoint with another key" "$SHS_BIN" verify \
+    --key-file "$KEY" "$WORK/v3/iteration_00000003"
+has "$WORK/out" "wrong key" "version 3: a wrong key named"
+expect 0 "merge --key-file of a version-3 checkpoint" "$SHS_BIN" merge --key-file "$WORK/v3.key" \
+    "$WORK/v3" "$WORK/hf-v3"
+py "version 3: the merged weights are the saved ones" <<EOF
+import json, struct
+import numpy as np
+raw = open("$WORK/hf-v3/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n])
+def t(name):
+    b, e = h[name]["data_offsets"]
+    return np.frombuffer(raw[8 + n + b:8 + n + e], dtype=np.float32)
+assert (t("a") == 3 + np.arange(12, dtype=np.float32)).all()
+assert (t("big") == 3 + (np.arange(128 * 256) % 1000).astype(np.float32)).all()
+EOF
 
 # ---- MPI: 2 ranks save encrypted, 3 ranks resume with load_balanced ----
 MPI_TRAINER="$SHS_BUILD_DIR/trainer_mpi"
