@@ -66,6 +66,8 @@ static const field g_fields[] = {
     STR(encrypt_key_env, ""),
     FLAG(last_save_in_hf),
     { "export_dtype", F_DTYPE, offsetof(shs_config, export_dtype), 0, "" },
+    /* version 4 */
+    FLAG(enable),
 };
 #define N_FIELDS (sizeof g_fields / sizeof g_fields[0])
 
@@ -87,7 +89,6 @@ static const struct {
  * loudly instead of being half-honoured. */
 
 static const alias g_aliases[] = {
-    { "enable", A_RENAME, "enable_save", NULL, 0 },
     { "folder", A_RENAME, "save_path", NULL, 0 },
     { "interval", A_RENAME, "save_interleaved_steps", NULL, 0 },
     { "async_mode", A_ASYNC_MODE, "async_save", NULL, 0 },
@@ -108,6 +109,13 @@ static const struct {
     { "directory", "save_path" },
     { "save_dir", "save_path" },
     { "async_checkpoint", "async_save" },
+    /* MindSpore's load_checkpoint / load_distributed_checkpoint arguments
+       and CheckpointConfig names (seeds 000, 004) */
+    { "strict_load", "strict" },
+    { "checkpoint_path", "load_path" },
+    { "ckpt_file_name", "load_path" },
+    { "reshard_worker_num", "load_worker_number" },
+    { "max_process_num", "load_worker_number" },
 };
 
 #define FIELD_PTR(cfg, f, type) ((type *)(void *)((char *)(cfg) + (f)->offset))
@@ -153,12 +161,14 @@ void shs_config_init(shs_config *config)
         .encrypt_key_env = "",
         .last_save_in_hf = 0,
         .export_dtype = "",
+        .enable = 1,
     };
 }
 
 size_t shs__config_size(const shs_config *cfg)
 {
-    return cfg->version >= 3   ? sizeof *cfg
+    return cfg->version >= 4   ? sizeof *cfg
+           : cfg->version == 3 ? offsetof(shs_config, enable)
            : cfg->version == 2 ? offsetof(shs_config, encrypt_key_file)
                                : offsetof(shs_config, initial_load_in_hf);
 }
@@ -276,9 +286,8 @@ static void consider(const char **best, size_t *best_d, const char *cand, const 
     }
 }
 
-/* The known name closest to an unknown `key`, or NULL when none is close
-   (a third of the key's length, at least 2 edits). */
-static const char *suggest(const char *key, size_t len)
+const char *shs__config_suggest(const char *key, size_t len, const char *const *extra,
+                                size_t n_extra)
 {
     for (size_t i = 0; i < sizeof g_hints / sizeof g_hints[0]; i++)
         if (strlen(g_hints[i].foreign) == len && memcmp(g_hints[i].foreign, key, len) == 0)
@@ -291,6 +300,8 @@ static const char *suggest(const char *key, size_t len)
         consider(&best, &best_d, g_fields[i].name, key, len);
     for (size_t i = 0; i < N_ALIASES; i++)
         consider(&best, &best_d, g_aliases[i].name, key, len);
+    for (size_t i = 0; i < n_extra; i++)
+        consider(&best, &best_d, extra[i], key, len);
     size_t limit = len / 3 > 2 ? len / 3 : 2;
     return best_d <= limit ? best : NULL;
 }
@@ -299,7 +310,7 @@ static const char *suggest(const char *key, size_t len)
    "file:line: ". */
 int shs__config_unknown_key(const char *where, const char *key, size_t len)
 {
-    const char *s = suggest(key, len);
+    const char *s = shs__config_suggest(key, len, NULL, 0);
     int shown = len > 200 ? 200 : (int)len;
     if (s)
         return shs__err(SHS_ECONFIG, "%sunknown checkpoint field '%.*s' (did you mean '%s'?)",
