@@ -345,7 +345,7 @@ int shs_manager_fence(shs_manager *m)
 
 static int saving_enabled(const shs_manager *m)
 {
-    return m->cfg.enable_save && !m->cfg.load_only;
+    return m->cfg.enable && m->cfg.enable_save && !m->cfg.load_only;
 }
 
 int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flags)
@@ -356,7 +356,8 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
     if (shs__check_progress(progress, "shs_manager_save") < 0)
         return SHS_EINVAL;
     if (!saving_enabled(m))
-        return shs__err(SHS_ESTATE, "saving is disabled (enable_save false or load_only true)");
+        return shs__err(SHS_ESTATE,
+                        "saving is disabled (enable false, enable_save false or load_only true)");
     if (progress->global_step < 0)
         return shs__err(SHS_EINVAL, "global_step %lld is negative",
                         (long long)progress->global_step);
@@ -582,7 +583,9 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     if ((rc = shs__check_opts_version(config->version, SHS_CONFIG_VERSION, "shs_manager_create")) <
         0)
         return rc;
-    int saving = config->enable_save && !config->load_only;
+    /* torchtitan's enable (version 4) off: nothing is saved or loaded */
+    int enabled = config->version >= 4 ? config->enable : 1;
+    int saving = enabled && config->enable_save && !config->load_only;
     if (saving && (!config->save_path || !*config->save_path))
         return shs__err(SHS_ECONFIG, "save_path must be provided when enable_save is true");
     if (saving && config->save_interleaved_steps < 1)
