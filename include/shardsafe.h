@@ -665,7 +665,10 @@ SHS_API int shs_config_load_yaml(shs_config *config, const char *path);
    Offered: each key of `train:` and of `model:` (section "train" /
    "model"), each other entry of `callbacks:` (section "callbacks", key =
    its type), and each other top-level key (section "").  `value` is the
-   scalar as written, or NULL for a list or a mapping.  program_key NULL:
+   scalar as written, or NULL for a list or a mapping; `line` is the key's
+   (1-based).  Keys are offered while the file is read: a later error
+   still fails the load, so the program applies what it was offered only
+   once the load succeeded.  program_key NULL:
    such keys are left to the program, unread, as shs_config_load_yaml
    does.  note (may be NULL) receives what the library accepted but wants
    the program to say (e.g. how MindSpore's integrated_save is met), as
@@ -673,7 +676,7 @@ SHS_API int shs_config_load_yaml(shs_config *config, const char *path);
 typedef struct shs_yaml_opts {
     unsigned version; /* SHS_YAML_OPTS_VERSION */
     int (*program_key)(void *ctx, const char *section, const char *key, const char *value,
-                       char *why, size_t why_cap);
+                       size_t line, char *why, size_t why_cap);
     void (*note)(void *ctx, const char *message);
     void *ctx;
 } shs_yaml_opts;

@@ -670,9 +670,10 @@ typedef struct seen_keys {
     const char *refuse; /* "section.key" refused with a reason */
 } seen_keys;
 
-static int record_key(void *ctx, const char *section, const char *key, const char *value, char *why,
-                      size_t why_cap)
+static int record_key(void *ctx, const char *section, const char *key, const char *value,
+                      size_t line, char *why, size_t why_cap)
 {
+    assert_true(line > 0);
     seen_keys *k = ctx;
     size_t at = strlen(k->log);
     snprintf(k->log + at, sizeof k->log - at, "%s.%s=%s;", section, key, value ? value : "(nil)");

@@ -147,7 +147,7 @@ static int yl_offer(yaml_loader *yl, const char *section, const char *key, const
     if (!yl_offers(yl))
         return SHS_OK;
     char why[512] = "";
-    if (yl->opts->program_key(yl->opts->ctx, section, key, value, why, sizeof why) > 0)
+    if (yl->opts->program_key(yl->opts->ctx, section, key, value, line, why, sizeof why) > 0)
         return SHS_OK;
     why[sizeof why - 1] = '\0';
     char where[300];
