@@ -225,11 +225,11 @@ static int print_json(const margs *a, const shs_merge_result *r, int status)
     json_t *doc = cli_json_new();
     if (doc) {
         int ok = status == CLI_OK, bad = 0;
-        bad |= json_object_set_new(doc, "path", cli_jstr0(a->src)) < 0;
-        bad |= json_object_set_new(doc, "out", cli_jstr0(a->dst)) < 0;
-        bad |= json_object_set_new(doc, "tensors",
+        bad |= json_object_set_new(doc, "source", cli_jstr0(a->src)) < 0;
+        bad |= json_object_set_new(doc, "destination", cli_jstr0(a->dst)) < 0;
+        bad |= json_object_set_new(doc, "tensor_count",
                                    ok ? json_integer((json_int_t)r->n_tensors) : json_null()) < 0;
-        bad |= json_object_set_new(doc, "files",
+        bad |= json_object_set_new(doc, "file_count",
                                    ok ? json_integer((json_int_t)r->n_files) : json_null()) < 0;
         bad |= json_object_set_new(doc, "total_size", ok ? cli_ju64(r->total_size) : json_null()) <
                0;
