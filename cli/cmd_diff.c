@@ -933,6 +933,10 @@ static int parse_args(diff_args *a, int argc, char **argv, int *status)
         *status = cli_usage_err("diff", npaths ? "missing B" : "missing A and B");
         return -1;
     }
+    if (!*a->paths[0] || !*a->paths[1]) {
+        *status = cli_usage_err("diff", "%s is an empty path", *a->paths[0] ? "B" : "A");
+        return -1;
+    }
     return 0;
 }
 

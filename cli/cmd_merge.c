@@ -184,6 +184,8 @@ static int parse_args(margs *a, int argc, char **argv)
     }
     if (npos < 2)
         return cli_usage_err("merge", "needs SRC and DST");
+    if (!*pos[0] || !*pos[1])
+        return cli_usage_err("merge", "%s is an empty path", *pos[0] ? "DST" : "SRC");
     if (have_part && a->finish)
         return cli_usage_err("merge", "--part and --finish-parts exclude each other");
     a->src = pos[0];
