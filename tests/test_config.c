@@ -790,42 +790,37 @@ static void test_yaml_program_keys(void **state)
     shs_config_release(&c);
 
     /* refusals name the section, with a "did you mean" for train: typos */
-    k = (seen_keys){ "", "", "train.save_checkpoint_step" };
-    p = write_yaml("typo.yaml", "train:\n  save_checkpoint_step: 5\n");
+    static const struct {
+        const char *refuse, *name, *text, *needle;
+    } bad[] = {
+        { "train.save_checkpoint_step", "typo.yaml", "train:\n  save_checkpoint_step: 5\n",
+          "typo.yaml:2: train: save_checkpoint_step: not a checkpoint setting (did you mean "
+          "'save_checkpoint_steps'?)" },
+        { "callbacks.MFLossMonitor", "cb.yaml", "callbacks:\n  - type: MFLossMonitor\n",
+          "cb.yaml:2: callbacks: an entry of type 'MFLossMonitor' is not read" },
+        { ".context", "top.yaml", "context:\n  mode: 0\n",
+          "top.yaml:1: context: not read by this program" },
+        /* one field once per file, under train: or checkpoint: */
+        { NULL, "dup.yaml", "train:\n  async_save: true\ncheckpoint:\n  async_save: false\n",
+          "dup.yaml:4: duplicate checkpoint field 'async_save'" },
+        { NULL, "dup2.yaml",
+          "train:\n  integrated_save: true\n"
+          "callbacks:\n  - {type: CheckpointMonitor, integrated_save: no}\n",
+          "duplicate checkpoint field 'integrated_save'" },
+        { NULL, "dup3.yaml", "train: {}\ntrain: {}\n", "dup3.yaml:2: duplicate key 'train'" },
+        { NULL, "bad.yaml", "train:\n  integrated_save: [1]\n",
+          "train: integrated_save: expected a boolean" },
+        { NULL, "alias.yaml", "x: &a 1\ntrain:\n  epochs: *a\n",
+          "alias.yaml:3: epochs: aliases are not supported" },
+        { NULL, "cplx.yaml", "? [a]\n: 1\n", "keys of 'the top level' must be plain names" },
+    };
     shs_config_init(&c);
-    assert_int_equal(shs_config_load_yaml_ex(&c, p, &o), SHS_ECONFIG);
-    assert_error_contains("typo.yaml:2: train: save_checkpoint_step: not a checkpoint setting "
-                          "(did you mean 'save_checkpoint_steps'?)");
-    k = (seen_keys){ "", "", "callbacks.MFLossMonitor" };
-    p = write_yaml("cb.yaml", "callbacks:\n  - type: MFLossMonitor\n");
-    assert_int_equal(shs_config_load_yaml_ex(&c, p, &o), SHS_ECONFIG);
-    assert_error_contains("cb.yaml:2: callbacks: an entry of type 'MFLossMonitor' is not read");
-    k = (seen_keys){ "", "", ".context" };
-    p = write_yaml("top.yaml", "context:\n  mode: 0\n");
-    assert_int_equal(shs_config_load_yaml_ex(&c, p, &o), SHS_ECONFIG);
-    assert_error_contains("top.yaml:1: context: not read by this program");
-
-    /* one field once per file, under train: or checkpoint: */
-    k = (seen_keys){ "", "", NULL };
-    p = write_yaml("dup.yaml", "train:\n  async_save: true\ncheckpoint:\n  async_save: false\n");
-    assert_int_equal(shs_config_load_yaml_ex(&c, p, &o), SHS_ECONFIG);
-    assert_error_contains("dup.yaml:4: duplicate checkpoint field 'async_save'");
-    p = write_yaml("dup2.yaml", "train:\n  integrated_save: true\n"
-                                "callbacks:\n  - {type: CheckpointMonitor, integrated_save: no}\n");
-    assert_int_equal(shs_config_load_yaml_ex(&c, p, &o), SHS_ECONFIG);
-    assert_error_contains("duplicate checkpoint field 'integrated_save'");
-    p = write_yaml("dup3.yaml", "train: {}\ntrain: {}\n");
-    assert_int_equal(shs_config_load_yaml_ex(&c, p, &o), SHS_ECONFIG);
-    assert_error_contains("dup3.yaml:2: duplicate key 'train'");
-    p = write_yaml("bad.yaml", "train:\n  integrated_save: [1]\n");
-    assert_int_equal(shs_config_load_yaml_ex(&c, p, &o), SHS_ECONFIG);
-    assert_error_contains("train: integrated_save: expected a boolean");
-    p = write_yaml("alias.yaml", "x: &a 1\ntrain:\n  epochs: *a\n");
-    assert_int_equal(shs_config_load_yaml_ex(&c, p, &o), SHS_ECONFIG);
-    assert_error_contains("alias.yaml:3: epochs: aliases are not supported");
-    p = write_yaml("cplx.yaml", "? [a]\n: 1\n");
-    assert_int_equal(shs_config_load_yaml_ex(&c, p, &o), SHS_ECONFIG);
-    assert_error_contains("keys of 'the top level' must be plain names");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        k = (seen_keys){ "", "", bad[i].refuse };
+        p = write_yaml(bad[i].name, bad[i].text);
+        assert_int_equal(shs_config_load_yaml_ex(&c, p, &o), SHS_ECONFIG);
+        assert_error_contains(bad[i].needle);
+    }
     /* without program_key the same files are read as before */
     assert_int_equal(shs_config_load_yaml(&c, p), SHS_OK);
     p = write_yaml("alias.yaml", "x: &a 1\ntrain:\n  epochs: *a\n");

@@ -404,59 +404,31 @@ static int yl_program_key_name(yaml_loader *yl, const char *section, yaml_event_
     return SHS_OK;
 }
 
-/* `train:` (seed 002), after its MAPPING_START: MindSpore's checkpoint
-   keys and our fields are applied; the rest is the program's. */
-static int yl_train(yaml_loader *yl)
+/* A key of `train:` the library reads (MindSpore's names and the
+   checkpoint fields), after the key event: its value applied.  0 when
+   `key` is not one of them (nothing consumed). */
+static int yl_train_key(yaml_loader *yl, const char *key, size_t line, int *rc)
 {
-    for (;;) {
-        yaml_event_t ev;
-        int rc = yl_next(yl, &ev);
-        if (rc < 0)
-            return rc;
-        if (ev.type == YAML_MAPPING_END_EVENT) {
-            yaml_event_delete(&ev);
-            return SHS_OK;
-        }
-        size_t line = ev_line(&ev);
-        yaml_event_type_t kt = ev.type;
-        char *key = NULL;
-        rc = yl_program_key_name(yl, "train", &ev, &key);
-        yaml_event_delete(&ev);
-        if (rc < 0)
-            return rc;
-        if (!key) { /* a complex key nobody reads: skip the pair */
-            if ((rc = yl_skip(yl, kt)) < 0 || (rc = yl_next(yl, &ev)) < 0)
-                return rc;
-            kt = ev.type;
-            yaml_event_delete(&ev);
-            if ((rc = yl_skip(yl, kt)) < 0)
-                return rc;
-            continue;
-        }
-        size_t j, nk = sizeof g_train_keys / sizeof g_train_keys[0];
-        for (j = 0; j < nk && strcmp(key, g_train_keys[j].name) != 0; j++)
-            ;
-        key_ref k;
-        if (j < nk && !g_train_keys[j].field)
-            rc = yl_integrated(yl, "train", line);
-        else if (j < nk ? shs__config_resolve_key(&k, g_train_keys[j].field,
-                                                  strlen(g_train_keys[j].field))
-                        : shs__config_resolve_key(&k, key, strlen(key))) {
-            if ((rc = yl_claim(yl, &k, key, line)) >= 0)
-                rc = yl_field_value(yl, &k, key);
-        } else {
-            rc = yl_program_value(yl, "train", key, line);
-        }
-        shs__free(key);
-        if (rc < 0)
-            return rc;
-    }
+    size_t j, nk = sizeof g_train_keys / sizeof g_train_keys[0];
+    for (j = 0; j < nk && strcmp(key, g_train_keys[j].name) != 0; j++)
+        ;
+    const char *name = j < nk ? g_train_keys[j].field : key;
+    key_ref k;
+    if (j < nk && !name)
+        *rc = yl_integrated(yl, "train", line);
+    else if (!shs__config_resolve_key(&k, name, strlen(name)))
+        return 0;
+    else if ((*rc = yl_claim(yl, &k, key, line)) >= 0)
+        *rc = yl_field_value(yl, &k, key);
+    return 1;
 }
 
-/* A mapping that is the program's (`model:`), after its MAPPING_START:
-   each key offered. */
+/* A mapping that is (partly) the program's, after its MAPPING_START:
+   `train:` (seed 002: its checkpoint keys are applied) or `model:`; every
+   other key is offered to the program. */
 static int yl_program_mapping(yaml_loader *yl, const char *section)
 {
+    int train = strcmp(section, "train") == 0;
     for (;;) {
         yaml_event_t ev;
         int rc = yl_next(yl, &ev);
@@ -473,9 +445,10 @@ static int yl_program_mapping(yaml_loader *yl, const char *section)
         yaml_event_delete(&ev);
         if (rc < 0)
             return rc;
-        if (key)
+        if (key && !(train && yl_train_key(yl, key, line, &rc)))
             rc = yl_program_value(yl, section, key, line);
-        else if ((rc = yl_skip(yl, kt)) >= 0 && (rc = yl_next(yl, &ev)) >= 0) {
+        else if (!key && (rc = yl_skip(yl, kt)) >= 0 && (rc = yl_next(yl, &ev)) >= 0) {
+            /* a complex key nobody reads: the pair is skipped */
             kt = ev.type;
             yaml_event_delete(&ev);
             rc = yl_skip(yl, kt);
@@ -872,8 +845,7 @@ static int yl_top_mapping(yaml_loader *yl)
         if (descend > 0)
             rc = which == TOP_CHECKPOINT  ? yl_checkpoint(yl)
                  : which == TOP_CALLBACKS ? yl_callbacks(yl)
-                 : which == TOP_TRAIN     ? yl_train(yl)
-                                          : yl_program_mapping(yl, "model");
+                                          : yl_program_mapping(yl, g_top_names[which]);
         else if (descend < 0 && (rc = yl_skip(yl, type)) >= 0 && key)
             rc = yl_offer(yl, "", key, NULL, line);
         else if (descend == 0)

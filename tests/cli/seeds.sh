@@ -78,25 +78,25 @@ expect 0 "--steps with train: epochs" "$TRAINER" --config "$Y2" "${SMALL[@]}" --
 has "$WORK/out" "note: train: epochs 10 is overridden by the step count: 1300 steps" "--steps overrides epochs, said"
 
 # keys nobody reads are refused, naming the file, line and key
+# refused NAME WHAT MESSAGE: the trainer exits 1 on $WORK/NAME.yaml saying MESSAGE
+refused() {
+    expect 1 "$2" "$TRAINER" --config "$WORK/$1.yaml" "${SMALL[@]}"
+    has "$WORK/err" "$3" "$2: refused, with the reason"
+}
 sed 's/^  batch_size: 8$/  batch_size: 8\n  lr: 0.1/' "$Y2" >"$WORK/lr.yaml"
-expect 1 "a train: key the trainer does not read" "$TRAINER" --config "$WORK/lr.yaml" "${SMALL[@]}"
-has "$WORK/err" "lr.yaml:7: train: lr: not a checkpoint setting, and this program does not read it: the demo trainers read epochs, batch_size, steps and seed there" \
-    "train: lr is refused with the reason"
+refused lr "a train: key the trainer does not read" \
+    "lr.yaml:7: train: lr: not a checkpoint setting, and this program does not read it: the demo trainers read epochs, batch_size, steps and seed there"
 sed 's/^  model_name: llama2_7b$/  model_name: llama2_7b\n  hidden_size: 4096/' "$Y2" >"$WORK/hs.yaml"
-expect 1 "a model: key that would change the model" "$TRAINER" --config "$WORK/hs.yaml" "${SMALL[@]}"
-has "$WORK/err" "hs.yaml:4: model: hidden_size: not read by this program: the demo's model (tinylm) is fixed" \
-    "model: hidden_size is refused"
+refused hs "a model: key that would change the model" \
+    "hs.yaml:4: model: hidden_size: not read by this program: the demo's model (tinylm) is fixed"
 printf 'runner_config:\n  epochs: 2\n' >"$WORK/rc.yaml"
-expect 1 "another top-level section" "$TRAINER" --config "$WORK/rc.yaml" "${SMALL[@]}"
-has "$WORK/err" "rc.yaml:1: runner_config: not read by this program" "runner_config is refused"
+refused rc "another top-level section" "rc.yaml:1: runner_config: not read by this program"
 sed 's/^  epochs: 10$/  epochs: ten/' "$Y2" >"$WORK/ep.yaml"
-expect 1 "epochs must be a number" "$TRAINER" --config "$WORK/ep.yaml" "${SMALL[@]}"
-has "$WORK/err" "train: epochs: not a checkpoint setting, and this program does not read it: expected an integer >= 1, got 'ten'" \
-    "a bad epochs value is refused"
+refused ep "epochs must be a number" \
+    "train: epochs: not a checkpoint setting, and this program does not read it: expected an integer >= 1, got 'ten'"
 printf 'checkpoint:\n  save_path: x\n  strict_load: false\n' >"$WORK/sl.yaml"
-expect 1 "strict_load (MindSpore's name)" "$TRAINER" --config "$WORK/sl.yaml" "${SMALL[@]}"
-has "$WORK/err" "sl.yaml:3: unknown checkpoint field 'strict_load' (did you mean 'strict'?)" \
-    "strict_load gets a did-you-mean"
+refused sl "strict_load (MindSpore's name)" \
+    "sl.yaml:3: unknown checkpoint field 'strict_load' (did you mean 'strict'?)"
 
 # ---------------------------------------------------------------- 000
 mkdir -p "$WORK/s000" && cd "$WORK/s000"
