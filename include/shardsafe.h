@@ -654,9 +654,9 @@ SHS_API int shs_config_set(shs_config *config, const char *key, const char *valu
 SHS_API int shs_config_load_yaml(shs_config *config, const char *path);
 
 /* What shs_config_load_yaml_ex() hands the program.  The library reads
-   `checkpoint:`, the checkpoint keys of `train:` (MindSpore:
-   save_checkpoint_steps, keep_checkpoint_max, integrated_save, async_save
-   and any checkpoint field), the CheckpointMonitor entry of `callbacks:`
+   `checkpoint:`, the checkpoint keys of `train:` (MindSpore's
+   save_checkpoint_steps, keep_checkpoint_max, integrated_save and
+   async_save, no others), the CheckpointMonitor entry of `callbacks:`
    and the top-level keys above.  Every other key is offered to
    program_key, which returns 1 when the program honours it (or has said
    what it does with it) and 0 when it does not: the load then fails with

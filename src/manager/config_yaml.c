@@ -127,14 +127,17 @@ static void yl_note(yaml_loader *yl, size_t line, const char *fmt, ...)
     yl->opts->note(yl->opts->ctx, msg);
 }
 
-/* The names MindSpore puts under `train:` (seed 002); any checkpoint
-   field is read there too. */
+/* The checkpoint keys MindSpore puts under `train:` (seed 002).  Only
+   these: `train:` is mostly the program's, and a key of its own that
+   happens to share a name with a checkpoint field (`interval`, `prefix`)
+   must not be read as one. */
 static const struct {
     const char *name, *field; /* field NULL: integrated_save */
 } g_train_keys[] = {
     { "save_checkpoint_steps", "save_interleaved_steps" },
     { "keep_checkpoint_max", "save_max" },
     { "integrated_save", NULL },
+    { "async_save", "async_save" },
 };
 static const char *const g_train_names[] = { "save_checkpoint_steps", "keep_checkpoint_max",
                                              "integrated_save", "async_save" };
@@ -161,7 +164,8 @@ static int yl_offer(yaml_loader *yl, const char *section, const char *key, const
         return shs__err(SHS_ECONFIG,
                         "%s:%zu: %s: not a checkpoint setting%s, and this program does not read "
                         "it%s%s (shardsafe reads save_checkpoint_steps, keep_checkpoint_max, "
-                        "integrated_save, async_save and the checkpoint fields in train:)",
+                        "integrated_save and async_save in train:; the other checkpoint fields "
+                        "go under checkpoint:)",
                         yl->path, line, where, hint, *why ? ": " : "", why);
     }
     if (!strcmp(section, "callbacks"))
@@ -404,20 +408,21 @@ static int yl_program_key_name(yaml_loader *yl, const char *section, yaml_event_
     return SHS_OK;
 }
 
-/* A key of `train:` the library reads (MindSpore's names and the
-   checkpoint fields), after the key event: its value applied.  0 when
-   `key` is not one of them (nothing consumed). */
+/* A key of `train:` the library reads (g_train_keys), after the key
+   event: its value applied.  0 when `key` is not one of them (nothing
+   consumed). */
 static int yl_train_key(yaml_loader *yl, const char *key, size_t line, int *rc)
 {
     size_t j, nk = sizeof g_train_keys / sizeof g_train_keys[0];
     for (j = 0; j < nk && strcmp(key, g_train_keys[j].name) != 0; j++)
         ;
-    const char *name = j < nk ? g_train_keys[j].field : key;
     key_ref k;
-    if (j < nk && !name)
-        *rc = yl_integrated(yl, "train", line);
-    else if (!shs__config_resolve_key(&k, name, strlen(name)))
+    if (j == nk)
         return 0;
+    if (!g_train_keys[j].field)
+        *rc = yl_integrated(yl, "train", line);
+    else if (!shs__config_resolve_key(&k, g_train_keys[j].field, strlen(g_train_keys[j].field)))
+        *rc = shs__err(SHS_ECONFIG, "%s: not a field", g_train_keys[j].field); /* a table bug */
     else if ((*rc = yl_claim(yl, &k, key, line)) >= 0)
         *rc = yl_field_value(yl, &k, key);
     return 1;
