@@ -28,11 +28,17 @@ CHECKS=$((CHECKS + 1))
 [ "$(grep -c '^warning:' "$WORK/out")" = 1 ] && pass "once, not at every save" ||
     fail "warning printed $(grep -c '^warning:' "$WORK/out") times"
 if "$PY" -c 'import torch' 2>/dev/null; then
-    export PYTHONPATH="$SHS_BUILD_DIR/python:$PYTHONPATH"
-    TT="$SHS_SOURCE_DIR/examples/python/train_torch.py"
-    expect 0 "train_torch.py: a step of another run" "$PY" "$TT" --save-path pother --steps 20 --save-interval 10
+    TT=(env PYTHONPATH="$SHS_BUILD_DIR/python:$PYTHONPATH")
+    if [ -n "${SHS_SANITIZE_FLAGS:-}" ]; then
+        # the module is instrumented, the interpreter is not: the sanitizer
+        # runtimes go first (as python/CMakeLists.txt does for pytest)
+        TT+=(LD_PRELOAD="$(${CC:-cc} -print-file-name=libasan.so):$(${CC:-cc} -print-file-name=libubsan.so)"
+            ASAN_OPTIONS=detect_leaks=0:abort_on_error=1)
+    fi
+    TT+=("$PY" "$SHS_SOURCE_DIR/examples/python/train_torch.py")
+    expect 0 "train_torch.py: a step of another run" "${TT[@]}" --save-path pother --steps 20 --save-interval 10
     mkdir psp && ln -s "$WORK/pother/iteration_00000010" psp/iteration_00000010
-    expect 0 "train_torch.py over a symlinked step" "$PY" "$TT" --save-path psp --steps 40 \
+    expect 0 "train_torch.py over a symlinked step" "${TT[@]}" --save-path psp --steps 40 \
         --save-interval 10 --set keep_latest_k=1
     has "$WORK/out" "warning: retention could not delete step 10 of psp" "train_torch.py prints the manager's warning"
 else
