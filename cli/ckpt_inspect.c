@@ -12,6 +12,21 @@
 
 static const char *const k_kind[] = { "model", "opt" };
 
+/* Whether the opened step's common.json itself holds consumed_samples: a
+   MindSpore file has six keys, and the library derives the seventh
+   (global_step x global_batch_size).  1 when it does or when the file
+   cannot be read here (the library read it: nothing to correct). */
+static int common_has_consumed(const shs_checkpoint *ck)
+{
+    char *p = cli_fmt("%s/common.json", shs_checkpoint_path(ck));
+    json_error_t jerr;
+    json_t *c = p ? json_load_file(p, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+    int has = !json_is_object(c) || json_object_get(c, "consumed_samples") != NULL;
+    json_decref(c);
+    free(p);
+    return has;
+}
+
 /* What is printed: the library's view plus the files' sizes (stat) and
    the tensors in display order (model, then opt; by name within each). */
 typedef struct view {
@@ -143,7 +158,7 @@ static int push(json_t *a, json_t *v)
     return !v || json_array_append_new(a, v) < 0;
 }
 
-static int print_json(const char *dir, const view *v, json_t *common, int status)
+static int print_json(const char *dir, const view *v, json_t *common, int derived, int status)
 {
     const shs_checkpoint *ck = v->ck;
     json_t *doc = cli_json_new(), *files = json_array(), *ts = json_array(), *bl = json_array();
@@ -191,6 +206,8 @@ static int print_json(const char *dir, const view *v, json_t *common, int status
                put(doc, "files", json_incref(files)) || put(doc, "tensors", json_incref(ts)) ||
                put(doc, "blobs", json_incref(bl)) ||
                put(doc, "common", common ? json_incref(common) : json_null()) ||
+               put(doc, "common_derived",
+                   derived ? json_pack("[s]", "consumed_samples") : json_array()) ||
                put(doc, "totals",
                    json_pack("{s:I,s:I,s:I,s:I,s:I}", "tensor_count", (json_int_t)nt,
                              "model_tensor_count", (json_int_t)v->n_kind[0], "opt_tensor_count",
@@ -266,7 +283,7 @@ static int print_tensors(const view *v)
     return CLI_OK;
 }
 
-static int print_text(const char *dir, const view *v, json_t *common)
+static int print_text(const char *dir, const view *v, json_t *common, int derived)
 {
     const shs_checkpoint *ck = v->ck;
     size_t nf = shs_checkpoint_file_count(ck), nt = shs_checkpoint_tensor_count(ck);
@@ -308,12 +325,16 @@ static int print_text(const char *dir, const view *v, json_t *common)
     if (!common) {
         printf("missing or invalid\n");
     } else {
-        printf("%zu %s\n", json_object_size(common),
-               json_object_size(common) == 1 ? "entry" : "entries");
+        /* the entries of the file; a value the library derived is shown
+           after them, said so */
+        size_t n = json_object_size(common) - (derived ? 1 : 0);
+        printf("%zu %s\n", n, n == 1 ? "entry" : "entries");
         const char *k;
         json_t *val;
         json_object_foreach(common, k, val)
         {
+            if (derived && strcmp(k, "consumed_samples") == 0)
+                continue;
             char *s = json_dumps(val, JSON_COMPACT | JSON_ENCODE_ANY | JSON_ENSURE_ASCII |
                                           JSON_REAL_PRECISION(17));
             printf("  ");
@@ -327,6 +348,11 @@ static int print_text(const char *dir, const view *v, json_t *common)
             putchar('\n');
             free(s);
         }
+        json_t *cs = derived ? json_object_get(common, "consumed_samples") : NULL;
+        if (cs)
+            printf("  (consumed_samples %" JSON_INTEGER_FORMAT
+                   " is not in the file: global_step x global_batch_size)\n",
+                   json_integer_value(cs));
     }
     return CLI_OK;
 }
@@ -365,9 +391,10 @@ int cli_inspect_checkpoint(const char *path, int json)
     if (problem)
         cli_err("%s", problem);
     free(problem);
-    int rc = json          ? print_json(dir, &v, common, status)
+    int derived = common && !common_has_consumed(ck);
+    int rc = json          ? print_json(dir, &v, common, derived, status)
              : cli_g.quiet ? CLI_OK
-                           : print_text(dir, &v, common);
+                           : print_text(dir, &v, common, derived);
     if (rc == CLI_OK)
         rc = status;
     json_decref(common);

@@ -148,7 +148,7 @@ size_t cli_edit_distance(const char *a, const char *b);
 /* ---- --json (util.c) ---- */
 
 /* A new document {"schema": CLI_JSON_SCHEMA, "command": cli_g.cmd}. */
-#define CLI_JSON_SCHEMA 1
+#define CLI_JSON_SCHEMA 2
 json_t *cli_json_new(void);
 /* A JSON string of `len` bytes; text that is not UTF-8 (only paths can be)
    is given in the escaped form of cli_escape.  NULL on out of memory. */

@@ -294,13 +294,15 @@ static int print_json(const conv *c, const char *shown_out, int status)
 {
     json_t *doc = cli_json_new();
     if (doc) {
-        int bad = json_object_set_new(doc, "path", cli_jstr0(c->in)) < 0;
-        bad |= json_object_set_new(doc, "out", cli_jstr0(shown_out)) < 0;
+        int bad = json_object_set_new(doc, "source", cli_jstr0(c->in)) < 0;
+        bad |= json_object_set_new(doc, "destination", cli_jstr0(shown_out)) < 0;
         bad |= json_object_set_new(doc, "dtype", json_string(shs_dtype_name(c->target))) < 0;
-        bad |= json_object_set_new(doc, "converted", json_integer((json_int_t)c->n_converted)) < 0;
-        bad |= json_object_set_new(doc, "copied", json_integer((json_int_t)c->n_copied)) < 0;
-        bad |= json_object_set_new(doc, "left_out", json_integer((json_int_t)c->n_dropped)) < 0;
-        bad |= json_object_set_new(doc, "bytes",
+        bad |= json_object_set_new(doc, "converted_count",
+                                   json_integer((json_int_t)c->n_converted)) < 0;
+        bad |= json_object_set_new(doc, "copied_count", json_integer((json_int_t)c->n_copied)) < 0;
+        bad |= json_object_set_new(doc, "left_out_count", json_integer((json_int_t)c->n_dropped)) <
+               0;
+        bad |= json_object_set_new(doc, "bytes_written",
                                    status == CLI_OK ? cli_ju64(c->out_size) : json_null()) < 0;
         if (bad) {
             json_decref(doc);

@@ -560,7 +560,7 @@ static json_t *source_json(const source *s)
     if (!o)
         return NULL;
     int bad = json_object_set_new(o, "path", jstr(s->arg, strlen(s->arg))) < 0;
-    bad |= json_object_set_new(o, "type", json_string(s->type)) < 0;
+    bad |= json_object_set_new(o, "kind", json_string(s->type)) < 0;
     if (s->ck) {
         int64_t step = shs_checkpoint_step(s->ck);
         bad |= json_object_set_new(o, "dir", jstr(s->dir, strlen(s->dir))) < 0;
@@ -945,6 +945,10 @@ static int parse_args(diff_args *a, int argc, char **argv, int *status)
         *status = cli_usage_err("diff", npaths ? "missing B" : "missing A and B");
         return -1;
     }
+    if (!*a->paths[0] || !*a->paths[1]) {
+        *status = cli_usage_err("diff", "%s is an empty path", *a->paths[0] ? "B" : "A");
+        return -1;
+    }
     return 0;
 }
 
@@ -1018,7 +1022,7 @@ static int print_result(dctx *c, const diff_args *a, const source *sa, const sou
             set(c, doc, "mode", json_string(a->tl.on ? "tolerance" : "bitwise"));
             set(c, doc, "atol", json_real(a->tl.atol));
             set(c, doc, "rtol", json_real(a->tl.rtol));
-            set(c, doc, "kind", json_string(a->kind < 0 ? "all" : kinds[a->kind]));
+            set(c, doc, "tensor_kind", json_string(a->kind < 0 ? "all" : kinds[a->kind]));
             set(c, doc, "differences", json_incref(c->list));
             set(c, doc, "summary",
                 json_pack("{s:I,s:I,s:I,s:I,s:I,s:b}", "compared", (json_int_t)c->compared,

@@ -184,6 +184,8 @@ static int parse_args(margs *a, int argc, char **argv)
     }
     if (npos < 2)
         return cli_usage_err("merge", "needs SRC and DST");
+    if (!*pos[0] || !*pos[1])
+        return cli_usage_err("merge", "%s is an empty path", *pos[0] ? "DST" : "SRC");
     if (have_part && a->finish)
         return cli_usage_err("merge", "--part and --finish-parts exclude each other");
     a->src = pos[0];
@@ -225,11 +227,11 @@ static int print_json(const margs *a, const shs_merge_result *r, int status)
     json_t *doc = cli_json_new();
     if (doc) {
         int ok = status == CLI_OK, bad = 0;
-        bad |= json_object_set_new(doc, "path", cli_jstr0(a->src)) < 0;
-        bad |= json_object_set_new(doc, "out", cli_jstr0(a->dst)) < 0;
-        bad |= json_object_set_new(doc, "tensors",
+        bad |= json_object_set_new(doc, "source", cli_jstr0(a->src)) < 0;
+        bad |= json_object_set_new(doc, "destination", cli_jstr0(a->dst)) < 0;
+        bad |= json_object_set_new(doc, "tensor_count",
                                    ok ? json_integer((json_int_t)r->n_tensors) : json_null()) < 0;
-        bad |= json_object_set_new(doc, "files",
+        bad |= json_object_set_new(doc, "file_count",
                                    ok ? json_integer((json_int_t)r->n_files) : json_null()) < 0;
         bad |= json_object_set_new(doc, "total_size", ok ? cli_ju64(r->total_size) : json_null()) <
                0;

@@ -97,6 +97,8 @@ static int parse_args(args *a, int argc, char **argv)
         return cli_usage_err("reshard", "--print-layout takes SRC alone");
     if (!a->print_layout && !a->dst)
         return cli_usage_err("reshard", "missing DST");
+    if (!*a->src || (a->dst && !*a->dst))
+        return cli_usage_err("reshard", "%s is an empty path", *a->src ? "DST" : "SRC");
     return CLI_OK;
 }
 

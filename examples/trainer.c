@@ -9,6 +9,11 @@
  *
  *   trainer --steps 300 --save-path /tmp/ckpt --save-interval 50
  *
+ * With --config, a YAML file: its `checkpoint:` section, MindSpore's
+ * train: / callbacks: / resume_training / load_checkpoint (seed 002's
+ * resume_llama2.yaml runs as it is: train: epochs and batch_size are
+ * honoured here) -- every key is honoured or refused (trainer_args.h).
+ *
  * It ends with two lines scripts can read:
  *   final_digest=<16 hex digits>   (all model and optimizer state)
  *   global_step=<n>
@@ -90,19 +95,34 @@ int main(int argc, char **argv)
         return rc;
     }
     rc = 1;
-    long long steps = ta.steps, batch = ta.batch, seed = ta.seed, log_every = ta.log_every;
-    const char *corpus = ta.corpus;
     tinylm *lm = NULL;
     shs_state *st = NULL;
     shs_manager *mgr = NULL;
+    char warned[1024] = "";
 
     tinylm_config mc;
     tinylm_config_default(&mc);
-    mc.batch = (int)batch;
-    mc.seed = (uint64_t)seed;
-    mc.total_steps = (int)steps;
-    if (tinylm_init(&lm, &mc, corpus) != 0)
+    mc.batch = ta.batch > 65536 ? -1 : (int)ta.batch; /* tinylm_init says what is wrong */
+    mc.seed = (uint64_t)ta.seed;
+    mc.total_steps = ta.steps > INT32_MAX ? INT32_MAX : (int)ta.steps;
+    if (tinylm_init(&lm, &mc, ta.corpus) != 0)
         goto done;
+    /* train: epochs: passes over the corpus' samples; the schedule then
+       spans all of them */
+    long long samples = (long long)tinylm_corpus_size(lm) - mc.context;
+    long long per_epoch = trainer_epoch_steps(samples, ta.batch);
+    trainer_apply_epochs(&ta, samples);
+    if (ta.steps > INT32_MAX) {
+        fprintf(stderr, "trainer: %lld steps is too many\n", ta.steps);
+        goto done;
+    }
+    if (ta.steps != mc.total_steps) {
+        tinylm_free(lm);
+        mc.total_steps = (int)ta.steps;
+        if (tinylm_init(&lm, &mc, ta.corpus) != 0)
+            goto done;
+    }
+    long long steps = ta.steps, batch = ta.batch, log_every = ta.log_every;
 
     /* register everything the checkpoint holds */
     if (shs_state_create(&st) != SHS_OK)
@@ -145,13 +165,9 @@ int main(int argc, char **argv)
             tinylm_set_global_step(lm, prog.global_step);
             tinylm_set_consumed_samples(lm, (uint64_t)prog.consumed_samples);
         }
-        printf("resumed from %s (step %lld%s)\n", res.path, (long long)res.step,
-               res.optimizer_loaded ? "" : ", weights only");
-        if (res.fell_back || res.tracker_repaired || res.source == SHS_LOAD_INITIAL)
-            printf("note: %s\n", res.message);
-    } else {
-        printf("starting from scratch\n");
     }
+    trainer_say_load(stdout, &res, &prog);
+    trainer_say_warning(stdout, mgr, warned, sizeof warned);
 
     if (cfg.create_seed_checkpoint) {
         /* torchtitan's seed checkpoint: the initialised model as step 0 */
@@ -167,7 +183,8 @@ int main(int argc, char **argv)
         float loss = tinylm_step(lm);
         int64_t gs = tinylm_global_step(lm);
         prog.global_step = gs;
-        prog.step_num = gs;
+        prog.epoch_num = per_epoch > 0 ? gs / per_epoch : 0;
+        prog.step_num = per_epoch > 0 ? gs % per_epoch : gs;
         prog.consumed_samples = (int64_t)tinylm_consumed_samples(lm);
         if (log_every && gs % log_every == 0)
             printf("step %lld loss %.4f lr %.6f\n", (long long)gs, loss, tinylm_current_lr(lm));
@@ -176,6 +193,7 @@ int main(int argc, char **argv)
         int saved;
         if (shs_manager_step(mgr, &prog, &saved) != SHS_OK)
             goto fail;
+        trainer_say_warning(stdout, mgr, warned, sizeof warned);
         if (saved)
             fflush(stdout);
     }
@@ -183,11 +201,8 @@ int main(int argc, char **argv)
     prog.consumed_samples = (int64_t)tinylm_consumed_samples(lm);
     if (export_blobs(st, lm) != 0 || shs_manager_finish(mgr, &prog) != SHS_OK)
         goto fail;
-    shs_save_stats ss = SHS_SAVE_STATS_INIT;
-    if (shs_manager_last_save(mgr, &ss) == SHS_OK)
-        printf("last save: step %lld, %llu of %llu bytes written, %.3f s (blocked %.3f s)\n",
-               (long long)ss.step, (unsigned long long)ss.bytes_written,
-               (unsigned long long)ss.state_bytes, ss.total_seconds, ss.blocked_seconds);
+    trainer_say_warning(stdout, mgr, warned, sizeof warned);
+    trainer_say_last_save(stdout, mgr);
     if (shs_manager_export_dir(mgr))
         printf("exported to %s\n", shs_manager_export_dir(mgr));
     printf("final_digest=%016" PRIx64 "\n", tinylm_digest(lm));

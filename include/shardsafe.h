@@ -654,6 +654,9 @@ typedef struct shs_config {
        encryption was turned on).  load_path and initial_load_path take
        unencrypted checkpoints and weights whatever it says. */
     int allow_unencrypted_resume; /* (0) */
+    int enable; /* torchtitan's checkpoint.enable (1): 0 = no checkpoint is
+                   loaded (not even the job's own save_path) and none is
+                   saved, whatever the other fields say */
 } shs_config;
 #define SHS_CONFIG_VERSION 4
 
@@ -664,17 +667,60 @@ SHS_API void shs_config_release(shs_config *config);
    exclude_from_loading a comma list of optimizer, lr_scheduler,
    dataloader, train_state, rng.  torchtitan's names are accepted too
    (enable, folder, interval, async_mode, export_dtype, last_save_in_hf).  SHS_ECONFIG naming the key on
-   error; an unknown key gets the closest known name; a field of version 2
-   in a version-1 struct is SHS_ECONFIG. */
+   error; an unknown key gets the closest known name (also for the names
+   of other frameworks: strict_load, save_checkpoint_steps, ...); a field
+   of a later version than the struct's is SHS_ECONFIG. */
 SHS_API int shs_config_set(shs_config *config, const char *key, const char *value);
 /* Read the `checkpoint:` mapping of a YAML file, and MindSpore
    Transformers' top-level load_checkpoint / resume_training and the
    CheckpointMonitor entry of `callbacks:` (docs/checkpoint.md), and
-   torchtitan's top-level hf_assets_path (docs/hf.md); other top-level
-   sections are ignored.  Unknown keys are errors (SHS_ECONFIG,
+   torchtitan's top-level hf_assets_path (docs/hf.md), and the checkpoint
+   keys of `train:` (seed 002: save_checkpoint_steps, keep_checkpoint_max,
+   integrated_save, async_save); the other keys of `train:` and the other
+   sections are the program's and are not read here (a program that says
+   which it reads gets the rest refused: shs_config_load_yaml_ex).
+   Unknown keys of `checkpoint:` are errors (SHS_ECONFIG,
    naming the key, file and line), as is a field set twice under any of
    its names.  On error *config is unchanged. */
 SHS_API int shs_config_load_yaml(shs_config *config, const char *path);
+
+/* What shs_config_load_yaml_ex() hands the program.  The library reads
+   `checkpoint:`, the checkpoint keys of `train:` (MindSpore's
+   save_checkpoint_steps, keep_checkpoint_max, integrated_save and
+   async_save, no others), the CheckpointMonitor entry of `callbacks:`
+   and the top-level keys above.  Every other key is offered to
+   program_key, which returns 1 when the program honours it (or has said
+   what it does with it) and 0 when it does not: the load then fails with
+   SHS_ECONFIG naming the file, line and key, and `why` (a NUL-terminated
+   text the callback may write, why_cap bytes) if the callback set it.
+   Offered: each key of `train:` and of `model:` (section "train" /
+   "model"), each other entry of `callbacks:` (section "callbacks", key =
+   its type), and each other top-level key (section "").  `value` is the
+   scalar as written, or NULL for a list or a mapping; `line` is the key's
+   (1-based).  Keys are offered while the file is read: a later error
+   still fails the load, so the program applies what it was offered only
+   once the load succeeded.  program_key NULL:
+   such keys are left to the program, unread, as shs_config_load_yaml
+   does.  note (may be NULL) receives what the library accepted but wants
+   the program to say (e.g. how MindSpore's integrated_save is met), as
+   "FILE:LINE: ...". */
+typedef struct shs_yaml_opts {
+    unsigned version; /* SHS_YAML_OPTS_VERSION */
+    int (*program_key)(void *ctx, const char *section, const char *key, const char *value,
+                       size_t line, char *why, size_t why_cap);
+    void (*note)(void *ctx, const char *message);
+    void *ctx;
+} shs_yaml_opts;
+#define SHS_YAML_OPTS_VERSION 1u
+#define SHS_YAML_OPTS_INIT                                                                         \
+    {                                                                                              \
+        SHS_YAML_OPTS_VERSION, NULL, NULL, NULL                                                    \
+    }
+/* shs_config_load_yaml with the program's part (above); opts NULL: as
+   shs_config_load_yaml.  On error *config is unchanged (notes already
+   delivered stay delivered). */
+SHS_API int shs_config_load_yaml_ex(shs_config *config, const char *path,
+                                    const shs_yaml_opts *opts);
 
 /* ------------------------------------------------------------------------
  * Checkpoint manager: the save/resume policy of a training run.

@@ -278,10 +278,13 @@ static void test_aliases(void **state)
     (void)state;
     shs_config c;
     shs_config_init(&c);
+    /* torchtitan's enable is a field of its own: false stops loading too */
+    assert_int_equal(c.enable, 1);
     set_ok(&c, "enable", "false");
-    assert_int_equal(c.enable_save, 0);
-    set_ok(&c, "enable", "true");
+    assert_int_equal(c.enable, 0);
     assert_int_equal(c.enable_save, 1);
+    set_ok(&c, "enable", "true");
+    assert_int_equal(c.enable, 1);
     set_ok(&c, "folder", "/tt/ckpt");
     assert_string_equal(c.save_path, "/tt/ckpt");
     set_ok(&c, "interval", "250");
@@ -334,6 +337,13 @@ static void test_suggestions(void **state)
     expect_reject("save_checkpoint_steps", "5", "did you mean 'save_interleaved_steps'?");
     expect_reject("keep_checkpoint_max", "5", "did you mean 'save_max'?");
     expect_reject("load_checkpoint", "/x", "did you mean 'load_path'?");
+    /* the seeds' names (000, 004): MindSpore's loader arguments */
+    expect_reject("strict_load", "false", "did you mean 'strict'?");
+    expect_reject("checkpoint_path", "/x", "did you mean 'load_path'?");
+    expect_reject("ckpt_file_name", "/x", "did you mean 'load_path'?");
+    expect_reject("reshard_worker_num", "4", "did you mean 'load_worker_number'?");
+    expect_reject("max_process_num", "4", "did you mean 'load_worker_number'?");
+    expect_reject("save_dir", "/x", "did you mean 'save_path'?");
     /* nothing close: no suggestion */
     shs_config c;
     shs_config_init(&c);
@@ -552,11 +562,11 @@ static void test_yaml_aliases(void **state)
                                           "  last_save_in_hf: false\n");
     shs_config c;
     shs_config_init(&c);
-    c.enable_save = 0;
+    c.enable = 0;
     int rc = shs_config_load_yaml(&c, p);
     if (rc != SHS_OK)
         fail_msg("load: %d %s", rc, shs_last_error());
-    assert_int_equal(c.enable_save, 1);
+    assert_int_equal(c.enable, 1);
     assert_string_equal(c.save_path, "./outputs/checkpoint");
     assert_int_equal(c.save_interleaved_steps, 500);
     assert_int_equal(c.async_save, 1);
@@ -649,6 +659,179 @@ static void test_yaml_mindspore(void **state)
     assert_int_equal(shs_config_load_yaml(&c, p), SHS_OK);
     assert_string_equal(c.save_path, "/ms/out");
     assert_int_equal(c.remove_redundancy, 1);
+    shs_config_release(&c);
+}
+
+/* ---- the program's keys (shs_config_load_yaml_ex) ---- */
+
+typedef struct seen_keys {
+    char log[2048]; /* "section.key=value;" for each key offered */
+    char notes[2048];
+    const char *refuse; /* "section.key" refused with a reason */
+} seen_keys;
+
+static int record_key(void *ctx, const char *section, const char *key, const char *value,
+                      size_t line, char *why, size_t why_cap)
+{
+    assert_true(line > 0);
+    seen_keys *k = ctx;
+    size_t at = strlen(k->log);
+    snprintf(k->log + at, sizeof k->log - at, "%s.%s=%s;", section, key, value ? value : "(nil)");
+    char full[256];
+    snprintf(full, sizeof full, "%s.%s", section, key);
+    if (k->refuse && !strcmp(full, k->refuse)) {
+        snprintf(why, why_cap, "the test refuses it");
+        return 0;
+    }
+    return 1;
+}
+
+static void record_note(void *ctx, const char *msg)
+{
+    seen_keys *k = ctx;
+    size_t at = strlen(k->notes);
+    snprintf(k->notes + at, sizeof k->notes - at, "%s|", msg);
+}
+
+/* seed 002's resume_llama2.yaml (tests/fixtures/seeds/resume_llama2.yaml) */
+#define SEED_002                                                                                   \
+    "model:\n"                                                                                     \
+    "  model_type: llama2\n"                                                                       \
+    "  model_name: llama2_7b\n"                                                                    \
+    "train:\n"                                                                                     \
+    "  epochs: 10\n"                                                                               \
+    "  batch_size: 8\n"                                                                            \
+    "  save_checkpoint_steps: 500\n"                                                               \
+    "  keep_checkpoint_max: 5\n"                                                                   \
+    "  integrated_save: True\n"                                                                    \
+    "  async_save: True\n"                                                                         \
+    "callbacks:\n"                                                                                 \
+    "  - type: CheckpointMonitor\n"                                                                \
+    "    prefix: \"llama2_7b_resume\"\n"                                                           \
+    "    save_dir: \"./output/checkpoint\"\n"                                                      \
+    "resume_training: True\n"                                                                      \
+    "load_checkpoint: \"./output/checkpoint\"\n"
+
+static void test_yaml_seed_002(void **state)
+{
+    (void)state;
+    const char *p = write_yaml("resume_llama2.yaml", SEED_002);
+    /* the plain call applies the checkpoint keys and leaves the rest */
+    shs_config c;
+    shs_config_init(&c);
+    int rc = shs_config_load_yaml(&c, p);
+    if (rc != SHS_OK)
+        fail_msg("load: %d %s", rc, shs_last_error());
+    assert_int_equal(c.save_interleaved_steps, 500);
+    assert_int_equal(c.save_max, 5);
+    assert_int_equal(c.async_save, 1);
+    assert_string_equal(c.prefix, "llama2_7b_resume");
+    assert_string_equal(c.save_path, "./output/checkpoint");
+    assert_string_equal(c.load_path, "./output/checkpoint");
+    shs_config_release(&c);
+
+    /* with the program's part: every other key is offered, the note on
+       integrated_save delivered */
+    seen_keys k = { "", "", NULL };
+    shs_yaml_opts o = SHS_YAML_OPTS_INIT;
+    o.program_key = record_key;
+    o.note = record_note;
+    o.ctx = &k;
+    shs_config_init(&c);
+    rc = shs_config_load_yaml_ex(&c, p, &o);
+    if (rc != SHS_OK)
+        fail_msg("load_ex: %d %s", rc, shs_last_error());
+    assert_string_equal(k.log, "model.model_type=llama2;model.model_name=llama2_7b;"
+                               "train.epochs=10;train.batch_size=8;");
+    assert_non_null(strstr(k.notes, "resume_llama2.yaml:9: train: integrated_save: true"));
+    assert_int_equal(c.save_interleaved_steps, 500);
+    shs_config_release(&c);
+
+    /* a key the program refuses fails the load, naming it; nothing applied */
+    k = (seen_keys){ "", "", "train.epochs" };
+    shs_config_init(&c);
+    assert_int_equal(shs_config_load_yaml_ex(&c, p, &o), SHS_ECONFIG);
+    assert_error_contains("resume_llama2.yaml:5: train: epochs: not a checkpoint setting, and "
+                          "this program does not read it: the test refuses it");
+    assert_int_equal(c.save_interleaved_steps, 1000);
+    k = (seen_keys){ "", "", "model.model_name" };
+    assert_int_equal(shs_config_load_yaml_ex(&c, p, &o), SHS_ECONFIG);
+    assert_error_contains("resume_llama2.yaml:3: model: model_name: not read by this program: "
+                          "the test refuses it");
+    shs_config_release(&c);
+}
+
+static void test_yaml_program_keys(void **state)
+{
+    (void)state;
+    seen_keys k = { "", "", NULL };
+    shs_yaml_opts o = SHS_YAML_OPTS_INIT;
+    o.program_key = record_key;
+    o.ctx = &k;
+    shs_config c;
+    /* other top-level keys, lists and mappings (value NULL), other
+       callbacks, flow style; checkpoint fields under train: apply */
+    const char *p = write_yaml("prog.yaml", "runner_config: {epochs: 2, sink_mode: true}\n"
+                                            "seed: 42\n"
+                                            "train: {lr: [1, 2], save_max: 3, interval: 7}\n"
+                                            "model:\n  arch: {type: llama}\n"
+                                            "callbacks:\n  - type: MFLossMonitor\n"
+                                            "    per_print_times: 1\n  - SomeCallback\n"
+                                            "  - {per_print_times: 2}\n");
+    shs_config_init(&c);
+    int rc = shs_config_load_yaml_ex(&c, p, &o);
+    if (rc != SHS_OK)
+        fail_msg("load_ex: %d %s", rc, shs_last_error());
+    /* only MindSpore's checkpoint keys of train: are read: a program's
+       key that shares a field's name stays the program's */
+    assert_string_equal(k.log, ".runner_config=(nil);.seed=42;train.lr=(nil);train.save_max=3;"
+                               "train.interval=7;model.arch=(nil);"
+                               "callbacks.MFLossMonitor=(nil);callbacks.SomeCallback=(nil);"
+                               "callbacks.(no type)=(nil);");
+    assert_int_equal(c.save_max, 5);
+    assert_int_equal(c.save_interleaved_steps, 1000);
+    shs_config_release(&c);
+
+    /* refusals name the section, with a "did you mean" for train: typos */
+    static const struct {
+        const char *refuse, *name, *text, *needle;
+    } bad[] = {
+        { "train.save_checkpoint_step", "typo.yaml", "train:\n  save_checkpoint_step: 5\n",
+          "typo.yaml:2: train: save_checkpoint_step: not a checkpoint setting (did you mean "
+          "'save_checkpoint_steps'?)" },
+        { "callbacks.MFLossMonitor", "cb.yaml", "callbacks:\n  - type: MFLossMonitor\n",
+          "cb.yaml:2: callbacks: an entry of type 'MFLossMonitor' is not read" },
+        { ".context", "top.yaml", "context:\n  mode: 0\n",
+          "top.yaml:1: context: not read by this program" },
+        /* one field once per file, under train: or checkpoint: */
+        { NULL, "dup.yaml", "train:\n  async_save: true\ncheckpoint:\n  async_save: false\n",
+          "dup.yaml:4: duplicate checkpoint field 'async_save'" },
+        { NULL, "dup2.yaml",
+          "train:\n  integrated_save: true\n"
+          "callbacks:\n  - {type: CheckpointMonitor, integrated_save: no}\n",
+          "duplicate checkpoint field 'integrated_save'" },
+        { NULL, "dup3.yaml", "train: {}\ntrain: {}\n", "dup3.yaml:2: duplicate key 'train'" },
+        { NULL, "bad.yaml", "train:\n  integrated_save: [1]\n",
+          "train: integrated_save: expected a boolean" },
+        { NULL, "alias.yaml", "x: &a 1\ntrain:\n  epochs: *a\n",
+          "alias.yaml:3: epochs: aliases are not supported" },
+        { NULL, "cplx.yaml", "? [a]\n: 1\n", "keys of 'the top level' must be plain names" },
+    };
+    shs_config_init(&c);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        k = (seen_keys){ "", "", bad[i].refuse };
+        p = write_yaml(bad[i].name, bad[i].text);
+        assert_int_equal(shs_config_load_yaml_ex(&c, p, &o), SHS_ECONFIG);
+        assert_error_contains(bad[i].needle);
+    }
+    /* without program_key the same files are read as before */
+    assert_int_equal(shs_config_load_yaml(&c, p), SHS_OK);
+    p = write_yaml("alias.yaml", "x: &a 1\ntrain:\n  epochs: *a\n");
+    assert_int_equal(shs_config_load_yaml(&c, p), SHS_OK);
+    /* a wrong options version */
+    o.version = 0;
+    assert_int_equal(shs_config_load_yaml_ex(&c, p, &o), SHS_EINVAL);
+    assert_error_contains("shs_config_load_yaml_ex");
     shs_config_release(&c);
 }
 
@@ -837,11 +1020,15 @@ static void test_yaml_errors(void **state)
                       NULL);
     expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    keep_checkpoint_max: x\n",
                       SHS_ECONFIG, "keep_checkpoint_max: expected a non-negative integer", NULL);
-    expect_yaml_error("callbacks:\n  - integrated_save: False\n    type: CheckpointMonitor\n",
+    expect_yaml_error("callbacks:\n  - integrated_save: maybe\n    type: CheckpointMonitor\n",
                       SHS_ECONFIG,
-                      "bad.yaml:2: CheckpointMonitor: 'integrated_save' is not "
-                      "supported",
+                      "bad.yaml:2: CheckpointMonitor: integrated_save: expected a boolean", NULL);
+    expect_yaml_error("callbacks:\n  - async_save: true\n    async_checkpoint: false\n"
+                      "    type: CheckpointMonitor\n",
+                      SHS_ECONFIG, "bad.yaml:3: duplicate checkpoint field 'async_checkpoint'",
                       NULL);
+    expect_yaml_error("callbacks:\n  - save_directory: /x\n    type: CheckpointMonitor\n",
+                      SHS_ECONFIG, "'save_directory' is not supported", "save_dir");
     expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    checkpoint_format: ckpt\n",
                       SHS_ECONFIG, "checkpoint_format 'ckpt' is not supported", NULL);
     expect_yaml_error("callbacks:\n  - type: CheckpointMonitor\n    save_checkpoint_steps: [1]\n",
@@ -1010,6 +1197,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_yaml_aliases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_yaml_mindspore, setup, teardown),
         cmocka_unit_test_setup_teardown(test_yaml_no_section, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_yaml_seed_002, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_yaml_program_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_yaml_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_yaml_missing_and_large, setup, teardown),
         cmocka_unit_test_setup_teardown(test_yaml_ownership, setup, teardown),

@@ -843,10 +843,128 @@ static void test_resume_order(void **state)
     free(nosp);
 }
 
+/* torchtitan's enable: false loads nothing, not even the job's own save
+   path, and saves nothing; load_step that cannot be honoured is an error;
+   load_path naming the save path itself (MindSpore's resume_training with
+   load_checkpoint = its own folder) starts fresh while it is empty. */
+static void test_enable_and_own_folder(void **state)
+{
+    (void)state;
+    char *sp = tu_subpath("en_save"), *nosp = tu_subpath("en_none");
+    save3(sp, 40, 40);
+    st3 l;
+    tu_small_make(&l, 0, 1);
+    shs_config c;
+    shs_progress q = SHS_PROGRESS_INIT;
+    shs_load_result res = SHS_LOAD_RESULT_INIT;
+
+    tu_cfg_saving(&c, sp);
+    c.enable = 0;
+    c.initial_load_path = sp;
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.loaded, 0);
+    assert_int_equal(res.source, SHS_LOAD_NONE);
+    assert_non_null(strstr(res.message, "enable: false"));
+    assert_int_equal(q.global_step, 0);
+    assert_true(l.w[0] == 0);
+    /* ... and saves nothing: no step, and the save path is not locked */
+    shs_progress p50 = tu_prog(50);
+    c.save_interleaved_steps = 10;
+    int saved = 1;
+    TU_OK(shs_manager_step(g_load_manager, &p50, &saved));
+    assert_int_equal(saved, 0);
+    TU_OK(shs_manager_finish(g_load_manager, &p50));
+    assert_false(step_exists(sp, 50));
+    assert_int_equal(shs_manager_save(g_load_manager, &p50, 0), SHS_ESTATE);
+    TU_ASSERT_MSG_HAS("enable false");
+    shs_manager *other = NULL;
+    shs_config c2;
+    tu_cfg_saving(&c2, sp);
+    TU_OK(shs_manager_create(&other, &c2, l.st));
+    shs_manager_free(other);
+
+    /* load_step with nothing to load it from: an error, never a fresh
+       start (a save path that does not exist, an empty one, none) */
+    tu_cfg_saving(&c, nosp);
+    c.enable_save = 0; /* a saving manager creates its save path */
+    c.load_step = 40;
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ENOCHECKPOINT);
+    TU_ASSERT_MSG_HAS("load_step 40: save_path");
+    TU_ASSERT_MSG_HAS("en_none");
+    assert_false(tu_path_exists(nosp));
+    c.enable_save = 1;
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ENOCHECKPOINT);
+    TU_ASSERT_MSG_HAS("holds no checkpoint");
+    shs_config_init(&c);
+    c.enable_save = 0;
+    c.load_step = 40;
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ENOCHECKPOINT);
+    TU_ASSERT_MSG_HAS("no save_path or load_path");
+    /* ... even with an initial_load_path to fall back on */
+    tu_cfg_saving(&c, nosp);
+    c.load_step = 40;
+    c.initial_load_path = sp;
+    assert_int_equal(load_with(&c, &l, &q, &res), SHS_ENOCHECKPOINT);
+
+    /* load_path = the save path, written another way: empty -> fresh start */
+    char own[4200];
+    snprintf(own, sizeof own, "%s/./", nosp);
+    tu_cfg_saving(&c, nosp);
+    c.load_path = own;
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.loaded, 0);
+    assert_non_null(strstr(res.message, "fresh start"));
+    assert_non_null(strstr(res.message, "load_path names it too"));
+    /* neither exists yet: the same path once tidied */
+    char *later = tu_subpath("en_later");
+    snprintf(own, sizeof own, "%s//", later);
+    tu_cfg_saving(&c, later);
+    c.load_path = own;
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.loaded, 0);
+    /* with a checkpoint there it resumes, load_step applying to it */
+    load_with_done();
+    save3(nosp, 60, 60);
+    save3(nosp, 70, 70);
+    snprintf(own, sizeof own, "%s/./", nosp);
+    tu_cfg_saving(&c, nosp);
+    c.load_path = own;
+    c.load_step = 60;
+    TU_OK(load_with(&c, &l, &q, &res));
+    assert_int_equal(res.source, SHS_LOAD_SAVE_PATH);
+    assert_int_equal(res.step, 60);
+    assert3(&l, 60, 1);
+    load_with_done();
+    shs_state_free(l.st);
+    free(sp);
+    free(nosp);
+    free(later);
+}
+
 /* Point 3: only ENOENT of the save path means "nothing to resume". */
 static void test_resume_io_errors(void **state)
 {
     (void)state;
+    /* EIO on stat of the save path at create: the errno, not "exists and
+       is not a directory" */
+    {
+        char *eio = tu_subpath("eio_save");
+        st3 e;
+        tu_small_make(&e, 0, 1);
+        shs_config c;
+        tu_cfg_saving(&c, eio);
+        shs_manager *m = NULL;
+        faults_on("eio_save", EIO, 1);
+        int rc = shs_manager_create(&m, &c, e.st);
+        faults_off();
+        assert_int_equal(rc, SHS_EIO);
+        TU_ASSERT_MSG_HAS("eio_save");
+        TU_ASSERT_MSG_HAS(strerror(EIO));
+        assert_null(strstr(shs_last_error(), "not a directory"));
+        assert_null(m);
+        shs_state_free(e.st);
+        free(eio);
+    }
     char *sp = tu_subpath("rio");
     save3(sp, 7, 7);
     st3 l;
@@ -1650,6 +1768,7 @@ int main(void)
         cmocka_unit_test(test_batch_size_change),
         cmocka_unit_test(test_auto_resume),
         cmocka_unit_test(test_resume_order),
+        cmocka_unit_test(test_enable_and_own_folder),
         cmocka_unit_test(test_resume_io_errors),
         cmocka_unit_test(test_resume_chmod),
         cmocka_unit_test(test_step_dir_never_plain),

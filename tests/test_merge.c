@@ -497,7 +497,7 @@ static void test_bad_options(void **state)
     o.n_include = 1;
     expect_bad(g_sp, &o, SHS_EINVAL, "include glob 'decoder.*' matches no model tensor");
     o.include = optonly; /* optimizer tensors without the flag */
-    expect_bad(g_sp, &o, SHS_EINVAL, "optimizer tensors need");
+    expect_bad(g_sp, &o, SHS_EINVAL, "optimizer tensors are merged only with --with-optimizer");
     o = (shs_merge_opts)SHS_MERGE_OPTS_INIT;
     o.exclude = nomatch;
     o.n_exclude = 1;
@@ -757,7 +757,10 @@ static void sweep(const char *what, int (*fn)(const char *dst), const char *dst)
             fail_msg("%s: call %ld: status %d: %s", what, n, rc, shs_last_error());
         if (tu_path_exists(dst)) {
             /* only the last call, the fsync of the parent directory after
-               the rename, fails with the output complete in place */
+               the rename, fails with the output complete in place, and
+               says so (docs/merge.md) */
+            TU_ASSERT_MSG_HAS("is complete, but the fsync of its parent directory failed: its "
+                              "name may not survive a power loss");
             check_output(dst, 0, "model.", -1);
             TU_OK(shs__rmtree(dst));
         }
@@ -846,6 +849,7 @@ static void test_io_faults(void **state)
         if (rc == SHS_OK)
             break;
         if (tu_path_exists(dst)) { /* the parent's fsync after the rename */
+            TU_ASSERT_MSG_HAS("may not survive a power loss");
             check_output(dst, 0, "model.", -1);
             TU_OK(shs__rmtree(dst));
         }

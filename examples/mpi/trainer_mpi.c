@@ -732,7 +732,7 @@ int main(int argc, char **argv)
         shs_config_release(&cfg);
         return finish(prc);
     }
-    long long steps = ta.steps, batch = ta.batch, seed = ta.seed, log_every = ta.log_every;
+    long long batch = ta.batch, seed = ta.seed, log_every = ta.log_every;
     long long tp = ta.tp;
     const char *corpus = ta.corpus;
     if (tp < 0)
@@ -741,7 +741,7 @@ int main(int argc, char **argv)
         fprintf(err, "trainer_mpi: --tp %lld does not divide the world size %d\n", tp, g_size);
         return finish(2);
     }
-    if (batch < 1 || batch > 65536 || steps > INT32_MAX) {
+    if (batch < 1 || batch > 65536 || ta.steps > INT32_MAX) {
         fprintf(err, "trainer_mpi: --batch must be 1..65536\n");
         return finish(2);
     }
@@ -765,9 +765,6 @@ int main(int argc, char **argv)
     m->CE = m->C * m->E;
     m->lr = 1e-2f, m->min_lr = 1e-3f, m->wd = 0.01f;
     m->beta1 = 0.9f, m->beta2 = 0.99f, m->eps = 1e-8f;
-    m->warmup = 20, m->total = steps > 0 ? (int)steps : 1;
-    if (m->warmup > m->total)
-        m->warmup = m->total; /* (tinylm rejects this configuration) */
     m->seed = (uint64_t)seed;
     if (read_corpus(m, corpus) != 0) {
         fprintf(err, "trainer_mpi: cannot read corpus '%s'\n", corpus);
@@ -778,6 +775,19 @@ int main(int argc, char **argv)
         model_free(m);
         return finish(1);
     }
+    /* train: epochs of --config: passes over the corpus' samples */
+    long long samples = (long long)m->ntok - m->C;
+    long long per_epoch = trainer_epoch_steps(samples, batch);
+    trainer_apply_epochs(&ta, samples);
+    if (ta.steps > INT32_MAX) {
+        fprintf(err, "trainer_mpi: %lld steps is too many\n", ta.steps);
+        model_free(m);
+        return finish(2);
+    }
+    long long steps = ta.steps;
+    m->warmup = 20, m->total = steps > 0 ? (int)steps : 1;
+    if (m->warmup > m->total)
+        m->warmup = m->total; /* (tinylm rejects this configuration) */
     if (g_tp > m->H) {
         fprintf(err, "trainer_mpi: --tp %d is more than the %d hidden units\n", g_tp, m->H);
         model_free(m);
@@ -826,6 +836,7 @@ int main(int argc, char **argv)
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     if (shs_manager_load(mgr, &prog, &res) != SHS_OK)
         fatal("load", shs_last_error());
+    char warned[1024] = "";
     if (res.loaded) {
         if (res.progress_loaded) {
             m->global_step = prog.global_step;
@@ -840,12 +851,10 @@ int main(int argc, char **argv)
                 "%lld\n",
                 (long long)m->global_step);
         }
-        SAY("resumed from %s (step %lld%s)\n", res.path, (long long)res.step,
-            res.optimizer_loaded ? "" : ", weights only");
-        if (res.fell_back || res.tracker_repaired || res.consumed_samples_derived)
-            SAY("note: %s\n", res.message);
-    } else {
-        SAY("starting from scratch\n");
+    }
+    if (g_rank == 0) {
+        trainer_say_load(stdout, &res, &prog);
+        trainer_say_warning(stdout, mgr, warned, sizeof warned);
     }
     fflush(stdout);
 
@@ -858,7 +867,8 @@ int main(int argc, char **argv)
         float loss = model_step(m);
         int64_t gs = m->global_step;
         prog.global_step = gs;
-        prog.step_num = gs;
+        prog.epoch_num = per_epoch > 0 ? gs / per_epoch : 0;
+        prog.step_num = per_epoch > 0 ? gs % per_epoch : gs;
         prog.consumed_samples = (int64_t)m->consumed;
         if (log_every && gs % log_every == 0)
             SAY("step %lld loss %.4f lr %.6f\n", (long long)gs, loss,
@@ -867,6 +877,8 @@ int main(int argc, char **argv)
         int saved;
         if (shs_manager_step(mgr, &prog, &saved) != SHS_OK)
             fatal("save", shs_last_error());
+        if (g_rank == 0) /* retention runs on rank 0 */
+            trainer_say_warning(stdout, mgr, warned, sizeof warned);
         if (saved && g_rank == 0)
             fflush(stdout);
         if (delay_ms > 0) {
@@ -879,11 +891,10 @@ int main(int argc, char **argv)
     export_blobs(st, m);
     if (shs_manager_finish(mgr, &prog) != SHS_OK)
         fatal("final save", shs_last_error());
-    shs_save_stats ss = SHS_SAVE_STATS_INIT;
-    if (shs_manager_last_save(mgr, &ss) == SHS_OK)
-        SAY("last save: step %lld, %llu of %llu bytes written, %.3f s (blocked %.3f s)\n",
-            (long long)ss.step, (unsigned long long)ss.bytes_written,
-            (unsigned long long)ss.state_bytes, ss.total_seconds, ss.blocked_seconds);
+    if (g_rank == 0) {
+        trainer_say_warning(stdout, mgr, warned, sizeof warned);
+        trainer_say_last_save(stdout, mgr); /* rank 0's part */
+    }
     if (shs_manager_export_dir(mgr))
         SAY("exported to %s\n", shs_manager_export_dir(mgr));
     uint64_t dig = global_digest(m);

@@ -18,7 +18,9 @@ parallel: every tensor is replicated, saved once with remove_redundancy).
 Flags as the C demo trainers': --steps, --save-path, --load-path,
 --save-interval, --set KEY=VALUE (a checkpoint config field).  Prints
 "loaded step=<n> digest=<hex>" after a resume, "saved global_step=<n>"
-after each save, and closes with final_digest=<hex> and global_step=<n>.
+after each save, "warning: ..." for each new warning of the manager (a
+failed retention deletion: the save itself succeeded), and closes with
+final_digest=<hex> and global_step=<n>.
 """
 import argparse
 import datetime
@@ -65,6 +67,17 @@ def digest(model, optimizer):
             h.update(f"{names[id(p)]}.{k}".encode())
             h.update(v.contiguous().numpy().tobytes() if torch.is_tensor(v) else repr(v).encode())
     return h.hexdigest()
+
+
+def warn_new(ck, said):
+    """Print the manager's latest warning (shs_manager_warning, reported
+    with the last save's statistics) once."""
+    stats = ck._m.last_save()  # TorchCheckpointer's CheckpointManager
+    w = stats and stats.get("warning")
+    if w and w != said:
+        print(f"warning: {w}", flush=True)
+        return w
+    return said
 
 
 def parse():
@@ -119,6 +132,7 @@ def main():
     pos = ck.extra or {"epoch": 0, "index": 0}
     if res["loaded"]:
         print(f"loaded step={res['step']} digest={digest(model, opt)}", flush=True)
+    said = None
 
     per = GLOBAL_BATCH // world
     while progress["global_step"] < args.steps:
@@ -143,7 +157,9 @@ def main():
         progress["consumed_samples"] = progress.get("consumed_samples", 0) + GLOBAL_BATCH
         if ck.step(progress, extra=pos):
             print(f"saved global_step={progress['global_step']}", flush=True)
+        said = warn_new(ck, said)
     ck.finish(progress, extra=pos)
+    said = warn_new(ck, said)
     ck.close()
     if world > 1:
         torch.distributed.destroy_process_group()

@@ -79,7 +79,7 @@ def test_cli_verifies_and_inspects_binding_files(tmp_path, cli):
     r = run(cli, "inspect", "--json", str(p))
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["schema"] == 1
+    assert doc["schema"] == 2
     text = json.dumps(doc)
     for k, v in t.items():
         assert f'"{k}"' in text

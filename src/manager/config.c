@@ -70,6 +70,7 @@ static const field g_fields[] = {
     { "export_dtype", F_DTYPE, offsetof(shs_config, export_dtype), 0, "" },
     /* version 4 */
     FLAG(allow_unencrypted_resume),
+    FLAG(enable),
 };
 #define N_FIELDS (sizeof g_fields / sizeof g_fields[0])
 
@@ -91,7 +92,6 @@ static const struct {
  * loudly instead of being half-honoured. */
 
 static const alias g_aliases[] = {
-    { "enable", A_RENAME, "enable_save", NULL, 0 },
     { "folder", A_RENAME, "save_path", NULL, 0 },
     { "interval", A_RENAME, "save_interleaved_steps", NULL, 0 },
     { "async_mode", A_ASYNC_MODE, "async_save", NULL, 0 },
@@ -112,6 +112,13 @@ static const struct {
     { "directory", "save_path" },
     { "save_dir", "save_path" },
     { "async_checkpoint", "async_save" },
+    /* MindSpore's load_checkpoint / load_distributed_checkpoint arguments
+       and CheckpointConfig names (seeds 000, 004) */
+    { "strict_load", "strict" },
+    { "checkpoint_path", "load_path" },
+    { "ckpt_file_name", "load_path" },
+    { "reshard_worker_num", "load_worker_number" },
+    { "max_process_num", "load_worker_number" },
 };
 
 #define FIELD_PTR(cfg, f, type) ((type *)(void *)((char *)(cfg) + (f)->offset))
@@ -158,6 +165,7 @@ void shs_config_init(shs_config *config)
         .last_save_in_hf = 0,
         .export_dtype = "",
         .allow_unencrypted_resume = 0,
+        .enable = 1,
     };
 }
 
@@ -279,9 +287,8 @@ static void consider(const char **best, size_t *best_d, const char *cand, const 
     }
 }
 
-/* The known name closest to an unknown `key`, or NULL when none is close
-   (a third of the key's length, at least 2 edits). */
-static const char *suggest(const char *key, size_t len)
+const char *shs__config_suggest(const char *key, size_t len, const char *const *extra,
+                                size_t n_extra)
 {
     for (size_t i = 0; i < sizeof g_hints / sizeof g_hints[0]; i++)
         if (strlen(g_hints[i].foreign) == len && memcmp(g_hints[i].foreign, key, len) == 0)
@@ -294,6 +301,8 @@ static const char *suggest(const char *key, size_t len)
         consider(&best, &best_d, g_fields[i].name, key, len);
     for (size_t i = 0; i < N_ALIASES; i++)
         consider(&best, &best_d, g_aliases[i].name, key, len);
+    for (size_t i = 0; i < n_extra; i++)
+        consider(&best, &best_d, extra[i], key, len);
     size_t limit = len / 3 > 2 ? len / 3 : 2;
     return best_d <= limit ? best : NULL;
 }
@@ -302,7 +311,7 @@ static const char *suggest(const char *key, size_t len)
    "file:line: ". */
 int shs__config_unknown_key(const char *where, const char *key, size_t len)
 {
-    const char *s = suggest(key, len);
+    const char *s = shs__config_suggest(key, len, NULL, 0);
     int shown = len > 200 ? 200 : (int)len;
     if (s)
         return shs__err(SHS_ECONFIG, "%sunknown checkpoint field '%.*s' (did you mean '%s'?)",

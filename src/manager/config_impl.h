@@ -69,6 +69,12 @@ int shs__config_resolve_key(key_ref *out, const char *name, size_t len);
 /* Set what `k` names from the text `v`; `name` is the key as written (for
    the message). */
 int shs__config_set_key(shs_config *cfg, const key_ref *k, const char *name, const char *v);
+/* The known name closest to an unknown `key` (len bytes): a field, an
+   alias, one of `extra`, or the field a name of another framework stands
+   for; NULL when none is close (a third of the key's length, at least 2
+   edits). */
+const char *shs__config_suggest(const char *key, size_t len, const char *const *extra,
+                                size_t n_extra);
 /* SHS_ECONFIG for an unknown key, with a "did you mean" when one is close;
    `where` prefixes the message. */
 int shs__config_unknown_key(const char *where, const char *key, size_t len);
@@ -79,7 +85,8 @@ void shs__config_free_owned(owned_str *n);
 /* Whether some string field of cfg points at s. */
 int shs__config_is_referenced(const shs_config *cfg, const char *s);
 /* Bytes of the caller's struct: a version-1 config ends before
-   initial_load_in_hf (fields of a later version are never touched). */
+   initial_load_in_hf, a version-3 one before enable (fields of a later
+   version are never touched). */
 size_t shs__config_size(const shs_config *cfg);
 
 #endif

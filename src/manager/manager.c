@@ -347,7 +347,7 @@ int shs_manager_fence(shs_manager *m)
 
 static int saving_enabled(const shs_manager *m)
 {
-    return m->cfg.enable_save && !m->cfg.load_only;
+    return m->cfg.enable && m->cfg.enable_save && !m->cfg.load_only;
 }
 
 int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flags)
@@ -358,7 +358,8 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
     if (shs__check_progress(progress, "shs_manager_save") < 0)
         return SHS_EINVAL;
     if (!saving_enabled(m))
-        return shs__err(SHS_ESTATE, "saving is disabled (enable_save false or load_only true)");
+        return shs__err(SHS_ESTATE,
+                        "saving is disabled (enable false, enable_save false or load_only true)");
     if (progress->global_step < 0)
         return shs__err(SHS_EINVAL, "global_step %lld is negative",
                         (long long)progress->global_step);
@@ -587,7 +588,9 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     shs__copy_in(&whole, config, SHS__V_CONFIG);
     whole.version = SHS_CONFIG_VERSION;
     config = &whole;
-    int saving = config->enable_save && !config->load_only;
+    /* torchtitan's enable off: nothing is saved or loaded */
+    int enabled = config->enable;
+    int saving = enabled && config->enable_save && !config->load_only;
     if (saving && (!config->save_path || !*config->save_path))
         return shs__err(SHS_ECONFIG, "save_path must be provided when enable_save is true");
     if (saving && config->save_interleaved_steps < 1)

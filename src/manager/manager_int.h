@@ -59,6 +59,7 @@ struct shs_manager {
     char *staging_mem;
     uint64_t staging_bytes;
 
+    int load_path_is_own; /* load_path is the save path itself (a load) */
     /* the strings of the last load result (shs_load_result says whose) */
     shs_load_result held;
     char *held_path, *held_msg;

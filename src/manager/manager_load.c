@@ -267,7 +267,7 @@ static int choose_target(shs_manager *m, resume_plan *p, shs_load_result *res)
     int64_t newest = n ? steps[n - 1] : -1;
     /* load_step belongs to load_path when one is set (the step of the
        pretrained weights), else to the save path */
-    int64_t want = *c->load_path ? -1 : c->load_step;
+    int64_t want = *c->load_path && !m->load_path_is_own ? -1 : c->load_step;
     p->explicit_step = want >= 0;
     if (p->explicit_step) {
         for (size_t i = 0; i < n; i++)
@@ -501,24 +501,96 @@ done:
     return rc;
 }
 
+/* "a/./b//" -> "a/b": the same path written two ways (no "..": a symbolic
+   link makes it mean something else). */
+static void path_tidy(char *p)
+{
+    char *w = p;
+    for (const char *r = p; *r;) {
+        if (r[0] == '.' && r[1] == '/' && (w == p || w[-1] == '/')) {
+            r += 2;
+            continue;
+        }
+        if (*r == '/' && w > p && w[-1] == '/') {
+            r++;
+            continue;
+        }
+        *w++ = *r++;
+    }
+    while (w > p + 1 && w[-1] == '/')
+        w--;
+    if (w > p + 1 && w[-1] == '.' && w[-2] == '/')
+        w -= 2;
+    *w = '\0';
+}
+
+/* load_path names the save path itself (MindSpore's resume_training with
+   load_checkpoint = the job's own folder): the same directory, or, while
+   neither exists, the same path once "./" and "//" are tidied away. */
+static int same_directory(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    int ea = shs__io->stat(a, &sa) == 0 ? 0 : errno;
+    int eb = shs__io->stat(b, &sb) == 0 ? 0 : errno;
+    if (!ea && !eb)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (ea != ENOENT || eb != ENOENT)
+        return 0; /* one exists, or an error the load itself will report */
+    char *x = shs__strdup(a), *y = shs__strdup(b);
+    int same = 0;
+    if (x && y) {
+        path_tidy(x);
+        path_tidy(y);
+        same = strcmp(x, y) == 0;
+    }
+    shs__free(x);
+    shs__free(y);
+    return same;
+}
+
 static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *res)
 {
     const shs_config *c = &m->cfg;
     int rc, found = 0;
+    if (!c->enable) {
+        say(m, res, "checkpointing is disabled (enable: false): nothing loaded, nothing saved");
+        return SHS_OK;
+    }
     if (c->create_seed_checkpoint) {
         res->source = SHS_LOAD_SEED;
         say(m, res, "create_seed_checkpoint: nothing loaded");
         return SHS_OK; /* the seed is a fresh initialisation */
     }
+    m->load_path_is_own = *c->load_path && *m->save_path &&
+                          same_directory(c->load_path, m->save_path);
     /* 1. the job's own progress always wins */
     if (*m->save_path && ((rc = resume_save_path(m, progress, res, &found)) < 0 || found))
         return rc;
+    /* load_step names a step of the save path (or of load_path): with
+       nothing there it cannot be honoured, and a fresh start would hide
+       that */
+    if (c->load_step >= 0 && (!*c->load_path || m->load_path_is_own))
+        return fail_before_load(
+            m, *m->save_path
+                   ? shs__err(SHS_ENOCHECKPOINT,
+                              "load_step %lld: save_path '%s' holds no checkpoint (it is empty "
+                              "or does not exist)",
+                              (long long)c->load_step, m->save_path)
+                   : shs__err(SHS_ENOCHECKPOINT,
+                              "load_step %lld: there is no save_path or load_path to load it from",
+                              (long long)c->load_step));
     /* 2. load_path; 3. initial_load_path: explicit choices, so a path that
        does not exist is an error, and a plain folder of safetensors files
        is read as such */
     const char *from = NULL, *field = NULL;
     int source, weights_only;
-    if (*c->load_path) {
+    if (*c->load_path && m->load_path_is_own) {
+        say(m, res,
+            "nothing to resume in save_path '%s' (load_path names it too): fresh start, "
+            "saving there",
+            m->save_path);
+        return SHS_OK;
+    } else if (*c->load_path) {
         from = c->load_path;
         field = "load_path";
         source = SHS_LOAD_LOAD_PATH;

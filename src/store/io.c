@@ -260,8 +260,12 @@ int shs__mkdirs(const char *path, mode_t mode)
         }
     }
     if (rc == SHS_OK) {
+        /* an error of the stat itself (EIO, EACCES) is not "a file is in
+           the way": it is reported with its errno */
         struct stat st;
-        if (shs__io->stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        if (shs__io->stat(path, &st) != 0)
+            rc = shs__err_errno(errno, "cannot stat directory", path);
+        else if (!S_ISDIR(st.st_mode))
             rc = shs__err(SHS_EINVAL, "'%s' exists and is not a directory", path);
     }
     shs__free(p);

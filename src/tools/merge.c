@@ -277,7 +277,7 @@ static int check_target(const char *target, int force, int *exists)
         return errno == ENOENT ? SHS_OK : shs__err_errno(errno, "cannot stat", target);
     *exists = 1;
     if (!force)
-        return shs__err(SHS_EINVAL, "%s exists (SHS_MERGE_FORCE, --force, replaces it)", target);
+        return shs__err(SHS_EINVAL, "%s exists (a forced merge, --force, replaces it)", target);
     if (!S_ISDIR(st.st_mode))
         return shs__err(SHS_EINVAL, "%s exists and is not a directory: not replacing it", target);
     if ((rc = shs__io_list_dir(&names, &n, target)) < 0)
@@ -346,6 +346,16 @@ static int install(const char *tmp, const char *target, int exists, int do_fsync
         char *dir = shs__path_dirname(target);
         rc = dir ? shs__io_fsync_dir(dir) : shs__err(SHS_ENOMEM, "out of memory");
         shs__free(dir);
+        /* the output is whole and in place; only its name is not durable
+           (docs/merge.md, "Atomic output, errors") */
+        if (rc < 0) {
+            char why[640];
+            snprintf(why, sizeof why,
+                     "%.400s is complete, but the fsync of its parent directory failed: its name "
+                     "may not survive a power loss",
+                     target);
+            rc = shs__err_prefix(rc, why);
+        }
     }
 done:
     shs__free(old);

@@ -199,8 +199,8 @@ static int select_tensors(shs__mplan *p, const shs_checkpoint *ck, const shs_mer
         }
     }
     const char *what = with_opt ? "tensor"
-                                : "model tensor (optimizer tensors need "
-                                  "--with-optimizer, SHS_MERGE_WITH_OPTIMIZER)";
+                                : "model tensor (optimizer tensors are merged only with "
+                                  "--with-optimizer)";
     for (size_t g = 0; g < o->n_include; g++)
         if (!hit_in[g]) {
             rc = shs__err(SHS_EINVAL, "%s: include glob '%s' matches no %s", src, o->include[g],

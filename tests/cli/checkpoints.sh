@@ -52,7 +52,7 @@ cp "$WORK/out" "$WORK/ls.json"
 py "ls --json: steps, sizes equal to the files' sizes, latest, tracker" <<EOF
 import json, os
 d = json.load(open("$WORK/ls.json"))
-assert d["schema"] == 1 and d["command"] == "ls" and d["path"] == "$SP" and d["ok"] is True
+assert d["schema"] == 2 and d["command"] == "ls" and d["path"] == "$SP" and d["ok"] is True
 assert d["errors"] == [] and isinstance(d["now"], int)
 assert d["tracker"] == {"state": "ok", "step": $LATEST, "complete": True}, d["tracker"]
 assert [s["step"] for s in d["steps"]] == [int(s) for s in "$STEPS".split()]
@@ -177,7 +177,7 @@ d = json.load(open("$WORK/insp.json"))
 m = json.load(open("$S300/metadata.json"))
 assert d["kind"] == "checkpoint" and d["step"] == 300 and d["world_size"] == m["world_size"]
 assert [f["name"] for f in d["files"]] == [f["name"] for f in m["files"]]
-assert d["schema"] == 1 and d["command"] == "inspect" and d["ok"] is True
+assert d["schema"] == 2 and d["command"] == "inspect" and d["ok"] is True
 assert all(f["bytes"] > 0 for f in d["files"])
 got = {t["name"]: t for t in d["tensors"]}
 assert set(got) == set(m["tensors"]), set(got) ^ set(m["tensors"])

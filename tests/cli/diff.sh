@@ -93,10 +93,10 @@ cp "$WORK/out" "$WORK/diff.json"
 py "--json document" <<EOF
 import json
 d = json.load(open("$WORK/diff.json"))
-assert d["schema"] == 1 and d["command"] == "diff" and d["ok"] is False and d["same"] is False
+assert d["schema"] == 2 and d["command"] == "diff" and d["ok"] is False and d["same"] is False
 assert d["errors"] == [] and d["warnings"] == []
-assert d["a"]["type"] == "file" and d["a"]["tensor_count"] == 4, d["a"]
-assert d["mode"] == "tolerance" and d["atol"] == 0.5 and d["rtol"] == 0 and d["kind"] == "all"
+assert d["a"]["kind"] == "file" and d["a"]["tensor_count"] == 4, d["a"]
+assert d["mode"] == "tolerance" and d["atol"] == 0.5 and d["rtol"] == 0 and d["tensor_kind"] == "all"
 by = {x["name"]: x for x in d["differences"]}
 assert set(by) == {"w", "x"}, by
 assert by["x"]["status"] == "only_in_a" and by["x"]["dtype_a"] == "F32" and by["x"]["shape_a"] == [3]
@@ -127,7 +127,7 @@ cp "$WORK/out" "$WORK/diff.json"
 py "--json of trouble: ok false, the error listed" <<EOF
 import json
 d = json.load(open("$WORK/diff.json"))
-assert d["schema"] == 1 and d["command"] == "diff" and d["ok"] is False, d
+assert d["schema"] == 2 and d["command"] == "diff" and d["ok"] is False, d
 assert len(d["errors"]) == 1 and "nope.safetensors" in d["errors"][0], d["errors"]
 EOF
 # an I/O error on stdout is trouble too, also when the files differ

@@ -101,7 +101,7 @@ W = os.environ["WORK"]
 p = f"{W}/a.safetensors"
 raw = open(f"{W}/a.json", "rb").read()
 top = json.loads(raw)
-assert top["schema"] == 1 and top["command"] == "inspect" and top["kind"] == "file", top
+assert top["schema"] == 2 and top["command"] == "inspect" and top["kind"] == "file", top
 assert top["path"] == p and top["ok"] is True and top["errors"] == [] and top["warnings"] == []
 assert len(top["files"]) == 1 and top["totals"]["tensor_count"] == 4
 d = top["files"][0]

@@ -1,4 +1,4 @@
-# json.sh -- `--json` on every command: one document on stdout, schema 1,
+# json.sh -- `--json` on every command: one document on stdout, schema 2,
 # "command", "ok" (exit status 0), "errors" and "warnings", the same keys
 # for the same things, UTF-8 text; and a document for failures too.
 . "$(dirname "$0")/lib.bash"
@@ -24,13 +24,13 @@ B="$WORK/b.safetensors"
 # check_doc STATUS COMMAND: stdout is one document of the common schema
 check_doc() {
     cp "$WORK/out" "$WORK/doc.json"
-    py "$2 --json: schema 1, command, ok, errors, warnings, parsed by python3 -m json.tool" <<EOF
+    py "$2 --json: schema 2, command, ok, errors, warnings, parsed by python3 -m json.tool" <<EOF
 import json, subprocess
 raw = open("$WORK/doc.json", "rb").read()
 subprocess.run(["$PY", "-m", "json.tool", "$WORK/doc.json"], check=True, stdout=subprocess.DEVNULL)
 d = json.loads(raw.decode("utf-8"))
 assert list(d)[:2] == ["schema", "command"], list(d)
-assert d["schema"] == 1 and d["command"] == "$2", d
+assert d["schema"] == 2 and d["command"] == "$2", d
 assert d["ok"] is ($1 == 0), d
 assert isinstance(d["errors"], list) and isinstance(d["warnings"], list), d
 assert raw.endswith(b"}\n") and raw.count(b"\n}\n") == 1, "exactly one document"
@@ -79,12 +79,12 @@ has "$WORK/err" "shardsafe: $WORK/trunc.safetensors: " "verify -q: the reason na
 
 expect 0 "convert --json" "$SHS_BIN" convert --json "$A" "$WORK/c.safetensors" --dtype bf16
 check_doc 0 convert
-py "convert: path, out, dtype, counts, bytes" <<EOF
+py "convert: source, destination, dtype, counts, bytes_written" <<EOF
 import json, os
 d = json.load(open("$WORK/doc.json"))
-assert d["path"] == "$A" and d["out"] == "$WORK/c.safetensors" and d["dtype"] == "BF16", d
-assert (d["converted"], d["copied"], d["left_out"]) == (1, 1, 0), d
-assert d["bytes"] == os.path.getsize("$WORK/c.safetensors"), d
+assert d["source"] == "$A" and d["destination"] == "$WORK/c.safetensors" and d["dtype"] == "BF16", d
+assert (d["converted_count"], d["copied_count"], d["left_out_count"]) == (1, 1, 0), d
+assert d["bytes_written"] == os.path.getsize("$WORK/c.safetensors"), d
 EOF
 expect 1 "convert --json, invalid IN" "$SHS_BIN" convert --json "$WORK/trunc.safetensors" "$WORK/d.safetensors" --dtype f16
 check_doc 1 convert
@@ -137,6 +137,33 @@ assert [x["name"] for x in d["differences"]] == ["w"], d
 EOF
 expect 2 "diff --json, trouble" "$SHS_BIN" diff --json "$A" "$WORK/trunc.safetensors"
 check_doc 2 diff
+
+# one key per meaning: the commands that read SOURCE and write
+# DESTINATION (merge, convert, reshard) name them alike, counts end in
+# _count, what a run wrote is bytes_written, what a path is is its kind
+expect 0 "merge --json" "$SHS_BIN" merge --json "$S30" "$WORK/m"
+cp "$WORK/out" "$WORK/merge.json"
+expect 0 "convert --json" "$SHS_BIN" convert --json "$A" "$WORK/c2.safetensors" --dtype f16
+cp "$WORK/out" "$WORK/convert.json"
+expect 0 "reshard --json" "$SHS_BIN" reshard --json "$S30" "$WORK/r" --world-size 1
+cp "$WORK/out" "$WORK/reshard.json"
+expect 1 "diff --json" "$SHS_BIN" diff --json "$S30" "$A"
+cp "$WORK/out" "$WORK/diff.json"
+py "source/destination, *_count, bytes_written and kind alike across commands" <<EOF
+import json
+docs = {c: json.load(open(f"$WORK/{c}.json")) for c in ("merge", "convert", "reshard", "diff")}
+for c in ("merge", "convert", "reshard"):
+    d = docs[c]
+    assert "source" in d and "destination" in d and "bytes_written" in d, (c, d)
+    assert not {"path", "out", "src", "dst", "bytes", "tensors", "files"} & set(d), (c, sorted(d))
+    for k, v in d.items():
+        if isinstance(v, int) and not isinstance(v, bool) and k not in ("schema", "step", "world_size", "saved_world_size", "total_size", "bytes_read", "bytes_written", "files_written", "blobs_carried", "blobs_dropped"):
+            assert k.endswith("_count"), (c, k)
+assert docs["merge"]["source"] == "$S30" and docs["merge"]["destination"] == "$WORK/m"
+assert docs["convert"]["destination"] == "$WORK/c2.safetensors"
+assert docs["diff"]["a"]["kind"] == "checkpoint" and docs["diff"]["b"]["kind"] == "file", docs["diff"]
+assert "type" not in docs["diff"]["a"] and docs["diff"]["tensor_kind"] == "all", docs["diff"]
+EOF
 
 # usage errors print no document: the command line was not understood
 expect 2 "usage error with --json" "$SHS_BIN" inspect --json

@@ -137,11 +137,12 @@ subprocess.run([sys.executable, "$WORK/check.py", "$WORK/o3", "plainsrc", "BF16"
 EOF
 
 expect 0 "--include and --exclude" "$SHS_BIN" merge "$WORK/src" "$WORK/o4" --include 'layers.*' --include ids --exclude '*.b' --json
-py "--json: schema 1 and the counts" <<EOF
+py "--json: schema 2 and the counts" <<EOF
 import json
 d = json.load(open("$WORK/out"))
-assert d["schema"] == 1 and d["command"] == "merge" and d["ok"] is True, d
-assert d["tensors"] == 3 and d["files"] == 1 and d["files_written"] == 1, d
+assert d["schema"] == 2 and d["command"] == "merge" and d["ok"] is True, d
+assert d["tensor_count"] == 3 and d["file_count"] == 1 and d["files_written"] == 1, d
+assert d["source"] == "$WORK/src" and d["destination"] == "$WORK/o4", d
 assert d["part"] is None and d["total_size"] == d["bytes_written"] == 6*5*4 + 3*4*2*2 + 12*8, d
 EOF
 

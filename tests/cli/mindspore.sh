@@ -24,7 +24,7 @@ cp "$WORK/out" "$WORK/inspect.json"
 py "inspect --json: format mindspore, no checksums, 9 tensors, common.json" <<EOF
 import json
 d = json.load(open("$WORK/inspect.json"))
-assert d["schema"] == 1 and d["format"] == "mindspore" and d["checksums"] is False, d
+assert d["schema"] == 2 and d["format"] == "mindspore" and d["checksums"] is False, d
 assert d["world_size"] == 1 and d["step"] == 2000, d
 assert len(d["tensors"]) == 9, d["tensors"]
 assert d["common"]["global_step"] == 2000, d["common"]

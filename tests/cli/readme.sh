@@ -17,6 +17,7 @@ fi
     cat <<'PRE'
 #include <shardsafe.h>
 #include <stdio.h>
+#include <string.h>
 static uint64_t shape[2] = { 4, 3 };
 static float weights[12], exp_avg[12];
 static uint64_t rng = 42;
@@ -33,7 +34,8 @@ int main(void)
 {
 PRE
     cat "$WORK/snippet.c"
-    echo '    printf("global_step=%lld w0=%g\n", (long long)p.global_step, weights[0]);'
+    echo '    printf("global_step=%lld w0=%g rng=%llu\n", (long long)p.global_step, weights[0],'
+    echo '           (unsigned long long)rng);'
     echo '    return 0;'
     echo '}'
 } >"$WORK/readme.c"
@@ -46,8 +48,12 @@ expect 0 "the README snippet compiles with the public header only" \
 cd "$WORK"
 expect 0 "it trains and saves" ./readme
 has "$WORK/out" "global_step=5 w0=2.5" "five steps trained"
+RNG=$(sed -n 's/.* rng=//p' "$WORK/out")
+CHECKS=$((CHECKS + 1))
+[ -n "$RNG" ] && [ "$RNG" != 42 ] && pass "the RNG advanced ($RNG)" || fail "rng '$RNG'"
 expect 0 "the save path verifies" "$SHS_BIN" verify "$WORK/ckpt"
 expect 0 "its tracker names the final step" test "$(cat "$WORK/ckpt/latest_checkpointed_iteration.txt")" = 5
 expect 0 "run again: it resumes instead of training again" ./readme
 has "$WORK/out" "global_step=5 w0=2.5" "the resumed weights are the saved ones"
+has "$WORK/out" "rng=$RNG" "the resumed RNG is the saved one (the README restores it)"
 finish

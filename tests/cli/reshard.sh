@@ -41,10 +41,10 @@ cat >"$W/two.json" <<'EOF'
 EOF
 expect 0 "reshard to 2 ranks by a layout file" "$SHS_BIN" reshard "$W/ck" "$W/two" --layout "$W/two.json" --json
 cp "$WORK/out" "$W/two.out"
-py "--json: schema 1, the numbers" <<'EOF'
+py "--json: schema 2, the numbers" <<'EOF'
 import json, os
 d = json.load(open(os.environ["WORK"] + "/two.out"))
-assert d["schema"] == 1 and d["command"] == "reshard" and d["ok"] is True, d
+assert d["schema"] == 2 and d["command"] == "reshard" and d["ok"] is True, d
 assert d["world_size"] == 2 and d["saved_world_size"] == 1 and d["step"] == 20, d
 assert d["tensor_count"] == 15 and d["scaled"] is False, d
 assert d["blobs_carried"] >= 1 and d["blobs_dropped"] == 0, d

@@ -157,8 +157,9 @@ CHECKS=$((CHECKS + 1))
 
 # ---------------------------------------------------------------- C
 # Weights only from A.  Observed behaviour (documented here):
-#   - the run loads A's newest step (600) and prints "(step 600, weights
-#     only)": with no_load_optim the optimizer state, common.json (progress)
+#   - the run loads A's newest step (600) and prints "initialised from
+#     ... (saved at step 600, weights only): training starts at step 0"
+#     (not "resumed"): with no_load_optim the optimizer state, common.json (progress)
 #     and the rank-local blobs (rng, lr_scheduler, dataloader) are not
 #     loaded, so the AdamW moments start from zero and the fp32 masters
 #     (none registered by the demo) would be refreshed from the weights;
@@ -174,8 +175,9 @@ CHECKS=$((CHECKS + 1))
 expect 0 "weights-only run from A" "$TRAINER" --set no_load_optim=true --load-path "$A" \
     --save-path "$C" --steps 650 --log-every 50
 cp "$WORK/out" "$WORK/C.out"
-has "$WORK/C.out" "resumed from $A/iteration_00000600 (step 600, weights only)" \
-    "the weights-only run loads A's step 600, weights only"
+has "$WORK/C.out" "initialised from $A/iteration_00000600 (saved at step 600, weights only): training starts at step 0" \
+    "the weights-only run loads A's step 600, weights only, and says training starts over"
+lacks "$WORK/C.out" "resumed from" "a weights-only start is not called a resume"
 CHECKS=$((CHECKS + 1))
 first=$(sed -n 's/^step \([0-9]*\) loss.*/\1/p' "$WORK/C.out" | head -1)
 CD=$(value final_digest "$WORK/C.out")

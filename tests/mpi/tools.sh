@@ -184,7 +184,7 @@ echo "ok: HF initial load (BF16 -> F32) on 4 ranks: each reads its boxes, balanc
 timeout -k 5 120 mpirun -np 4 --oversubscribe "$SHS_BUILD_DIR/trainer_mpi" --set initial_load_in_hf=true \
   --set initial_load_path="$hf" --save-path "$work/job2" --steps 0 --log-every 0 > "$work/out" 2>&1 ||
   fail "trainer_mpi from the HF folder"
-grep -q "resumed from .*model.safetensors.index.json (step -1, weights only)" "$work/out" ||
+grep -q "initialised from Hugging Face weights .*model.safetensors.index.json (weights only)" "$work/out" ||
   fail "trainer_mpi did not start from the HF weights"
 load 3 "$work/job2" --ref "$hf" --as f32 --no-optim
 must_fail 3 "$SHS_BUILD_DIR/mpi_tools" load "$work/job2" --ref "$tr" --model-only --no-optim
