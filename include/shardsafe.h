@@ -1128,15 +1128,20 @@ SHS_API const char *shs_ckpt_format_name(int format);
  * tensors in the Hugging Face layout into the directory `dst_dir`:
  * "model.safetensors" when everything fits in one file, else
  * "model-00001-of-0000N.safetensors"... plus "model.safetensors.index.json"
- * ({"metadata": {"total_size": N}, "weight_map": {...}}, sorted keys,
- * indent 2, trailing newline: what transformers writes).  Every file has
- * `__metadata__` {"format": "pt"} and is byte-identical to what the
- * reference writer produces for the same tensors.
+ * ({"metadata": {"total_parameters": P, "total_size": N}, "weight_map":
+ * {...}}, sorted keys, indent 2, trailing newline: what transformers
+ * writes).  Every file has `__metadata__` {"format": "pt"} and is
+ * byte-identical to what the reference writer produces for the same
+ * tensors.
  *
  * Which tensor goes to which file: the selected tensors, sorted by their
  * output name (bytewise), are packed in that order; a file is closed when
- * the next tensor would take it past max_shard_size, so a tensor larger
- * than max_shard_size gets a file of its own.
+ * the next tensor would take it past max_shard_size.  A tensor larger
+ * than max_shard_size gets a file of its own: with the default grouping
+ * (SHS_MERGE_GROUPING_CURRENT, huggingface_hub's) that file comes next
+ * and the open file stays open for the tensors after it; with
+ * SHS_MERGE_GROUPING_LEGACY (transformers < 4.42) it closes the open file
+ * and the index has no "total_parameters".
  *
  * Streaming: each output tensor is written box by box (rows, or pieces of
  * rows) through shs_writer_write_part from a fixed buffer per job, so
@@ -1211,13 +1216,27 @@ typedef struct shs_merge_opts {
        plain Hugging Face layout: they are NOT encrypted. */
     const unsigned char *key;
     size_t key_len;
+    /* version 3: which tensors go to which file (SHS_MERGE_GROUPING_*):
+       CURRENT (0, the default) is what huggingface_hub >= 0.21 and
+       transformers >= 4.42 write, plus "total_parameters" in the index
+       as transformers >= 4.53; LEGACY what transformers < 4.42 wrote
+       (docs/merge.md) */
+    int grouping;
+    /* version 3: a MindSpore strategy file (src_strategy_file: the
+       protobuf ParallelStrategyMap, docs/merge.md): `src` is then a
+       folder of rank_0, rank_1, ... folders, each holding that rank's
+       slices in one .safetensors file, laid out as the file says.
+       NULL: `src` is any checkpoint shs_checkpoint_open accepts. */
+    const char *src_strategy_file;
 } shs_merge_opts;
-#define SHS_MERGE_OPTS_VERSION 2
+#define SHS_MERGE_OPTS_VERSION 3
 #define SHS_MERGE_OPTS_INIT                                                                        \
     {                                                                                              \
         SHS_MERGE_OPTS_VERSION, 0, 0, -1, NULL, 0, NULL, 0, NULL, 0, 1, 0, 0, -1, NULL, NULL,      \
-            NULL, 0                                                                                \
+            NULL, 0, 0, NULL                                                                       \
     }
+/* shs_merge_opts.grouping */
+enum { SHS_MERGE_GROUPING_CURRENT = 0, SHS_MERGE_GROUPING_LEGACY = 1 };
 
 /* What a merge did (initialise with SHS_MERGE_RESULT_INIT). */
 typedef struct shs_merge_result {
