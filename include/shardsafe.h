@@ -622,8 +622,16 @@ typedef struct shs_config {
     const char *export_dtype; /* floating-point tensors converted to this
                                  dtype (shs_dtype_parse_alias: "bfloat16",
                                  "bf16", "float32"...); "" as saved */
+    /* version 4: torchtitan's initial_load_in_hf_quantized (docs/hf.md):
+       the Hugging Face weights are FP8 (F8_E4M3) with block-wise scales
+       as DeepSeek-V3 stores them ("<weight>_scale_inv", F32, one per
+       128x128 block); each weight is dequantized (W * scale, rounded to
+       F32, then to the registered dtype: F32, BF16 or F16) into any
+       chunking, and the scales are consumed.  Requires initial_load_in_hf
+       and initial_load_path, as torchtitan does (0) */
+    int initial_load_in_hf_quantized;
 } shs_config;
-#define SHS_CONFIG_VERSION 3
+#define SHS_CONFIG_VERSION 4
 
 SHS_API void shs_config_init(shs_config *config);
 SHS_API void shs_config_release(shs_config *config);

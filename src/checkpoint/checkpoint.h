@@ -73,6 +73,9 @@ typedef struct shs__load_req {
                                      registered are skipped and listed,
                                      even when strict */
     const struct shs__key *key;   /* of an encrypted checkpoint, or NULL */
+    /* initial_load_in_hf_quantized (hf_load.h): FP8 weights dequantized
+       with their block scales, indexed like `meta`; NULL: none */
+    const struct shs__dequant *dequant;
 } shs__load_req;
 
 /* Load a step directory (ours, or a plain directory of safetensors files:

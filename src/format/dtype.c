@@ -657,3 +657,51 @@ int shs_convert(void *dst, shs_dtype dst_type, const void *src, shs_dtype src_ty
         convert_via_f32(dst, dst_type, src, src_type, n);
     return SHS_OK;
 }
+
+/* ------------------------------------------------------------------------
+ * Block-wise dequantization (initial_load_in_hf_quantized)
+ * ---------------------------------------------------------------------- */
+
+static inline float load_as_f32(const unsigned char *p, shs_dtype dt)
+{
+    uint16_t h;
+    float f;
+    switch (dt) {
+    case SHS_BF16: memcpy(&h, p, 2); return f32_from(f32_bits_from_bf16(h));
+    case SHS_F16: memcpy(&h, p, 2); return f32_from(f32_bits_from_f16(h));
+    default: memcpy(&f, p, 4); return f;
+    }
+}
+
+static inline void store_from_f32(unsigned char *p, shs_dtype dt, float f)
+{
+    uint16_t h;
+    switch (dt) {
+    case SHS_BF16: h = bf16_from_f32_bits(f32_bits(f)); memcpy(p, &h, 2); break;
+    case SHS_F16: h = f16_from_f32_bits(f32_bits(f)); memcpy(p, &h, 2); break;
+    default: memcpy(p, &f, 4); break;
+    }
+}
+
+/* The product is an F32 multiplication (one rounding) and the result is
+   then rounded to the target, as PyTorch's reader does (weight.to(float32)
+   * scale, then copied into the parameter): the same bits. */
+void shs__dequant_blocks(void *data, shs_dtype dtype, const uint64_t off[2], const uint64_t shape[2],
+                         const float *scale, uint64_t scale_cols, uint64_t block)
+{
+    unsigned char *p = data;
+    size_t es = k_bits[dtype] / 8;
+    uint64_t b0 = off[0] / block, b1 = off[1] / block;
+    for (uint64_t i = 0; i < shape[0]; i++) {
+        const float *srow = scale + ((off[0] + i) / block - b0) * scale_cols;
+        /* a run of the row inside one block shares its scale */
+        for (uint64_t j = 0; j < shape[1];) {
+            uint64_t g = off[1] + j, end = (g / block + 1) * block - off[1];
+            float s = srow[g / block - b1];
+            if (end > shape[1])
+                end = shape[1];
+            for (; j < end; j++, p += es)
+                store_from_f32(p, dtype, load_as_f32(p, dtype) * s);
+        }
+    }
+}

@@ -66,6 +66,8 @@ static const field g_fields[] = {
     STR(encrypt_key_env, ""),
     FLAG(last_save_in_hf),
     { "export_dtype", F_DTYPE, offsetof(shs_config, export_dtype), 0, "" },
+    /* version 4 */
+    FLAG(initial_load_in_hf_quantized),
 };
 #define N_FIELDS (sizeof g_fields / sizeof g_fields[0])
 
@@ -153,12 +155,14 @@ void shs_config_init(shs_config *config)
         .encrypt_key_env = "",
         .last_save_in_hf = 0,
         .export_dtype = "",
+        .initial_load_in_hf_quantized = 0,
     };
 }
 
 size_t shs__config_size(const shs_config *cfg)
 {
-    return cfg->version >= 3   ? sizeof *cfg
+    return cfg->version >= 4   ? sizeof *cfg
+           : cfg->version == 3 ? offsetof(shs_config, initial_load_in_hf_quantized)
            : cfg->version == 2 ? offsetof(shs_config, encrypt_key_file)
                                : offsetof(shs_config, initial_load_in_hf);
 }

@@ -91,8 +91,9 @@ static void say(shs_manager *m, shs_load_result *res, const char *fmt, ...)
    model of Hugging Face weights in dir (hf_load.c) instead of dir's own:
    dtypes converted, tensors of the files that are not registered
    skipped and listed even when strict. */
-static int load_dir(shs_manager *m, const char *dir, const shs__meta *hf, int source,
-                    int weights_only, shs_progress *progress, shs_load_result *res)
+static int load_dir(shs_manager *m, const char *dir, const shs__meta *hf,
+                    const shs__dequant *dq, int source, int weights_only, shs_progress *progress,
+                    shs_load_result *res)
 {
     const shs_config *c = &m->cfg;
     shs__load_req req = {
@@ -107,6 +108,7 @@ static int load_dir(shs_manager *m, const char *dir, const shs__meta *hf, int so
         .convert = hf != NULL,
         .unused_ok = hf != NULL,
         .key = m->key,
+        .dequant = dq,
     };
     if (weights_only)
         req.exclude |= SHS_EXCLUDE_TRAIN_STATE | SHS_EXCLUDE_DATALOADER | SHS_EXCLUDE_LR_SCHEDULER |
@@ -319,7 +321,7 @@ static int load_saved_step(shs_manager *m, const char *sp, int64_t step, char **
     if ((rc = shs__step_dir_find(dir, sp, step)) < 0)
         rc = fail_before_load(m, rc);
     else
-        rc = load_dir(m, *dir, NULL, SHS_LOAD_SAVE_PATH, step_is_weights_only(sp, step), progress,
+        rc = load_dir(m, *dir, NULL, NULL, SHS_LOAD_SAVE_PATH, step_is_weights_only(sp, step), progress,
                       res);
     return agree(m, rc);
 }
@@ -451,15 +453,19 @@ static int load_hf(shs_manager *m, const char *from, const char *field, shs_prog
 {
     const shs_config *c = &m->cfg;
     shs__meta meta;
+    shs__dequant dq = { 0 };
     char *dir = NULL, *src = NULL;
     int rc = shs__hf_open(&meta, &dir, &src, from, field);
     if (rc == SHS_OK && (rc = shs__hf_rename(&meta, c->hf_name_map, c->hf_name_map_file)) < 0)
         rc = shs__err_prefix(rc, src);
+    if (rc == SHS_OK && c->initial_load_in_hf_quantized)
+        rc = shs__hf_dequant_pair(&dq, &meta, src);
     if (rc < 0) {
         rc = fail_before_load(m, rc);
         goto done;
     }
-    if ((rc = load_dir(m, dir, &meta, SHS_LOAD_INITIAL, 1, progress, res)) < 0)
+    if ((rc = load_dir(m, dir, &meta, c->initial_load_in_hf_quantized ? &dq : NULL,
+                       SHS_LOAD_INITIAL, 1, progress, res)) < 0)
         goto done;
     shs__free(m->held_path);
     m->held_path = src;
@@ -481,6 +487,7 @@ static int load_hf(shs_manager *m, const char *from, const char *field, shs_prog
         pthread_mutex_unlock(&m->mu);
     }
 done:
+    shs__hf_dequant_release(&dq);
     shs__meta_free(&meta);
     shs__free(dir);
     shs__free(src);
@@ -528,7 +535,7 @@ static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *r
                                 source == SHS_LOAD_LOAD_PATH ? c->load_step : -1);
     if (rc < 0)
         return fail_before_load(m, shs__err_prefix(rc, field));
-    if ((rc = load_dir(m, dir, NULL, source, weights_only, progress, res)) < 0)
+    if ((rc = load_dir(m, dir, NULL, NULL, source, weights_only, progress, res)) < 0)
         return rc;
     say(m, res, "loaded %s (step %lld) from %s", dir, (long long)res->step, field);
     return SHS_OK;
