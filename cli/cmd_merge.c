@@ -40,6 +40,10 @@ static const char k_help[] =
     "  --rename FROM=TO replace every FROM in the names by TO (repeatable,\n"
     "                   applied in order, after the globs)\n"
     "  --with-optimizer merge optimizer tensors too (default: model only)\n"
+    "  --src-strategy FILE  SRC is a folder of MindSpore rank_0, rank_1, ...\n"
+    "                   folders (one .safetensors file each) laid out by this\n"
+    "                   strategy file (the protobuf of strategy_ckpt_save_file;\n"
+    "                   unified_safetensors' src_strategy_file)\n"
     "  -j, --jobs N     threads reading and writing at once (default 1)\n"
     "  --step N         the step to merge (default: the tracker's, else newest)\n"
     "  --part I/N       write only part I (0 to N-1) of the files, into\n"
@@ -113,7 +117,7 @@ static int parse_args(margs *a, int argc, char **argv)
         { "--jobs", 'j', 1 },         { "--step", 0, 1 },    { "--part", 0, 1 },
         { "--finish-parts", 0, 1 },   { "--force", 0, 0 },   { "--fsync", 0, 0 },
         { "--key-file", 0, 1 },       { "--key-env", 0, 1 }, { "--grouping", 0, 1 },
-        { NULL, 0, 0 }
+        { "--src-strategy", 0, 1 },   { NULL, 0, 0 }
     };
     cli_parser p;
     const char *val, *pos[2] = { NULL, NULL };
@@ -195,6 +199,7 @@ static int parse_args(margs *a, int argc, char **argv)
                 return cli_usage_err("merge", "--grouping needs 'current' or 'legacy', not '%s'",
                                      val);
             break;
+        case 15: a->o.src_strategy_file = val; break;
         }
     }
     if (npos < 2)

@@ -1331,11 +1331,25 @@ typedef struct shs_reshard_opts {
        plain output whatever the key. */
     const unsigned char *key;
     size_t key_len;
+    /* version 3: the target layout from a MindSpore strategy file (the
+       protobuf ParallelStrategyMap of strategy_ckpt_save_file, the
+       dst_strategy_file of MindSpore's transform; docs/reshard.md)
+       instead of `layout_path` (give one or the other).  Its parameters
+       are matched by name; a tensor it does not name is replicated
+       (MindSpore's rule); names it has that the checkpoint lacks are
+       ignored.  The world is the file's devices (pipeline stages x the
+       devices of a stage), unless world_size scales it. */
+    const char *strategy_file;
+    /* version 3, with strategy_file: the rank of each device of the file
+       (device p of stage s is s*N + p), a permutation of 0..W-1; NULL:
+       device k is rank k */
+    const int *rank_list;
+    size_t n_rank_list;
 } shs_reshard_opts;
-#define SHS_RESHARD_OPTS_VERSION 2
+#define SHS_RESHARD_OPTS_VERSION 3
 #define SHS_RESHARD_OPTS_INIT                                                                      \
     {                                                                                              \
-        SHS_RESHARD_OPTS_VERSION, 0, -1, NULL, 1, NULL, 0                                          \
+        SHS_RESHARD_OPTS_VERSION, 0, -1, NULL, 1, NULL, 0, NULL, NULL, 0                           \
     }
 
 typedef struct shs_reshard_result {
@@ -1371,6 +1385,17 @@ SHS_API int shs_reshard(shs_reshard_result *out, const char *src, const char *ds
 SHS_API int shs_reshard_saved_layout(char **out, const char *src, int64_t step);
 /* Release what shs_reshard_saved_layout returned.  NULL is a no-op. */
 SHS_API void shs_reshard_layout_free(char *layout);
+/* The layout document (the format above) that the MindSpore strategy file
+   `path` describes (see shs_reshard_opts.strategy_file; `rank_list` as
+   there, may be NULL): per parameter device_matrix and tensor_map, the
+   optimizer shard (opt_weight_shard_size/step) as a further split of the
+   first dimension, the pipeline stages of a merged file as rank_list.  A
+   file that is not a valid ParallelStrategyMap, or describes an
+   impossible layout, is SHS_EINVAL naming the file and the problem; a
+   field split or a manual param_split_shape SHS_EUNSUPPORTED.  Release
+   *out with shs_reshard_layout_free. */
+SHS_API int shs_strategy_layout(char **out, const char *path, const int *rank_list,
+                                size_t n_rank_list);
 /* ---- Hugging Face weights ----
  *
  * No new function: shs_config (version 2) has initial_load_in_hf,

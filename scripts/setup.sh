@@ -11,9 +11,12 @@ pkgs=(build-essential cmake pkg-config git
       clang clang-format libclang-rt-14-dev python3 python3-numpy time
       libopenmpi-dev openmpi-bin
       python3-dev python3-venv python3-setuptools python3-wheel python3-pytest
-      python3-torch python3-mpi4py)
+      python3-torch python3-mpi4py
+      libprotobuf-c-dev protobuf-c-compiler)
 # python3-*: the Python binding (python/, docs/python.md): its build, its
 # pytest suite and the pip install test; torch for shardsafe.torch.
+# protobuf-c: MindSpore strategy files (src/tools/strategy.proto, compiled
+# by protoc-c at build time).
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(linux-perf hyperfine)
 fi

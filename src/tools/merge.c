@@ -22,6 +22,7 @@
 #include "tools/merge.h"
 
 #include "store/io.h"
+#include "tools/strategy.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -379,7 +380,11 @@ static int begin(shs_checkpoint **ck, shs__mplan *p, const char *src, const char
         co.key = o->key;
         co.key_len = o->key_len;
     }
-    if ((rc = shs_checkpoint_open_ex(ck, src, &co)) < 0)
+    /* seed 004's unified_safetensors(src_dir, src_strategy_file, ...):
+       rank_N folders laid out by a MindSpore strategy file */
+    const char *strategy = o->version >= 3 ? o->src_strategy_file : NULL;
+    if ((rc = strategy ? shs__strategy_open(ck, src, strategy, co.flags)
+                       : shs_checkpoint_open_ex(ck, src, &co)) < 0)
         return rc;
     if ((rc = shs__merge_plan(p, *ck, o)) < 0) {
         shs_checkpoint_close(*ck);
