@@ -204,9 +204,10 @@ static int print_result(const args *a, const shs_reshard_result *r)
             bad |= json_object_set_new(doc, "scaled", json_boolean(r->scaled)) < 0;
             bad |= json_object_set_new(
                        doc, "layout",
-                       a->layout     ? cli_jstr0(a->layout)
-                       : a->strategy ? cli_jstr0(a->strategy)
-                                     : json_string(r->layout_recorded ? "recorded" : "derived")) < 0;
+                       a->layout ? cli_jstr0(a->layout)
+                       : a->strategy
+                           ? cli_jstr0(a->strategy)
+                           : json_string(r->layout_recorded ? "recorded" : "derived")) < 0;
         }
         if (bad) {
             json_decref(doc);

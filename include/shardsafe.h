@@ -1244,7 +1244,10 @@ typedef struct shs_merge_opts {
             NULL, 0, 0, NULL                                                                       \
     }
 /* shs_merge_opts.grouping */
-enum { SHS_MERGE_GROUPING_CURRENT = 0, SHS_MERGE_GROUPING_LEGACY = 1 };
+enum {
+    SHS_MERGE_GROUPING_CURRENT = 0,
+    SHS_MERGE_GROUPING_LEGACY = 1
+};
 
 /* What a merge did (initialise with SHS_MERGE_RESULT_INIT). */
 typedef struct shs_merge_result {

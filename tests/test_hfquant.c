@@ -107,11 +107,11 @@ typedef struct qjob {
     int rank, nr;
     shs_comm *comm;
     const char *path;
-    shs_dtype dt;  /* registered dtype of w and v */
-    int cols;      /* split w by columns (at 70: inside block 0) instead of rows */
-    int balanced;  /* load_balanced */
-    int quant;     /* initial_load_in_hf_quantized */
-    int only_w;    /* register w only (the others unused) */
+    shs_dtype dt; /* registered dtype of w and v */
+    int cols;     /* split w by columns (at 70: inside block 0) instead of rows */
+    int balanced; /* load_balanced */
+    int quant;    /* initial_load_in_hf_quantized */
+    int only_w;   /* register w only (the others unused) */
     /* out */
     int rc;
     char msg[1024];
@@ -134,7 +134,8 @@ static void w_box(const qjob *j, uint64_t *off, uint64_t *shape)
     }
     uint64_t cut[MAXR + 1] = { 0 };
     for (int r = 1; r < j->nr; r++)
-        cut[r] = r == 1 ? 70 : 70 + (uint64_t)(COLS - 70) * (uint64_t)(r - 1) / (uint64_t)(j->nr - 1);
+        cut[r] = r == 1 ? 70
+                        : 70 + (uint64_t)(COLS - 70) * (uint64_t)(r - 1) / (uint64_t)(j->nr - 1);
     cut[j->nr] = COLS;
     off[0] = 0;
     shape[0] = ROWS;
@@ -380,16 +381,19 @@ static void test_refused(void **state)
     shs_tensor_view shp[2] = { only[0],
                                { "model.w.weight_scale_inv", SHS_F32, 2, wrong, g_scale } };
     d = one_file("shape", shp, 2);
-    expect_fail(d, SHS_BF16, SHS_ECORRUPT, "has shape [3, 2]; weight 'model.w.weight' [300, 260] "
-                                           "needs [3, 3]");
+    expect_fail(d, SHS_BF16, SHS_ECORRUPT,
+                "has shape [3, 2]; weight 'model.w.weight' [300, 260] "
+                "needs [3, 3]");
     free(d);
     /* a 1-D scale */
-    shs_tensor_view one_d[2] = { only[0], { "model.w.weight_scale_inv", SHS_F32, 1, flat, g_scale } };
+    shs_tensor_view one_d[2] = { only[0],
+                                 { "model.w.weight_scale_inv", SHS_F32, 1, flat, g_scale } };
     d = one_file("flat", one_d, 2);
     expect_fail(d, SHS_F32, SHS_ECORRUPT, "has shape [9]");
     free(d);
     /* a scale of an integer dtype */
-    shs_tensor_view idt[2] = { only[0], { "model.w.weight_scale_inv", SHS_I32, 2, k_sshape, ints } };
+    shs_tensor_view idt[2] = { only[0],
+                               { "model.w.weight_scale_inv", SHS_I32, 2, k_sshape, ints } };
     d = one_file("idtype", idt, 2);
     expect_fail(d, SHS_F32, SHS_ECORRUPT, "is I32, not F32");
     free(d);
@@ -397,7 +401,8 @@ static void test_refused(void **state)
     shs_tensor_view nbf[2] = { { "model.w.weight", SHS_BF16, 2, k_wshape, bf },
                                { "model.w.weight_scale_inv", SHS_F32, 2, k_sshape, g_scale } };
     d = one_file("notfp8", nbf, 2);
-    expect_fail(d, SHS_F32, SHS_ECORRUPT, "has a block scale 'model.w.weight_scale_inv' but is BF16");
+    expect_fail(d, SHS_F32, SHS_ECORRUPT,
+                "has a block scale 'model.w.weight_scale_inv' but is BF16");
     free(d);
     /* an E5M2 weight with a scale: the layout is E4M3's */
     nbf[0].dtype = SHS_F8_E5M2;

@@ -875,10 +875,13 @@ static void test_index_escaping(void **state)
     snprintf(f[0].name, sizeof f[0].name, "model-00001-of-00002.safetensors");
     snprintf(f[1].name, sizeof f[1].name, "model-00002-of-00002.safetensors");
     size_t order[2] = { 0, 1 };
-    shs__mplan p = {
-        .t = t, .n = 2, .by_name = order, .f = f, .nf = 2, .total = 12,
-        .grouping = SHS_MERGE_GROUPING_LEGACY
-    };
+    shs__mplan p = { .t = t,
+                     .n = 2,
+                     .by_name = order,
+                     .f = f,
+                     .nf = 2,
+                     .total = 12,
+                     .grouping = SHS_MERGE_GROUPING_LEGACY };
     shs__buf b = SHS__BUF_INIT;
     TU_OK(shs__merge_index_json(&b, &p));
     const char *want =

@@ -33,10 +33,10 @@ typedef struct sparam_def {
     const char *name;
     size_t ndev;
     uint32_t dev[3];
-    int nested;     /* tmap as one TensorMap per dimension */
-    size_t ndim;    /* flat: values in tmap; nested: dims */
-    int32_t tm[4];  /* flat values */
-    size_t nax[2];  /* nested: per dimension */
+    int nested;    /* tmap as one TensorMap per dimension */
+    size_t ndim;   /* flat: values in tmap; nested: dims */
+    int32_t tm[4]; /* flat values */
+    size_t nax[2]; /* nested: per dimension */
     int32_t ax[2][2];
     int32_t step, size;
     int32_t field;
@@ -116,9 +116,19 @@ static char *write_strategy(const char *name, const sparam_def *p, size_t n)
    checkpoint. */
 static const sparam_def k_dptp[] = {
     { .name = "w", .ndev = 2, .dev = { 2, 2 }, .ndim = 2, .tm = { 0, -1 } },
-    { .name = "adam_m.w", .ndev = 2, .dev = { 2, 2 }, .ndim = 2, .tm = { 0, -1 }, .step = 2,
+    { .name = "adam_m.w",
+      .ndev = 2,
+      .dev = { 2, 2 },
+      .ndim = 2,
+      .tm = { 0, -1 },
+      .step = 2,
       .size = 2 },
-    { .name = "v", .ndev = 2, .dev = { 2, 2 }, .nested = 1, .ndim = 2, .nax = { 2, 1 },
+    { .name = "v",
+      .ndev = 2,
+      .dev = { 2, 2 },
+      .nested = 1,
+      .ndim = 2,
+      .nax = { 2, 1 },
       .ax = { { 1, 0 }, { -1 } } },
     { .name = "b", .ndev = 2, .dev = { 2, 2 }, .ndim = 1, .tm = { -1 } },
     { .name = "gone", .ndev = 2, .dev = { 2, 2 }, .ndim = 1, .tm = { 0 } },
@@ -136,7 +146,14 @@ static const sparam_def k_pipe[] = {
 
 /* ---- the source checkpoint ---- */
 
-enum { T_W, T_M, T_V, T_B, T_O, NT };
+enum {
+    T_W,
+    T_M,
+    T_V,
+    T_B,
+    T_O,
+    NT
+};
 static const char *const k_names[NT] = { "w", "adam_m.w", "v", "b", "other" };
 static const uint64_t k_shape[NT][2] = { { 8, 6 }, { 8, 6 }, { 4, 4 }, { 6, 0 }, { 3, 0 } };
 static const size_t k_nd[NT] = { 2, 2, 2, 1, 1 };

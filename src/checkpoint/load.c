@@ -635,10 +635,11 @@ static int check_quantized(const shs__meta *m, const char *dir, const shs__dequa
                         "dequantizes its FP8 weights into F32, BF16 or F16",
                         dir, t->name, shs_dtype_name(t->dtype));
     if (s < 0 && mt->dtype == SHS_F8_E4M3 && t->dtype != SHS_F8_E4M3)
-        return shs__err(SHS_ECORRUPT,
-                        "%s: tensor '%s' is F8_E4M3 but the files hold no block scale '%s" SHS__HF_SCALE_SUFFIX
-                        "' for it: initial_load_in_hf_quantized cannot dequantize it",
-                        dir, fname, fname);
+        return shs__err(
+            SHS_ECORRUPT,
+            "%s: tensor '%s' is F8_E4M3 but the files hold no block scale '%s" SHS__HF_SCALE_SUFFIX
+            "' for it: initial_load_in_hf_quantized cannot dequantize it",
+            dir, fname, fname);
     return SHS_OK;
 }
 

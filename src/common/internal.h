@@ -61,8 +61,9 @@ int shs__nbytes_from_numel(uint64_t *out, shs_dtype dtype, uint64_t numel);
    F32(x * s) rounded to `dtype`, s = scale[(off[0]+i)/block -
    off[0]/block][(off[1]+j)/block - off[1]/block], `scale` a dense F32
    array with `scale_cols` columns. */
-void shs__dequant_blocks(void *data, shs_dtype dtype, const uint64_t off[2], const uint64_t shape[2],
-                         const float *scale, uint64_t scale_cols, uint64_t block);
+void shs__dequant_blocks(void *data, shs_dtype dtype, const uint64_t off[2],
+                         const uint64_t shape[2], const float *scale, uint64_t scale_cols,
+                         uint64_t block);
 
 /* A growable byte buffer (strbuf style). */
 typedef struct shs__buf {

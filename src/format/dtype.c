@@ -677,8 +677,14 @@ static inline void store_from_f32(unsigned char *p, shs_dtype dt, float f)
 {
     uint16_t h;
     switch (dt) {
-    case SHS_BF16: h = bf16_from_f32_bits(f32_bits(f)); memcpy(p, &h, 2); break;
-    case SHS_F16: h = f16_from_f32_bits(f32_bits(f)); memcpy(p, &h, 2); break;
+    case SHS_BF16:
+        h = bf16_from_f32_bits(f32_bits(f));
+        memcpy(p, &h, 2);
+        break;
+    case SHS_F16:
+        h = f16_from_f32_bits(f32_bits(f));
+        memcpy(p, &h, 2);
+        break;
     default: memcpy(p, &f, 4); break;
     }
 }
@@ -686,8 +692,9 @@ static inline void store_from_f32(unsigned char *p, shs_dtype dt, float f)
 /* The product is an F32 multiplication (one rounding) and the result is
    then rounded to the target, as PyTorch's reader does (weight.to(float32)
    * scale, then copied into the parameter): the same bits. */
-void shs__dequant_blocks(void *data, shs_dtype dtype, const uint64_t off[2], const uint64_t shape[2],
-                         const float *scale, uint64_t scale_cols, uint64_t block)
+void shs__dequant_blocks(void *data, shs_dtype dtype, const uint64_t off[2],
+                         const uint64_t shape[2], const float *scale, uint64_t scale_cols,
+                         uint64_t block)
 {
     unsigned char *p = data;
     size_t es = k_bits[dtype] / 8;

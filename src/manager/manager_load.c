@@ -91,9 +91,8 @@ static void say(shs_manager *m, shs_load_result *res, const char *fmt, ...)
    model of Hugging Face weights in dir (hf_load.c) instead of dir's own:
    dtypes converted, tensors of the files that are not registered
    skipped and listed even when strict. */
-static int load_dir(shs_manager *m, const char *dir, const shs__meta *hf,
-                    const shs__dequant *dq, int source, int weights_only, shs_progress *progress,
-                    shs_load_result *res)
+static int load_dir(shs_manager *m, const char *dir, const shs__meta *hf, const shs__dequant *dq,
+                    int source, int weights_only, shs_progress *progress, shs_load_result *res)
 {
     const shs_config *c = &m->cfg;
     shs__load_req req = {
@@ -321,8 +320,8 @@ static int load_saved_step(shs_manager *m, const char *sp, int64_t step, char **
     if ((rc = shs__step_dir_find(dir, sp, step)) < 0)
         rc = fail_before_load(m, rc);
     else
-        rc = load_dir(m, *dir, NULL, NULL, SHS_LOAD_SAVE_PATH, step_is_weights_only(sp, step), progress,
-                      res);
+        rc = load_dir(m, *dir, NULL, NULL, SHS_LOAD_SAVE_PATH, step_is_weights_only(sp, step),
+                      progress, res);
     return agree(m, rc);
 }
 

@@ -359,7 +359,8 @@ static void shape_str(char *buf, size_t cap, const uint64_t *s, size_t nd)
     size_t at = 0;
     buf[0] = '\0';
     for (size_t d = 0; d < nd && at < cap; d++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%llu", d ? ", " : "", (unsigned long long)s[d]);
+        at += (size_t)snprintf(buf + at, cap - at, "%s%llu", d ? ", " : "",
+                               (unsigned long long)s[d]);
 }
 
 /* Weight w and its scale s agree (DeepSeek-V3's layout). */

@@ -264,8 +264,8 @@ static int parse_item(sparam *p, const ShsStrategy__ParallelLayoutItem *it, cons
                             where, full);
     if (L->field != 0)
         return shs__err(SHS_EUNSUPPORTED,
-                        "%s: parameter '%s': a field split (field %d) is not supported", where, full,
-                        (int)L->field);
+                        "%s: parameter '%s': a field split (field %d) is not supported", where,
+                        full, (int)L->field);
     rc = apply_opt(p, L->opt_weight_shard_step, L->opt_weight_shard_size, where, full);
 done:
     return rc;
@@ -318,8 +318,8 @@ static json_t *spec_json(const sparam *p, const long *st, size_t nst, uint64_t n
         else {
             e = json_array();
             for (size_t i = 0; e && i < p->nax[d]; i++)
-                if (json_array_append_new(e, json_integer((json_int_t)(p->ndev - 1 -
-                                                                       p->ax[d][i]))) < 0) {
+                if (json_array_append_new(
+                        e, json_integer((json_int_t)(p->ndev - 1 - p->ax[d][i]))) < 0) {
                     json_decref(e);
                     e = NULL;
                 }
@@ -511,8 +511,8 @@ static int by_name_rank(const void *x, const void *y)
    main_param.<p>; MindSpore: moments., accu_grads.). */
 static int ms_optimizer_name(const char *n)
 {
-    static const char *const prefixes[] = { "adam_m.",     "adam_v.",        "moments.",
-                                            "accu_grads.", "main_param.",    "max_exp_avg_sq.",
+    static const char *const prefixes[] = { "adam_m.",     "adam_v.",     "moments.",
+                                            "accu_grads.", "main_param.", "max_exp_avg_sq.",
                                             NULL };
     for (size_t i = 0; prefixes[i]; i++)
         if (strncmp(n, prefixes[i], strlen(prefixes[i])) == 0)
@@ -597,8 +597,8 @@ static int list_ranks(shs__meta *m, const char *src, int world)
             continue;
         if (r >= world) {
             rc = shs__err(SHS_EINVAL,
-                          "%s/%s: the strategy file describes ranks 0 to %d only (%d devices)",
-                          src, names[i], world - 1, world);
+                          "%s/%s: the strategy file describes ranks 0 to %d only (%d devices)", src,
+                          names[i], world - 1, world);
             break;
         }
         for (size_t k = 0; k < m->nf; k++)
@@ -701,7 +701,8 @@ static void dims_text(char *buf, size_t cap, const uint64_t *v, size_t n)
     size_t at = 0;
     buf[0] = '\0';
     for (size_t d = 0; d < n && at < cap; d++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%llu", d ? ", " : "", (unsigned long long)v[d]);
+        at += (size_t)snprintf(buf + at, cap - at, "%s%llu", d ? ", " : "",
+                               (unsigned long long)v[d]);
 }
 
 /* Tensor t of the model from its slices s[0..n) (same name, by rank). */
@@ -873,7 +874,9 @@ int shs__strategy_open(shs_checkpoint **out, const char *src, const char *strate
     c->L.mu = &c->mu;
     for (size_t i = 0; i < c->m.nt; i++) {
         const shs__mtensor *t = &c->m.t[i];
-        c->info[i] = (shs_ckpt_tensor_info){ t->name, t->kind, t->dtype, t->ndim, t->gshape, t->nc };
+        c->info[i] = (shs_ckpt_tensor_info){
+            t->name, t->kind, t->dtype, t->ndim, t->gshape, t->nc
+        };
     }
     json_decref(doc);
     *out = c;
