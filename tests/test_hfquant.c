@@ -241,41 +241,25 @@ static void run_qjob(qjob *j)
     free(v);
 }
 
-typedef struct rank_arg {
-    tshared *sh;
-    qjob *j;
-} rank_arg;
-
-static void *rank_main(void *arg)
+static void rank_main(int rank, shs_comm *comm, void *arg)
 {
-    rank_arg *a = arg;
-    tcomm tc = { a->sh, a->j->rank };
-    if (shs_comm_create(&a->j->comm, a->j->rank, a->j->nr, &k_tops, &tc) != SHS_OK) {
-        a->j->rc = SHS_ENOMEM;
-        return NULL;
-    }
-    run_qjob(a->j);
-    shs_comm_free(a->j->comm);
-    a->j->comm = NULL;
-    return NULL;
+    qjob *j = arg;
+    (void)rank;
+    j->comm = comm;
+    run_qjob(j);
+    j->comm = NULL;
 }
 
 static void run_ranks(const qjob *proto, int nr, qjob *js)
 {
-    tshared sh;
-    tshared_init(&sh, nr, 1);
-    pthread_t th[MAXR];
-    rank_arg a[MAXR];
+    void *args[MAXR];
     for (int r = 0; r < nr; r++) {
         js[r] = *proto;
         js[r].rank = r;
         js[r].nr = nr;
-        a[r] = (rank_arg){ &sh, &js[r] };
-        assert_int_equal(pthread_create(&th[r], NULL, rank_main, &a[r]), 0);
+        args[r] = &js[r];
     }
-    for (int r = 0; r < nr; r++)
-        pthread_join(th[r], NULL);
-    assert_int_equal(tshared_destroy(&sh), 0);
+    assert_int_equal(tcomm_run(nr, rank_main, args), 0);
 }
 
 static qjob qjob_default(const char *path)

@@ -276,38 +276,18 @@ static void run_rank(rjob *j, shs_comm *comm)
     shs_state_free(st);
 }
 
-typedef struct rarg {
-    tshared *sh;
-    rjob *j;
-} rarg;
-
-static void *rank_main(void *arg)
+static void rank_main(int rank, shs_comm *comm, void *arg)
 {
-    rarg *a = arg;
-    tcomm tc = { a->sh, a->j->rank };
-    shs_comm *comm = NULL;
-    if (shs_comm_create(&comm, a->j->rank, NR, &k_tops, &tc) != SHS_OK) {
-        a->j->rc = SHS_ENOMEM;
-        return NULL;
-    }
-    run_rank(a->j, comm);
-    shs_comm_free(comm);
-    return NULL;
+    (void)rank;
+    run_rank(arg, comm);
 }
 
 static void load_on_ranks(rjob *js)
 {
-    tshared sh;
-    tshared_init(&sh, NR, 1);
-    pthread_t th[NR];
-    rarg a[NR];
-    for (int r = 0; r < NR; r++) {
-        a[r] = (rarg){ &sh, &js[r] };
-        assert_int_equal(pthread_create(&th[r], NULL, rank_main, &a[r]), 0);
-    }
+    void *args[NR];
     for (int r = 0; r < NR; r++)
-        pthread_join(th[r], NULL);
-    assert_int_equal(tshared_destroy(&sh), 0);
+        args[r] = &js[r];
+    assert_int_equal(tcomm_run(NR, rank_main, args), 0);
     for (int r = 0; r < NR; r++) {
         if (js[r].rc != SHS_OK || js[r].bad)
             fail_msg("rank %d: %d %s; %d wrong values", r, js[r].rc, js[r].msg, js[r].bad);

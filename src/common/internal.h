@@ -65,6 +65,10 @@ void shs__dequant_blocks(void *data, shs_dtype dtype, const uint64_t off[2],
                          const uint64_t shape[2], const float *scale, uint64_t scale_cols,
                          uint64_t block);
 
+/* "2, 3": the n values of v into buf[cap] (cut when it is full), for
+   messages naming a shape. */
+void shs__dims_text(char *buf, size_t cap, const uint64_t *v, size_t n);
+
 /* A growable byte buffer (strbuf style). */
 typedef struct shs__buf {
     char *data;

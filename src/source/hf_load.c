@@ -354,15 +354,6 @@ static int cmp_named(const void *a, const void *b)
     return strcmp(((const named *)a)->name, ((const named *)b)->name);
 }
 
-static void shape_str(char *buf, size_t cap, const uint64_t *s, size_t nd)
-{
-    size_t at = 0;
-    buf[0] = '\0';
-    for (size_t d = 0; d < nd && at < cap; d++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%llu", d ? ", " : "",
-                               (unsigned long long)s[d]);
-}
-
 /* Weight w and its scale s agree (DeepSeek-V3's layout). */
 static int check_pair(const shs__mtensor *w, const shs__mtensor *s, const char *src)
 {
@@ -376,8 +367,8 @@ static int check_pair(const shs__mtensor *w, const shs__mtensor *s, const char *
     uint64_t want[2] = { (w->gshape[0] + SHS__HF_QUANT_BLOCK - 1) / SHS__HF_QUANT_BLOCK,
                          (w->gshape[1] + SHS__HF_QUANT_BLOCK - 1) / SHS__HF_QUANT_BLOCK };
     if (s->ndim != 2 || s->gshape[0] != want[0] || s->gshape[1] != want[1]) {
-        shape_str(a, sizeof a, s->gshape, s->ndim);
-        shape_str(b, sizeof b, want, 2);
+        shs__dims_text(a, sizeof a, s->gshape, s->ndim);
+        shs__dims_text(b, sizeof b, want, 2);
         return shs__err(SHS_ECORRUPT,
                         "%s: block scale '%s' has shape [%s]; weight '%s' [%llu, %llu] needs "
                         "[%s] (one scale per %dx%d block)",

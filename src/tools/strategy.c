@@ -696,15 +696,6 @@ static void splits_of(const json_t *spec, size_t ndim, uint64_t *split)
     }
 }
 
-static void dims_text(char *buf, size_t cap, const uint64_t *v, size_t n)
-{
-    size_t at = 0;
-    buf[0] = '\0';
-    for (size_t d = 0; d < n && at < cap; d++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%llu", d ? ", " : "",
-                               (unsigned long long)v[d]);
-}
-
 /* Tensor t of the model from its slices s[0..n) (same name, by rank). */
 static int build_tensor(shs__mtensor *t, const slice *s, size_t n, const json_t *spec, int world,
                         const shs__meta *m, const char *src, const char *where)
@@ -759,8 +750,8 @@ static int build_tensor(shs__mtensor *t, const slice *s, size_t n, const json_t 
             off = zero;
         }
         if (nd && memcmp(s[i].shape, shape, nd * sizeof *shape) != 0) {
-            dims_text(a1, sizeof a1, s[i].shape, nd);
-            dims_text(a2, sizeof a2, shape, nd);
+            shs__dims_text(a1, sizeof a1, s[i].shape, nd);
+            shs__dims_text(a2, sizeof a2, shape, nd);
             BAD("%s: %s: tensor '%s' is [%s]; %s it should be [%s]", src, m->f[s[i].file].name,
                 s[0].name, a1, spec ? "the strategy says" : "as in the other ranks' files", a2);
         }
@@ -786,7 +777,7 @@ static int build_tensor(shs__mtensor *t, const slice *s, size_t n, const json_t 
         for (size_t i = 0; i < t->nc && !found; i++)
             found = nd == 0 || memcmp(t->c[i].off, b.off + k * nd, nd * sizeof(uint64_t)) == 0;
         if (!found) {
-            dims_text(a1, sizeof a1, b.off + k * nd, nd);
+            shs__dims_text(a1, sizeof a1, b.off + k * nd, nd);
             BAD("%s: tensor '%s': the slice at [%s] (rank %d's, per the strategy) is in no rank's "
                 "file",
                 src, s[0].name, a1, b.rank[k]);
