@@ -126,12 +126,21 @@ static int load_strategy(reshard *R, const shs_reshard_opts *o)
     if (rc < 0)
         return rc;
     json_t *tensors = json_object_get(R->doc, "tensors");
+    size_t n = json_object_size(tensors);
     json_object_foreach_safe(tensors, tmp, k, v)
     {
         size_t i;
         if (shs_checkpoint_find(&i, R->ck, k) != SHS_OK)
             json_object_del(tensors, k);
     }
+    /* some parameters may be absent (optimizer state not saved); none
+       present means the names differ, and everything would silently be
+       replicated */
+    if (json_object_size(tensors) == 0)
+        return shs__err(SHS_EINVAL,
+                        "%s: none of its %zu parameters is a tensor of the checkpoint %s (are the "
+                        "names the same?)",
+                        o->strategy_file, n, shs_checkpoint_path(R->ck));
     if (json_object_set_new(tensors, "*", json_pack("{s:b}", "replicated", 1)) < 0)
         return shs__err(SHS_ENOMEM, "out of memory");
     return SHS_OK;

@@ -168,6 +168,13 @@ hostile noparams 1 "describes no parameter"
 hostile field 1 "a field split (field 2) is not supported"
 hostile opt 1 "opt_weight_shard_size 4"
 hostile stages 1 "pipeline stage 1 of 0..2 has no parameter"
+"$PY" - <<'EOF'
+import os, mkstrategy as ms
+ms.write(os.environ["WORK"] + "/othernames.ckpt", [dict(name="model.layers.0.w", dev=[2], tmap=[0, -1])])
+EOF
+expect 1 "a strategy file naming none of the checkpoint's tensors" "$SHS_BIN" reshard "$WORK/src" "$WORK/bad" --strategy "$WORK/othernames.ckpt"
+has "$WORK/err" "none of its 1 parameters is a tensor of the checkpoint" "different names are not silently replicated"
+nothing_left "$WORK/bad" "names that differ"
 expect 1 "a strategy file that does not exist" "$SHS_BIN" reshard "$WORK/src" "$WORK/bad" --strategy "$WORK/nosuch.ckpt"
 has "$WORK/err" "nosuch.ckpt" "the missing file is named"
 nothing_left "$WORK/bad" "missing strategy file"
