@@ -27,6 +27,11 @@ static const char k_help[] =
     "Options:\n"
     "  --max-shard-size S  largest output file, e.g. 5GB (default), 500MiB, or\n"
     "                   bytes; a tensor larger than S gets a file of its own\n"
+    "  --grouping G     which tensors share a file: 'current' (default: as\n"
+    "                   huggingface_hub >= 0.21 / transformers >= 4.42 write it, a\n"
+    "                   tensor larger than S does not close the open file; the\n"
+    "                   index has total_parameters) or 'legacy' (transformers\n"
+    "                   < 4.42)\n"
     "  -d, --dtype T    convert floating-point tensors to T (bf16, f16, f32, f64,\n"
     "                   f8_e4m3, f8_e5m2; as for convert); others are copied\n"
     "  --include GLOB   merge only tensors matching a GLOB (repeatable; '*'\n"
@@ -35,6 +40,10 @@ static const char k_help[] =
     "  --rename FROM=TO replace every FROM in the names by TO (repeatable,\n"
     "                   applied in order, after the globs)\n"
     "  --with-optimizer merge optimizer tensors too (default: model only)\n"
+    "  --src-strategy FILE  SRC is a folder of MindSpore rank_0, rank_1, ...\n"
+    "                   folders (one .safetensors file each) laid out by this\n"
+    "                   strategy file (the protobuf of strategy_ckpt_save_file;\n"
+    "                   unified_safetensors' src_strategy_file)\n"
     "  -j, --jobs N     threads reading and writing at once (default 1)\n"
     "  --step N         the step to merge (default: the tracker's, else newest)\n"
     "  --part I/N       write only part I (0 to N-1) of the files, into\n"
@@ -107,7 +116,8 @@ static int parse_args(margs *a, int argc, char **argv)
         { "--exclude", 0, 1 },        { "--rename", 0, 1 },  { "--with-optimizer", 0, 0 },
         { "--jobs", 'j', 1 },         { "--step", 0, 1 },    { "--part", 0, 1 },
         { "--finish-parts", 0, 1 },   { "--force", 0, 0 },   { "--fsync", 0, 0 },
-        { "--key-file", 0, 1 },       { "--key-env", 0, 1 }, { NULL, 0, 0 }
+        { "--key-file", 0, 1 },       { "--key-env", 0, 1 }, { "--grouping", 0, 1 },
+        { "--src-strategy", 0, 1 },   { NULL, 0, 0 }
     };
     cli_parser p;
     const char *val, *pos[2] = { NULL, NULL };
@@ -180,6 +190,16 @@ static int parse_args(margs *a, int argc, char **argv)
         case 11: a->o.flags |= SHS_MERGE_FSYNC; break;
         case 12: a->key_file = val; break;
         case 13: a->key_env = val; break;
+        case 14:
+            if (strcmp(val, "current") == 0)
+                a->o.grouping = SHS_MERGE_GROUPING_CURRENT;
+            else if (strcmp(val, "legacy") == 0)
+                a->o.grouping = SHS_MERGE_GROUPING_LEGACY;
+            else
+                return cli_usage_err("merge", "--grouping needs 'current' or 'legacy', not '%s'",
+                                     val);
+            break;
+        case 15: a->o.src_strategy_file = val; break;
         }
     }
     if (npos < 2)

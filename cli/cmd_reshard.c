@@ -12,7 +12,9 @@
 
 static const char k_help[] =
     "Usage: shardsafe reshard SRC DST [--layout FILE.json] [--world-size N]\n"
+    "       shardsafe reshard SRC DST --strategy FILE [--rank-list R0,R1,...]\n"
     "       shardsafe reshard SRC --print-layout\n"
+    "       shardsafe reshard --strategy FILE --print-layout\n"
     "\n"
     "Write the new step directory DST holding checkpoint SRC (a save path, a\n"
     "step directory, a folder of safetensors files or one file) split for a\n"
@@ -29,6 +31,13 @@ static const char k_help[] =
     "\n"
     "Options:\n"
     "  --layout FILE     the target layout (JSON)\n"
+    "  --strategy FILE   the target layout from a MindSpore strategy file (the\n"
+    "                    protobuf that strategy_ckpt_save_file writes; MindSpore's\n"
+    "                    dst_strategy_file): tensors it does not name are\n"
+    "                    replicated; with --print-layout, print it as a layout\n"
+    "  --rank-list LIST  with --strategy: the rank of each device of the file, in\n"
+    "                    device order (stage by stage), comma-separated: a\n"
+    "                    permutation of 0..N-1 (default: device k is rank k)\n"
     "  --world-size N    the target world size (scales the layout when it\n"
     "                    describes another)\n"
     "  --step N          SRC is a save path: this step (default: the newest)\n"
@@ -45,10 +54,42 @@ static const char k_help[] =
     "Exit status: 0 written, 1 invalid input or failed operation, 2 usage error.\n";
 
 typedef struct args {
-    const char *src, *dst, *layout, *prefix, *key_file, *key_env;
+    const char *src, *dst, *layout, *prefix, *key_file, *key_env, *strategy;
     uint64_t world, step;
     int has_step, no_fsync, print_layout;
+    int *ranks; /* --rank-list (malloc'ed) */
+    size_t n_ranks;
 } args;
+
+/* "0,2,1,3" into a->ranks. */
+static int parse_ranks(args *a, const char *v)
+{
+    size_t n = 1;
+    for (const char *p = v; *p; p++)
+        n += *p == ',';
+    if (!(a->ranks = calloc(n, sizeof *a->ranks))) {
+        cli_err("reshard: out of memory");
+        return CLI_FAIL;
+    }
+    const char *p = v;
+    for (size_t i = 0; i < n; i++) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        char num[24];
+        uint64_t r;
+        if (len == 0 || len >= sizeof num)
+            return cli_usage_err("reshard", "--rank-list needs ranks separated by commas, not '%s'",
+                                 v);
+        memcpy(num, p, len);
+        num[len] = '\0';
+        if (cli_parse_u64(num, &r) < 0 || r > INT_MAX)
+            return cli_usage_err("reshard", "--rank-list: '%s' is not a rank", num);
+        a->ranks[i] = (int)r;
+        p += len + (e != NULL);
+    }
+    a->n_ranks = n;
+    return CLI_OK;
+}
 
 static int parse_args(args *a, int argc, char **argv)
 {
@@ -56,6 +97,7 @@ static int parse_args(args *a, int argc, char **argv)
                                        { "--step", 0, 1 },     { "--prefix", 0, 1 },
                                        { "--no-fsync", 0, 0 }, { "--print-layout", 0, 0 },
                                        { "--key-file", 0, 1 }, { "--key-env", 0, 1 },
+                                       { "--strategy", 0, 1 }, { "--rank-list", 0, 1 },
                                        { NULL, 0, 0 } };
     cli_parser p;
     const char *val;
@@ -89,12 +131,28 @@ static int parse_args(args *a, int argc, char **argv)
         case 5: a->print_layout = 1; break;
         case 6: a->key_file = val; break;
         case 7: a->key_env = val; break;
+        case 8: a->strategy = val; break;
+        case 9:
+            if (a->ranks)
+                return cli_usage_err("reshard", "--rank-list given twice");
+            if ((k = parse_ranks(a, val)) != CLI_OK)
+                return k;
+            break;
         }
+    }
+    if (a->layout && a->strategy)
+        return cli_usage_err("reshard", "--layout and --strategy exclude each other");
+    if (a->ranks && !a->strategy)
+        return cli_usage_err("reshard", "--rank-list applies to --strategy");
+    if (a->print_layout && a->strategy) {
+        if (a->src || a->world)
+            return cli_usage_err("reshard", "--strategy FILE --print-layout takes nothing else");
+        return CLI_OK; /* the strategy's layout: SRC is not needed */
     }
     if (!a->src)
         return cli_usage_err("reshard", "missing SRC");
-    if (a->print_layout && (a->dst || a->layout || a->world))
-        return cli_usage_err("reshard", "--print-layout takes SRC alone");
+    if (a->print_layout && (a->dst || a->layout || a->world || a->strategy))
+        return cli_usage_err("reshard", "--print-layout takes SRC alone, or --strategy alone");
     if (!a->print_layout && !a->dst)
         return cli_usage_err("reshard", "missing DST");
     if (!*a->src || (a->dst && !*a->dst))
@@ -105,7 +163,9 @@ static int parse_args(args *a, int argc, char **argv)
 static int print_layout(const args *a)
 {
     char *text = NULL;
-    if (shs_reshard_saved_layout(&text, a->src, a->has_step ? (int64_t)a->step : -1) != SHS_OK) {
+    if ((a->strategy ? shs_strategy_layout(&text, a->strategy, a->ranks, a->n_ranks)
+                     : shs_reshard_saved_layout(&text, a->src,
+                                                a->has_step ? (int64_t)a->step : -1)) != SHS_OK) {
         cli_err("%s", shs_last_error());
         return CLI_FAIL;
     }
@@ -147,7 +207,9 @@ static int print_result(const args *a, const shs_reshard_result *r)
             bad |= json_object_set_new(
                        doc, "layout",
                        a->layout ? cli_jstr0(a->layout)
-                                 : json_string(r->layout_recorded ? "recorded" : "derived")) < 0;
+                       : a->strategy
+                           ? cli_jstr0(a->strategy)
+                           : json_string(r->layout_recorded ? "recorded" : "derived")) < 0;
         }
         if (bad) {
             json_decref(doc);
@@ -171,14 +233,22 @@ static int print_result(const args *a, const shs_reshard_result *r)
     return cli_finish_stdout(CLI_OK);
 }
 
+static int run(args *a);
+
 int cli_cmd_reshard(int argc, char **argv)
 {
     args a;
     int rc = parse_args(&a, argc, argv);
-    if (rc != CLI_OK || (!a.src && !a.dst))
-        return rc;
-    if (a.print_layout)
-        return print_layout(&a);
+    if (rc == CLI_OK && (a.src || a.strategy))
+        rc = a.print_layout ? print_layout(&a) : run(&a);
+    free(a.ranks);
+    return rc;
+}
+
+static int run(args *ap)
+{
+    args a = *ap;
+    int rc;
     shs_reshard_opts o = SHS_RESHARD_OPTS_INIT;
     shs_reshard_result r = SHS_RESHARD_RESULT_INIT;
     unsigned char key[SHS_KEY_BYTES];
@@ -193,6 +263,9 @@ int cli_cmd_reshard(int argc, char **argv)
     o.step = a.has_step ? (int64_t)a.step : -1;
     o.prefix = a.prefix;
     o.fsync = !a.no_fsync;
+    o.strategy_file = a.strategy;
+    o.rank_list = a.ranks;
+    o.n_rank_list = a.n_ranks;
     cli_info("reshard: %s -> %s", a.src, a.dst);
     rc = shs_reshard(&r, a.src, a.dst, a.layout, &o);
     memset(key, 0, sizeof key);

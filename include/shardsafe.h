@@ -657,6 +657,14 @@ typedef struct shs_config {
     int enable; /* torchtitan's checkpoint.enable (1): 0 = no checkpoint is
                    loaded (not even the job's own save_path) and none is
                    saved, whatever the other fields say */
+    /* torchtitan's initial_load_in_hf_quantized (docs/hf.md):
+       the Hugging Face weights are FP8 (F8_E4M3) with block-wise scales
+       as DeepSeek-V3 stores them ("<weight>_scale_inv", F32, one per
+       128x128 block); each weight is dequantized (W * scale, rounded to
+       F32, then to the registered dtype: F32, BF16 or F16) into any
+       chunking, and the scales are consumed.  Requires initial_load_in_hf
+       and initial_load_path, as torchtitan does (0) */
+    int initial_load_in_hf_quantized;
 } shs_config;
 #define SHS_CONFIG_VERSION 4
 
@@ -1335,15 +1343,20 @@ SHS_API const char *shs_ckpt_format_name(int format);
  * tensors in the Hugging Face layout into the directory `dst_dir`:
  * "model.safetensors" when everything fits in one file, else
  * "model-00001-of-0000N.safetensors"... plus "model.safetensors.index.json"
- * ({"metadata": {"total_size": N}, "weight_map": {...}}, sorted keys,
- * indent 2, trailing newline: what transformers writes).  Every file has
- * `__metadata__` {"format": "pt"} and is byte-identical to what the
- * reference writer produces for the same tensors.
+ * ({"metadata": {"total_parameters": P, "total_size": N}, "weight_map":
+ * {...}}, sorted keys, indent 2, trailing newline: what transformers
+ * writes).  Every file has `__metadata__` {"format": "pt"} and is
+ * byte-identical to what the reference writer produces for the same
+ * tensors.
  *
  * Which tensor goes to which file: the selected tensors, sorted by their
  * output name (bytewise), are packed in that order; a file is closed when
- * the next tensor would take it past max_shard_size, so a tensor larger
- * than max_shard_size gets a file of its own.
+ * the next tensor would take it past max_shard_size.  A tensor larger
+ * than max_shard_size gets a file of its own: with the default grouping
+ * (SHS_MERGE_GROUPING_CURRENT, huggingface_hub's) that file comes next
+ * and the open file stays open for the tensors after it; with
+ * SHS_MERGE_GROUPING_LEGACY (transformers < 4.42) it closes the open file
+ * and the index has no "total_parameters".
  *
  * Streaming: each output tensor is written box by box (rows, or pieces of
  * rows) through shs_writer_write_part from a fixed buffer per job, so
@@ -1418,13 +1431,30 @@ typedef struct shs_merge_opts {
        plain Hugging Face layout: they are NOT encrypted. */
     const unsigned char *key;
     size_t key_len;
+    /* version 3: which tensors go to which file (SHS_MERGE_GROUPING_*):
+       CURRENT (0, the default) is what huggingface_hub >= 0.21 and
+       transformers >= 4.42 write, plus "total_parameters" in the index
+       as transformers >= 4.53; LEGACY what transformers < 4.42 wrote
+       (docs/merge.md) */
+    int grouping;
+    /* version 3: a MindSpore strategy file (src_strategy_file: the
+       protobuf ParallelStrategyMap, docs/merge.md): `src` is then a
+       folder of rank_0, rank_1, ... folders, each holding that rank's
+       slices in one .safetensors file, laid out as the file says.
+       NULL: `src` is any checkpoint shs_checkpoint_open accepts. */
+    const char *src_strategy_file;
 } shs_merge_opts;
-#define SHS_MERGE_OPTS_VERSION 2
+#define SHS_MERGE_OPTS_VERSION 3
 #define SHS_MERGE_OPTS_INIT                                                                        \
     {                                                                                              \
         SHS_MERGE_OPTS_VERSION, 0, 0, -1, NULL, 0, NULL, 0, NULL, 0, 1, 0, 0, -1, NULL, NULL,      \
-            NULL, 0                                                                                \
+            NULL, 0, 0, NULL                                                                       \
     }
+/* shs_merge_opts.grouping */
+enum {
+    SHS_MERGE_GROUPING_CURRENT = 0,
+    SHS_MERGE_GROUPING_LEGACY = 1
+};
 
 /* What a merge did (initialise with SHS_MERGE_RESULT_INIT). */
 typedef struct shs_merge_result {
@@ -1512,11 +1542,25 @@ typedef struct shs_reshard_opts {
        shs_ckpt_open_opts.key). */
     const unsigned char *key;
     size_t key_len;
+    /* version 3: the target layout from a MindSpore strategy file (the
+       protobuf ParallelStrategyMap of strategy_ckpt_save_file, the
+       dst_strategy_file of MindSpore's transform; docs/reshard.md)
+       instead of `layout_path` (give one or the other).  Its parameters
+       are matched by name; a tensor it does not name is replicated
+       (MindSpore's rule); names it has that the checkpoint lacks are
+       ignored.  The world is the file's devices (pipeline stages x the
+       devices of a stage), unless world_size scales it. */
+    const char *strategy_file;
+    /* version 3, with strategy_file: the rank of each device of the file
+       (device p of stage s is s*N + p), a permutation of 0..W-1; NULL:
+       device k is rank k */
+    const int *rank_list;
+    size_t n_rank_list;
 } shs_reshard_opts;
-#define SHS_RESHARD_OPTS_VERSION 2
+#define SHS_RESHARD_OPTS_VERSION 3
 #define SHS_RESHARD_OPTS_INIT                                                                      \
     {                                                                                              \
-        SHS_RESHARD_OPTS_VERSION, 0, -1, NULL, 1, NULL, 0                                          \
+        SHS_RESHARD_OPTS_VERSION, 0, -1, NULL, 1, NULL, 0, NULL, NULL, 0                           \
     }
 
 typedef struct shs_reshard_result {
@@ -1552,6 +1596,17 @@ SHS_API int shs_reshard(shs_reshard_result *out, const char *src, const char *ds
 SHS_API int shs_reshard_saved_layout(char **out, const char *src, int64_t step);
 /* Release what shs_reshard_saved_layout returned.  NULL is a no-op. */
 SHS_API void shs_reshard_layout_free(char *layout);
+/* The layout document (the format above) that the MindSpore strategy file
+   `path` describes (see shs_reshard_opts.strategy_file; `rank_list` as
+   there, may be NULL): per parameter device_matrix and tensor_map, the
+   optimizer shard (opt_weight_shard_size/step) as a further split of the
+   first dimension, the pipeline stages of a merged file as rank_list.  A
+   file that is not a valid ParallelStrategyMap, or describes an
+   impossible layout, is SHS_EINVAL naming the file and the problem; a
+   field split or a manual param_split_shape SHS_EUNSUPPORTED.  Release
+   *out with shs_reshard_layout_free. */
+SHS_API int shs_strategy_layout(char **out, const char *path, const int *rank_list,
+                                size_t n_rank_list);
 /* ---- Hugging Face weights ----
  *
  * No new function: shs_config (version 2) has initial_load_in_hf,

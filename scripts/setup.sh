@@ -11,7 +11,8 @@ pkgs=(build-essential cmake pkg-config git
       clang clang-format libclang-rt-14-dev python3 python3-numpy time
       libopenmpi-dev openmpi-bin
       python3-dev python3-venv python3-setuptools python3-wheel python3-pytest
-      python3-torch python3-mpi4py)
+      python3-torch python3-mpi4py
+      libprotobuf-c-dev protobuf-c-compiler)
 # s3:// save paths (docs/s3.md): libcurl for the S3 client; Ceph's monitor,
 # OSD and radosgw (scripts/s3-server.sh) for the real S3 server the tests
 # run against; curl for its readiness probe and the benchmark's baseline.
@@ -21,6 +22,8 @@ pkgs+=(libcurl4-openssl-dev curl ceph-mon ceph-osd radosgw ceph-common)
 # python3-fsspec: one test of the reference safetensors suite that
 # python/tests/run_reference_tests.sh runs (docs/python.md).
 pkgs+=(python3-fsspec)
+# protobuf-c: MindSpore strategy files (src/tools/strategy.proto, compiled
+# by protoc-c at build time).
 if [[ "${1:-}" == "--bench" ]]; then
   pkgs+=(linux-perf hyperfine)
 fi

@@ -165,4 +165,54 @@ static const shs_comm_ops k_tops = {
     SHS_COMM_OPS_VERSION, t_barrier, t_bcast, t_allgather, t_gatherv, t_send, t_recv, NULL
 };
 
+/* Run fn(rank, comm, args[rank]) for n ranks, one thread each, over one
+   tshared with point-to-point offered.  0 when every thread ran and every
+   message sent was received; -1 otherwise. */
+typedef void (*tcomm_fn)(int rank, shs_comm *comm, void *arg);
+typedef struct tcomm_thread {
+    tshared *sh;
+    int rank, n, ok;
+    tcomm_fn fn;
+    void *arg;
+} tcomm_thread;
+
+static inline void *tcomm_thread_main(void *p)
+{
+    tcomm_thread *t = (tcomm_thread *)p;
+    tcomm tc = { t->sh, t->rank };
+    shs_comm *comm = NULL;
+    if (shs_comm_create(&comm, t->rank, t->n, &k_tops, &tc) != SHS_OK)
+        return NULL;
+    t->fn(t->rank, comm, t->arg);
+    shs_comm_free(comm);
+    t->ok = 1;
+    return NULL;
+}
+
+static inline int tcomm_run(int n, tcomm_fn fn, void *const *args)
+{
+    tshared sh;
+    pthread_t th[TCOMM_MAX];
+    tcomm_thread t[TCOMM_MAX];
+    int started = 0, ok = n >= 1 && n <= TCOMM_MAX;
+    if (!ok)
+        return -1;
+    tshared_init(&sh, n, 1);
+    for (int r = 0; r < n; r++) {
+        t[r] = (tcomm_thread){ &sh, r, n, 0, fn, args[r] };
+        if (pthread_create(&th[r], NULL, tcomm_thread_main, &t[r]) != 0)
+            break;
+        started++;
+    }
+    for (int r = 0; r < started; r++) {
+        pthread_join(th[r], NULL);
+        ok &= t[r].ok;
+    }
+    /* a thread that could not start leaves the others at a barrier: a
+       test machine out of threads is a failure, not a hang to debug */
+    ok &= started == n;
+    ok &= tshared_destroy(&sh) == 0;
+    return ok ? 0 : -1;
+}
+
 #endif

@@ -76,6 +76,9 @@ typedef struct shs__load_req {
                                      checkpoint (SHS_EKEY) -- the manager's
                                      resume from save_path, unless
                                      allow_unencrypted_resume */
+    /* initial_load_in_hf_quantized (hf_load.h): FP8 weights dequantized
+       with their block scales, indexed like `meta`; NULL: none */
+    const struct shs__dequant *dequant;
 } shs__load_req;
 
 /* Load req->meta, the model of what is at step_dir, into the state.  progress may be NULL.

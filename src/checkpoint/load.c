@@ -7,6 +7,7 @@
 #include "checkpoint/loader.h"
 
 #include "source/common_json.h"
+#include "source/hf_load.h"
 #include "crypto/crypt.h"
 #include "dist/exchange.h"
 #include "common/hash.h"
@@ -513,11 +514,50 @@ int shs__fill_box(shs__loader *L, const shs__mtensor *mt, const uint64_t *boff,
     return SHS_OK;
 }
 
+/* initial_load_in_hf_quantized: the local box of t, filled with the FP8
+   values of weight mt (converted exactly: F8_E4M3 fits F32, BF16 and
+   F16), multiplied in place by the scales of the blocks it touches,
+   read from the scale tensor sc. */
+static int dequantize(shs__loader *L, shs__tensor *t, const shs__mtensor *sc, uint64_t block,
+                      uint64_t *read_bytes)
+{
+    if (!t->shape[0] || !t->shape[1])
+        return SHS_OK;
+    uint64_t soff[2], sshape[2];
+    for (int d = 0; d < 2; d++) {
+        soff[d] = t->goff[d] / block;
+        sshape[d] = (t->goff[d] + t->shape[d] - 1) / block + 1 - soff[d];
+    }
+    float *scale = shs__malloc((size_t)(sshape[0] * sshape[1]) * sizeof *scale);
+    if (!scale)
+        return shs__err(SHS_ENOMEM, "out of memory reading the block scales of '%s'", t->name);
+    int rc = shs__fill_box(L, sc, soff, sshape, SHS_F32, scale, read_bytes);
+    if (rc == SHS_OK)
+        shs__dequant_blocks(t->data, t->dtype, t->goff, t->shape, scale, sshape[1], block);
+    shs__free(scale);
+    return rc;
+}
+
+/* The scale tensor of model tensor mt, or NULL. */
+static const shs__mtensor *scale_of(const shs__loader *L, const shs__load_req *req,
+                                    const shs__mtensor *mt)
+{
+    if (!req->dequant)
+        return NULL;
+    long s = req->dequant->scale_of[mt - L->m->t];
+    return s < 0 ? NULL : &L->m->t[s];
+}
+
 /* Fill the local box of t from every saved chunk that intersects it;
    *read_bytes counts what was read from storage. */
-static int load_tensor(shs__loader *L, shs__tensor *t, const shs__mtensor *mt, uint64_t *read_bytes)
+static int load_tensor(shs__loader *L, const shs__load_req *req, shs__tensor *t,
+                       const shs__mtensor *mt, uint64_t *read_bytes)
 {
-    return shs__fill_box(L, mt, t->goff, t->shape, t->dtype, t->data, read_bytes);
+    const shs__mtensor *sc = scale_of(L, req, mt);
+    int rc = shs__fill_box(L, mt, t->goff, t->shape, t->dtype, t->data, read_bytes);
+    if (rc == SHS_OK && sc)
+        rc = dequantize(L, t, sc, req->dequant->block, read_bytes);
+    return rc;
 }
 
 typedef struct load_pool {
@@ -546,7 +586,7 @@ static void *load_worker(void *arg)
             continue;
         const shs__mtensor *mt = shs__meta_find(p->L->m, t->name);
         uint64_t got = 0;
-        int rc = mt ? load_tensor(p->L, t, mt, &got) : SHS_OK;
+        int rc = mt ? load_tensor(p->L, p->req, t, mt, &got) : SHS_OK;
         pthread_mutex_lock(&p->mu);
         p->read_bytes += got;
         if (rc < 0 && p->rc == SHS_OK) {
@@ -665,6 +705,30 @@ static void shape_text(char *buf, size_t cap, const uint64_t *shape, size_t ndim
                  (unsigned long long)shape[d]);
 }
 
+/* initial_load_in_hf_quantized: registered tensor t of model tensor mt
+   can be loaded.  A weight with a block scale is dequantized into F32,
+   BF16 or F16; an F8_E4M3 weight without one would load undequantized
+   values: refused. */
+static int check_quantized(const shs__meta *m, const char *dir, const shs__dequant *q,
+                           const shs__tensor *t, const shs__mtensor *mt)
+{
+    long s = q->scale_of[mt - m->t];
+    int into = t->dtype == SHS_F32 || t->dtype == SHS_BF16 || t->dtype == SHS_F16;
+    const char *fname = mt->nc ? mt->c[0].key : mt->name;
+    if (s >= 0 && !into)
+        return shs__err(SHS_EMISMATCH,
+                        "%s: tensor '%s' is registered as %s: initial_load_in_hf_quantized "
+                        "dequantizes its FP8 weights into F32, BF16 or F16",
+                        dir, t->name, shs_dtype_name(t->dtype));
+    if (s < 0 && mt->dtype == SHS_F8_E4M3 && t->dtype != SHS_F8_E4M3)
+        return shs__err(
+            SHS_ECORRUPT,
+            "%s: tensor '%s' is F8_E4M3 but the files hold no block scale '%s" SHS__HF_SCALE_SUFFIX
+            "' for it: initial_load_in_hf_quantized cannot dequantize it",
+            dir, fname, fname);
+    return SHS_OK;
+}
+
 /* Phase 1: every registered tensor the load wants is in the checkpoint
    with the same kind, dtype and shape, and (strict) nothing saved is left
    unregistered; non-strict, both kinds of mismatch are listed in res. */
@@ -688,6 +752,8 @@ static int check_registered(const shs_state *st, const shs__meta *m, const char 
             }
             continue;
         }
+        if (req->dequant && (rc = check_quantized(m, dir, req->dequant, t, mt)) < 0)
+            return rc;
         int same = (mt->dtype == t->dtype || (req->convert && shs_dtype_is_float(mt->dtype) &&
                                               shs_dtype_is_float(t->dtype))) &&
                    mt->ndim == t->ndim && mt->kind == t->kind;
@@ -710,6 +776,8 @@ static int check_registered(const shs_state *st, const shs__meta *m, const char 
         const shs__mtensor *mt = &m->t[j];
         if (mt->kind == SHS_KIND_OPTIMIZER && !req->with_optim)
             continue;
+        if (req->dequant && req->dequant->is_scale[j])
+            continue; /* consumed by its weight's dequantization */
         if (shs__state_find(st, mt->name, strlen(mt->name)) >= 0)
             continue;
         if (!req->strict || req->unused_ok) {
@@ -804,6 +872,16 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
         if ((rc = shs__comm_agree(comm, SHS_OK, msg)) < 0 ||
             (rc = shs__load_balanced(&L, st, req, comm, &read_bytes)) < 0)
             goto done;
+        /* each rank dequantizes its own boxes (the scales are small: each
+           rank reads those of its blocks) */
+        for (size_t i = 0; req->dequant && i < st->n; i++) {
+            shs__tensor *t = &st->t[i];
+            const shs__mtensor *mt = shs__meta_find(&m, t->name), *sc;
+            if (t->kind == SHS_KIND_OPTIMIZER || !mt || !(sc = scale_of(&L, req, mt)))
+                continue;
+            if ((rc = dequantize(&L, t, sc, req->dequant->block, &read_bytes)) < 0)
+                goto done;
+        }
     } else if ((rc = load_tensors(&L, st, req, &read_bytes)) < 0) {
         goto done;
     }

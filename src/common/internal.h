@@ -55,6 +55,20 @@ static inline bool shs__add_u64(uint64_t a, uint64_t b, uint64_t *out)
 /* Byte size from element count; SHS_EOVERFLOW / SHS_EMISALIGNED. */
 int shs__nbytes_from_numel(uint64_t *out, shs_dtype dtype, uint64_t numel);
 
+/* Block-wise dequantization, in place (dtype.c): `data` is the box
+   [off, off + shape) of a 2-D tensor, dense, as `dtype` (F32, BF16 or
+   F16) holding FP8 values converted exactly; element [i][j] becomes
+   F32(x * s) rounded to `dtype`, s = scale[(off[0]+i)/block -
+   off[0]/block][(off[1]+j)/block - off[1]/block], `scale` a dense F32
+   array with `scale_cols` columns. */
+void shs__dequant_blocks(void *data, shs_dtype dtype, const uint64_t off[2],
+                         const uint64_t shape[2], const float *scale, uint64_t scale_cols,
+                         uint64_t block);
+
+/* "2, 3": the n values of v into buf[cap] (cut when it is full), for
+   messages naming a shape. */
+void shs__dims_text(char *buf, size_t cap, const uint64_t *v, size_t n);
+
 /* A growable byte buffer (strbuf style). */
 typedef struct shs__buf {
     char *data;

@@ -62,7 +62,8 @@ static const struct {
     [SHS__V_MERGE_OPTS] = { "shs_merge_opts",
                             "SHS_MERGE_OPTS_INIT",
                             SHS_MERGE_OPTS_VERSION,
-                            { 0, offsetof(shs_merge_opts, key), sizeof(shs_merge_opts) } },
+                            { 0, offsetof(shs_merge_opts, key), offsetof(shs_merge_opts, grouping),
+                              sizeof(shs_merge_opts) } },
     [SHS__V_MERGE_RESULT] = { "shs_merge_result",
                               "SHS_MERGE_RESULT_INIT",
                               SHS_MERGE_RESULT_VERSION,
@@ -70,7 +71,9 @@ static const struct {
     [SHS__V_RESHARD_OPTS] = { "shs_reshard_opts",
                               "SHS_RESHARD_OPTS_INIT",
                               SHS_RESHARD_OPTS_VERSION,
-                              { 0, offsetof(shs_reshard_opts, key), sizeof(shs_reshard_opts) } },
+                              { 0, offsetof(shs_reshard_opts, key),
+                                offsetof(shs_reshard_opts, strategy_file),
+                                sizeof(shs_reshard_opts) } },
     [SHS__V_RESHARD_RESULT] = { "shs_reshard_result",
                                 "SHS_RESHARD_RESULT_INIT",
                                 SHS_RESHARD_RESULT_VERSION,
@@ -80,7 +83,7 @@ static const struct {
 /* Every table lists every version up to the current one, and the newest
    size is the whole struct. */
 _Static_assert(SHS_CONFIG_VERSION == 4 && SHS_CKPT_OPEN_OPTS_VERSION == 2 &&
-                   SHS_MERGE_OPTS_VERSION == 2 && SHS_RESHARD_OPTS_VERSION == 2,
+                   SHS_MERGE_OPTS_VERSION == 3 && SHS_RESHARD_OPTS_VERSION == 3,
                "a versioned struct changed: update its sizes in k_struct");
 
 static unsigned version_of(const void *p)

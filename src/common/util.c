@@ -57,6 +57,16 @@ int shs__buf_addf(shs__buf *b, const char *fmt, ...)
     return SHS_OK;
 }
 
+void shs__dims_text(char *buf, size_t cap, const uint64_t *v, size_t n)
+{
+    size_t at = 0;
+    if (cap)
+        buf[0] = '\0';
+    for (size_t d = 0; d < n && at < cap; d++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%llu", d ? ", " : "",
+                               (unsigned long long)v[d]);
+}
+
 void shs__buf_release(shs__buf *b)
 {
     shs__free(b->data);

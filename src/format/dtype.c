@@ -696,3 +696,63 @@ int shs_dtype_parse_alias(shs_dtype *out, const char *name)
     int show = n > 32 ? 32 : (int)n;
     return shs__err(SHS_EDTYPE, "unknown dtype \"%.*s\"%s", show, name, n > 32 ? "..." : "");
 }
+
+/* ------------------------------------------------------------------------
+ * Block-wise dequantization (initial_load_in_hf_quantized)
+ * ---------------------------------------------------------------------- */
+
+/* n elements of dtype at p, each times s (rounded to F32, then to the
+   dtype); one loop per dtype so that the compiler can vectorise it. */
+static void scale_run(unsigned char *p, shs_dtype dt, size_t n, float s)
+{
+    switch (dt) {
+    case SHS_BF16:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            h = bf16_from_f32_bits(f32_bits(f32_from(f32_bits_from_bf16(h)) * s));
+            memcpy(p + 2 * i, &h, 2);
+        }
+        break;
+    case SHS_F16:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            h = f16_from_f32_bits(f32_bits(f32_from(f32_bits_from_f16(h)) * s));
+            memcpy(p + 2 * i, &h, 2);
+        }
+        break;
+    default:
+        for (size_t i = 0; i < n; i++) {
+            float f;
+            memcpy(&f, p + 4 * i, 4);
+            f *= s;
+            memcpy(p + 4 * i, &f, 4);
+        }
+        break;
+    }
+}
+
+/* The product is an F32 multiplication (one rounding) and the result is
+   then rounded to the target, as PyTorch's reader does (weight.to(float32)
+   * scale, then copied into the parameter): the same bits. */
+void shs__dequant_blocks(void *data, shs_dtype dtype, const uint64_t off[2],
+                         const uint64_t shape[2], const float *scale, uint64_t scale_cols,
+                         uint64_t block)
+{
+    unsigned char *p = data;
+    size_t es = k_bits[dtype] / 8;
+    uint64_t b0 = off[0] / block, b1 = off[1] / block;
+    for (uint64_t i = 0; i < shape[0]; i++) {
+        const float *srow = scale + ((off[0] + i) / block - b0) * scale_cols;
+        /* a run of the row inside one block shares its scale */
+        for (uint64_t j = 0; j < shape[1];) {
+            uint64_t g = off[1] + j, end = (g / block + 1) * block - off[1];
+            if (end > shape[1])
+                end = shape[1];
+            scale_run(p, dtype, (size_t)(end - j), srow[g / block - b1]);
+            p += (end - j) * es;
+            j = end;
+        }
+    }
+}

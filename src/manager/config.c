@@ -71,6 +71,7 @@ static const field g_fields[] = {
     /* version 4 */
     FLAG(allow_unencrypted_resume),
     FLAG(enable),
+    FLAG(initial_load_in_hf_quantized),
 };
 #define N_FIELDS (sizeof g_fields / sizeof g_fields[0])
 
@@ -166,6 +167,7 @@ void shs_config_init(shs_config *config)
         .export_dtype = "",
         .allow_unencrypted_resume = 0,
         .enable = 1,
+        .initial_load_in_hf_quantized = 0,
     };
 }
 

@@ -92,9 +92,11 @@ static void say(shs_manager *m, shs_load_result *res, const char *fmt, ...)
 /* Load the model `meta` of what source.h opened, its files in `dir`,
    with the options of its source; `hf`: Hugging Face weights
    (hf_load.c): dtypes converted, tensors of the files that are not
-   registered skipped and listed even when strict. */
-static int load_dir(shs_manager *m, const char *dir, const shs__meta *meta, int hf, int source,
-                    int weights_only, shs_progress *progress, shs_load_result *res)
+   registered skipped and listed even when strict; `dq`: FP8 weights of
+   those dequantized with their block scales (NULL: none). */
+static int load_dir(shs_manager *m, const char *dir, const shs__meta *meta, int hf,
+                    const shs__dequant *dq, int source, int weights_only, shs_progress *progress,
+                    shs_load_result *res)
 {
     const shs_config *c = &m->cfg;
     shs__load_req req = {
@@ -112,6 +114,7 @@ static int load_dir(shs_manager *m, const char *dir, const shs__meta *meta, int 
         /* with a key, the job's own save path holds encrypted saves only,
            unless the user says otherwise */
         .encrypted_only = source == SHS_LOAD_SAVE_PATH && !c->allow_unencrypted_resume,
+        .dequant = dq,
     };
     if (weights_only)
         req.exclude |= SHS_EXCLUDE_TRAIN_STATE | SHS_EXCLUDE_DATALOADER | SHS_EXCLUDE_LR_SCHEDULER |
@@ -333,7 +336,7 @@ static int load_saved_step(shs_manager *m, const char *sp, int64_t step, char **
         (rc = shs__source_open_step(&meta, *dir, SHS__SRC_STEPS)) < 0)
         rc = fail_before_load(m, rc);
     else
-        rc = load_dir(m, *dir, &meta, 0, SHS_LOAD_SAVE_PATH, meta.model_only, progress, res);
+        rc = load_dir(m, *dir, &meta, 0, NULL, SHS_LOAD_SAVE_PATH, meta.model_only, progress, res);
     shs__meta_free(&meta);
     return agree(m, rc);
 }
@@ -465,15 +468,19 @@ static int load_hf(shs_manager *m, const char *from, const char *field, shs_prog
 {
     const shs_config *c = &m->cfg;
     shs__meta meta;
+    shs__dequant dq = { 0 };
     char *dir = NULL, *src = NULL;
     int rc = shs__hf_open(&meta, &dir, &src, from, field);
     if (rc == SHS_OK && (rc = shs__hf_rename(&meta, c->hf_name_map, c->hf_name_map_file)) < 0)
         rc = shs__err_prefix(rc, src);
+    if (rc == SHS_OK && c->initial_load_in_hf_quantized)
+        rc = shs__hf_dequant_pair(&dq, &meta, src);
     if (rc < 0) {
         rc = fail_before_load(m, rc);
         goto done;
     }
-    if ((rc = load_dir(m, dir, &meta, 1, SHS_LOAD_INITIAL, 1, progress, res)) < 0)
+    if ((rc = load_dir(m, dir, &meta, 1, c->initial_load_in_hf_quantized ? &dq : NULL,
+                       SHS_LOAD_INITIAL, 1, progress, res)) < 0)
         goto done;
     shs__free(m->held_path);
     m->held_path = src;
@@ -495,6 +502,7 @@ static int load_hf(shs_manager *m, const char *from, const char *field, shs_prog
         pthread_mutex_unlock(&m->mu);
     }
 done:
+    shs__hf_dequant_release(&dq);
     shs__meta_free(&meta);
     shs__free(dir);
     shs__free(src);
@@ -616,7 +624,7 @@ static int load_local(shs_manager *m, shs_progress *progress, shs_load_result *r
         shs__source_release(&src);
         return fail_before_load(m, shs__err_prefix(rc, field));
     }
-    rc = load_dir(m, src.dir, &src.m, 0, source, weights_only, progress, res);
+    rc = load_dir(m, src.dir, &src.m, 0, NULL, source, weights_only, progress, res);
     if (rc == SHS_OK)
         say(m, res, "loaded %s (step %lld) from %s", src.path, (long long)res->step, field);
     shs__source_release(&src);

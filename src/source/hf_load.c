@@ -268,6 +268,98 @@ int shs__hf_open(shs__meta *m, char **dir, char **source, const char *path, cons
     return SHS_OK;
 }
 
+/* ---- FP8 block scales (initial_load_in_hf_quantized) ---- */
+
+typedef struct named {
+    const char *name; /* the file's name of tensor idx */
+    size_t idx;
+} named;
+
+static int cmp_named(const void *a, const void *b)
+{
+    return strcmp(((const named *)a)->name, ((const named *)b)->name);
+}
+
+/* Weight w and its scale s agree (DeepSeek-V3's layout). */
+static int check_pair(const shs__mtensor *w, const shs__mtensor *s, const char *src)
+{
+    const char *wn = file_name_of(w), *sn = file_name_of(s);
+    char a[96], b[96];
+    if (w->dtype != SHS_F8_E4M3 || w->ndim != 2)
+        return shs__err(SHS_ECORRUPT,
+                        "%s: tensor '%s' has a block scale '%s' but is %s with %zu dimension(s): "
+                        "initial_load_in_hf_quantized dequantizes 2-D F8_E4M3 weights",
+                        src, wn, sn, shs_dtype_name(w->dtype), w->ndim);
+    uint64_t want[2] = { (w->gshape[0] + SHS__HF_QUANT_BLOCK - 1) / SHS__HF_QUANT_BLOCK,
+                         (w->gshape[1] + SHS__HF_QUANT_BLOCK - 1) / SHS__HF_QUANT_BLOCK };
+    if (s->ndim != 2 || s->gshape[0] != want[0] || s->gshape[1] != want[1]) {
+        shs__dims_text(a, sizeof a, s->gshape, s->ndim);
+        shs__dims_text(b, sizeof b, want, 2);
+        return shs__err(SHS_ECORRUPT,
+                        "%s: block scale '%s' has shape [%s]; weight '%s' [%llu, %llu] needs "
+                        "[%s] (one scale per %dx%d block)",
+                        src, sn, a, wn, (unsigned long long)w->gshape[0],
+                        (unsigned long long)w->gshape[1], b, SHS__HF_QUANT_BLOCK,
+                        SHS__HF_QUANT_BLOCK);
+    }
+    if (s->dtype != SHS_F32 && s->dtype != SHS_BF16 && s->dtype != SHS_F16)
+        return shs__err(SHS_ECORRUPT, "%s: block scale '%s' is %s, not F32 (or BF16, F16)", src, sn,
+                        shs_dtype_name(s->dtype));
+    return SHS_OK;
+}
+
+int shs__hf_dequant_pair(shs__dequant *q, const shs__meta *m, const char *src)
+{
+    named *order = shs__calloc(m->nt + 1, sizeof *order);
+    char *want = NULL;
+    int rc = SHS_OK;
+    memset(q, 0, sizeof *q);
+    q->block = SHS__HF_QUANT_BLOCK;
+    q->scale_of = shs__calloc(m->nt + 1, sizeof *q->scale_of);
+    q->is_scale = shs__calloc(m->nt + 1, 1);
+    if (!order || !q->scale_of || !q->is_scale) {
+        rc = shs__err(SHS_ENOMEM, "out of memory pairing block scales");
+        goto done;
+    }
+    for (size_t i = 0; i < m->nt; i++) {
+        order[i] = (named){ file_name_of(&m->t[i]), i };
+        q->scale_of[i] = -1;
+    }
+    qsort(order, m->nt, sizeof *order, cmp_named);
+    for (size_t i = 0; i < m->nt && rc == SHS_OK; i++) {
+        const char *wn = file_name_of(&m->t[i]);
+        size_t len = strlen(wn);
+        shs__free(want);
+        if (!(want = shs__malloc(len + sizeof SHS__HF_SCALE_SUFFIX))) {
+            rc = shs__err(SHS_ENOMEM, "out of memory pairing block scales");
+            break;
+        }
+        memcpy(want, wn, len);
+        memcpy(want + len, SHS__HF_SCALE_SUFFIX, sizeof SHS__HF_SCALE_SUFFIX);
+        named key = { want, 0 };
+        const named *hit = bsearch(&key, order, m->nt, sizeof *order, cmp_named);
+        if (!hit)
+            continue;
+        if ((rc = check_pair(&m->t[i], &m->t[hit->idx], src)) == SHS_OK) {
+            q->scale_of[i] = (long)hit->idx;
+            q->is_scale[hit->idx] = 1;
+        }
+    }
+done:
+    shs__free(want);
+    shs__free(order);
+    if (rc < 0)
+        shs__hf_dequant_release(q);
+    return rc;
+}
+
+void shs__hf_dequant_release(shs__dequant *q)
+{
+    shs__free(q->scale_of);
+    shs__free(q->is_scale);
+    memset(q, 0, sizeof *q);
+}
+
 int shs__hf_config_check(const shs_config *c)
 {
     int maps = (c->hf_name_map && *c->hf_name_map) || (c->hf_name_map_file && *c->hf_name_map_file);
@@ -284,5 +376,11 @@ int shs__hf_config_check(const shs_config *c)
         return shs__err(SHS_ECONFIG,
                         "hf_name_map / hf_name_map_file apply only to Hugging Face weights: "
                         "set initial_load_in_hf");
+    /* torchtitan's rule: quantized weights are named by initial_load_path
+       (hf_assets_path is not read for them) */
+    if (c->initial_load_in_hf_quantized &&
+        !(c->initial_load_in_hf && c->initial_load_path && *c->initial_load_path))
+        return shs__err(SHS_ECONFIG, "initial_load_in_hf_quantized requires initial_load_in_hf "
+                                     "and initial_load_path");
     return shs__hf_rules_check(c->hf_name_map, "hf_name_map");
 }

@@ -35,6 +35,34 @@ int shs__hf_open(shs__meta *m, char **dir, char **source, const char *path, cons
  */
 int shs__hf_rename(shs__meta *m, const char *rules, const char *map_file);
 
+/*
+ * initial_load_in_hf_quantized (torchtitan's name; docs/hf.md): FP8
+ * weights stored as F8_E4M3 with a block scale, DeepSeek-V3's layout.
+ * For a 2-D weight W [rows, cols] the files hold "<W's name>_scale_inv",
+ * shape [ceil(rows/128), ceil(cols/128)], F32 (BF16 and F16 accepted),
+ * and the real weight is W[i][j] * scale[i/128][j/128].  The pairing is
+ * by the files' names (before renaming); the load (load.c) multiplies
+ * each registered box in place.
+ */
+#define SHS__HF_QUANT_BLOCK 128
+#define SHS__HF_SCALE_SUFFIX "_scale_inv"
+typedef struct shs__dequant {
+    long *scale_of;          /* per tensor of the model: its scale's
+                                index in the model, or -1 */
+    unsigned char *is_scale; /* per tensor: it is some weight's scale
+                                (consumed: never "unused") */
+    uint64_t block;          /* SHS__HF_QUANT_BLOCK */
+} shs__dequant;
+
+/* Pair the weights of `m` (renamed or not: the files' names are used)
+   with their scales.  A scale next to a weight that is not F8_E4M3 or
+   not 2-D, or a scale of another shape or dtype: SHS_ECORRUPT naming
+   both (`src`: the index or file, for messages).  An F8_E4M3 weight
+   without a scale is left unpaired; the load refuses it when it is
+   registered. */
+int shs__hf_dequant_pair(shs__dequant *q, const shs__meta *m, const char *src);
+void shs__hf_dequant_release(shs__dequant *q);
+
 /* The Hugging Face options of a manager's config, checked at create:
    initial_load_in_hf loads weights only (initial_load_model_only must
    be true) from a path it is given (initial_load_path or

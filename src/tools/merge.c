@@ -24,6 +24,7 @@
 #include "common/opts.h"
 
 #include "store/io.h"
+#include "tools/strategy.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -389,7 +390,11 @@ static int begin(shs_checkpoint **ck, shs__mplan *p, const char *src, const char
     co.flags = SHS_CKPT_OPEN_NO_MMAP;
     co.key = o->key; /* of an encrypted source (NULL in a version-1 struct) */
     co.key_len = o->key_len;
-    if ((rc = shs_checkpoint_open_ex(ck, src, &co)) < 0)
+    /* seed 004's unified_safetensors(src_dir, src_strategy_file, ...):
+       rank_N folders laid out by a MindSpore strategy file */
+    const char *strategy = o->src_strategy_file;
+    if ((rc = strategy ? shs__strategy_open(ck, src, strategy, co.flags)
+                       : shs_checkpoint_open_ex(ck, src, &co)) < 0)
         return rc;
     if ((rc = shs__merge_plan(p, *ck, o)) < 0) {
         shs_checkpoint_close(*ck);

@@ -31,11 +31,14 @@ typedef struct shs__mfile {
 } shs__mfile;
 
 typedef struct shs__mplan {
-    shs__mtensor *t; /* sorted by output name, bytewise */
+    shs__mtensor *t; /* by file, then by output name (bytewise) */
     size_t n;
+    size_t *by_name; /* indices into t, sorted by output name */
     shs__mfile *f;
     size_t nf;
-    uint64_t total; /* sum of nbytes */
+    uint64_t total;  /* sum of nbytes */
+    uint64_t params; /* elements of the model tensors (total_parameters) */
+    int grouping;    /* SHS_MERGE_GROUPING_* */
 } shs__mplan;
 
 /* Bytes of output read and written at a time, per job (16 MiB); tests
@@ -53,7 +56,8 @@ int shs__merge_check_opts(const shs_merge_opts *o, int finish, const char *what)
 int shs__merge_plan(shs__mplan *p, const shs_checkpoint *ck, const shs_merge_opts *o);
 void shs__merge_plan_free(shs__mplan *p);
 /* model.safetensors.index.json as transformers writes it (Python's
-   json.dumps(index, indent=2, sort_keys=True) + "\n"). */
+   json.dumps(index, indent=2, sort_keys=True) + "\n"; "total_parameters"
+   with the current grouping only). */
 int shs__merge_index_json(shs__buf *out, const shs__mplan *p);
 /* Whether `name` is a file an earlier merge writes (model.safetensors,
    model-NNNNN-of-NNNNN.safetensors, the index). */

@@ -99,6 +99,11 @@ int shs__merge_check_opts(const shs_merge_opts *o, int finish, const char *what)
     }
     if (o->progress == NULL && o->progress_ctx != NULL)
         return shs__err(SHS_EINVAL, "%s: progress_ctx without progress", what);
+    if (o->version >= 3 && o->grouping != SHS_MERGE_GROUPING_CURRENT &&
+        o->grouping != SHS_MERGE_GROUPING_LEGACY)
+        return shs__err(SHS_EINVAL,
+                        "%s: grouping %d is neither SHS_MERGE_GROUPING_CURRENT nor _LEGACY", what,
+                        o->grouping);
     return SHS_OK;
 }
 
@@ -190,6 +195,13 @@ static int select_tensors(shs__mplan *p, const shs_checkpoint *ck, const shs_mer
                           ti->name, shs_dtype_name(t->dtype));
             goto done;
         }
+        /* transformers' total_parameters counts the model's parameters,
+           not optimizer state (the elements fit: nbytes did) */
+        uint64_t numel = 1;
+        for (size_t d = 0; d < t->ndim; d++)
+            numel *= t->shape[d];
+        if (ti->kind == SHS_KIND_MODEL)
+            p->params += numel;
         if ((rc = rename_one(&t->name, ti->name, o)) < 0)
             goto done;
         if (!*t->name || strcmp(t->name, "__metadata__") == 0) {
@@ -224,31 +236,115 @@ done:
     return rc;
 }
 
+/* transformers < 4.42 (shard_checkpoint): a new file when the next
+   tensor would take the current one past the maximum, so a larger tensor
+   closes the current file and stands alone. */
+static void group_legacy(shs__mplan *p, uint64_t max)
+{
+    uint64_t cur = 0;
+    size_t nf = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        shs__mtensor *t = &p->t[i];
+        uint64_t grown = cur > UINT64_MAX - t->nbytes ? UINT64_MAX : cur + t->nbytes;
+        if (nf == 0 || grown > max) {
+            nf++;
+            grown = t->nbytes;
+        }
+        cur = grown;
+        t->file = nf - 1;
+    }
+    p->nf = nf;
+}
+
+#define OPEN_FILE SIZE_MAX /* t->file of the tensors of the open file */
+
+/* huggingface_hub >= 0.21 (split_state_dict_into_shards_factory, used by
+   transformers >= 4.42): a tensor larger than the maximum becomes the
+   next file at once and the open file stays open for the tensors after
+   it; a tensor that would take the open file past the maximum closes it
+   first.  Files are numbered in the order they are complete. */
+static void group_current(shs__mplan *p, uint64_t max)
+{
+    uint64_t cur = 0;
+    size_t nf = 0, open_from = 0, n_open = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        shs__mtensor *t = &p->t[i];
+        if (t->nbytes > max) {
+            t->file = nf++;
+            continue;
+        }
+        if (cur + t->nbytes > max) { /* no overflow: both are at most max */
+            for (size_t j = open_from; j < i; j++)
+                if (p->t[j].file == OPEN_FILE)
+                    p->t[j].file = nf;
+            nf++;
+            cur = 0;
+            n_open = 0;
+            open_from = i;
+        }
+        t->file = OPEN_FILE;
+        cur += t->nbytes;
+        n_open++;
+    }
+    if (n_open) {
+        for (size_t j = open_from; j < p->n; j++)
+            if (p->t[j].file == OPEN_FILE)
+                p->t[j].file = nf;
+        nf++;
+    }
+    p->nf = nf;
+}
+
+/* Put the tensors of each file together (by file, then by name: stable)
+   and keep the name order in p->by_name; fill the files. */
+static int order_by_file(shs__mplan *p)
+{
+    shs__mtensor *t = shs__calloc(p->n, sizeof *t);
+    size_t *start = shs__calloc(p->nf + 1, sizeof *start);
+    int rc = SHS_OK;
+    if (!t || !start || !(p->by_name = shs__calloc(p->n, sizeof *p->by_name))) {
+        rc = shs__err(SHS_ENOMEM, "out of memory planning the merge");
+        goto done;
+    }
+    for (size_t i = 0; i < p->n; i++)
+        start[p->t[i].file + 1]++;
+    for (size_t k = 0; k < p->nf; k++) {
+        p->f[k].first = start[k];
+        p->f[k].n = start[k + 1];
+        start[k + 1] += start[k];
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        size_t at = start[p->t[i].file]++;
+        t[at] = p->t[i];
+        p->by_name[i] = at;
+        p->f[t[at].file].bytes += t[at].nbytes;
+    }
+    shs__free(p->t);
+    p->t = t;
+    t = NULL;
+done:
+    shs__free(t);
+    shs__free(start);
+    return rc;
+}
+
 /* Pack the sorted tensors into files and spread the files over parts. */
 static int pack(shs__mplan *p, const shs_merge_opts *o)
 {
-    uint64_t max = o->max_shard_size ? o->max_shard_size : SHS__MERGE_DEFAULT_SHARD, cur = 0;
+    uint64_t max = o->max_shard_size ? o->max_shard_size : SHS__MERGE_DEFAULT_SHARD;
+    int rc;
     p->f = shs__calloc(p->n, sizeof *p->f);
     if (!p->f)
         return shs__err(SHS_ENOMEM, "out of memory planning the merge");
-    for (size_t i = 0; i < p->n; i++) {
-        shs__mtensor *t = &p->t[i];
-        /* transformers' rule: a new file when this tensor would take the
-           current one past the maximum (a larger tensor stands alone) */
-        uint64_t grown = cur > UINT64_MAX - t->nbytes ? UINT64_MAX : cur + t->nbytes;
-        if (p->nf == 0 || grown > max) {
-            p->f[p->nf].first = i;
-            p->nf++;
-            grown = t->nbytes;
-        }
-        shs__mfile *f = &p->f[p->nf - 1];
-        f->n++;
-        f->bytes += t->nbytes;
-        cur = grown;
-        t->file = p->nf - 1;
-        if (shs__add_u64(p->total, t->nbytes, &p->total))
+    for (size_t i = 0; i < p->n; i++)
+        if (shs__add_u64(p->total, p->t[i].nbytes, &p->total))
             return shs__err(SHS_EOVERFLOW, "merge: total size overflows 64 bits");
-    }
+    if (p->grouping == SHS_MERGE_GROUPING_LEGACY)
+        group_legacy(p, max);
+    else
+        group_current(p, max);
+    if ((rc = order_by_file(p)) < 0)
+        return rc;
     if (p->nf > 99999)
         return shs__err(SHS_EINVAL,
                         "merge: %zu output files (more than 99999): raise the shard size", p->nf);
@@ -294,6 +390,7 @@ static int pack(shs__mplan *p, const shs_merge_opts *o)
 int shs__merge_plan(shs__mplan *p, const shs_checkpoint *ck, const shs_merge_opts *o)
 {
     memset(p, 0, sizeof *p);
+    p->grouping = o->version >= 3 ? o->grouping : SHS_MERGE_GROUPING_LEGACY;
     int rc = select_tensors(p, ck, o);
     if (rc < 0)
         goto fail;
@@ -318,6 +415,7 @@ void shs__merge_plan_free(shs__mplan *p)
     for (size_t i = 0; p->t && i < p->n; i++)
         shs__free(p->t[i].name);
     shs__free(p->t);
+    shs__free(p->by_name);
     shs__free(p->f);
     memset(p, 0, sizeof *p);
 }
@@ -387,16 +485,21 @@ int shs__merge_index_json(shs__buf *out, const shs__mplan *p)
 {
     /* keys are sorted: "metadata" < "weight_map", and p->t is sorted by
        name bytewise, which is Python's code point order for UTF-8 */
-    int bad = shs__buf_addf(out,
-                            "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n"
-                            "  \"weight_map\": {\n",
-                            (unsigned long long)p->total) < 0;
-    for (size_t i = 0; i < p->n && !bad; i++) {
+    int bad = shs__buf_addf(out, "{\n  \"metadata\": {\n") < 0;
+    /* transformers >= 4.53 writes {"total_parameters": P, **split.metadata}:
+       sorted, it comes before "total_size" */
+    if (p->grouping != SHS_MERGE_GROUPING_LEGACY)
+        bad |= shs__buf_addf(out, "    \"total_parameters\": %llu,\n",
+                             (unsigned long long)p->params) < 0;
+    bad |= shs__buf_addf(out, "    \"total_size\": %llu\n  },\n  \"weight_map\": {\n",
+                         (unsigned long long)p->total) < 0;
+    for (size_t k = 0; k < p->n && !bad; k++) {
+        const shs__mtensor *t = &p->t[p->by_name[k]];
         bad |= shs__buf_add(out, "    ", 4) < 0;
-        bad |= py_json_str(out, p->t[i].name) < 0;
+        bad |= py_json_str(out, t->name) < 0;
         bad |= shs__buf_add(out, ": ", 2) < 0;
-        bad |= py_json_str(out, p->f[p->t[i].file].name) < 0;
-        if (i + 1 < p->n)
+        bad |= py_json_str(out, p->f[t->file].name) < 0;
+        if (k + 1 < p->n)
             bad |= shs__buf_addc(out, ',') < 0;
         bad |= shs__buf_addc(out, '\n') < 0;
     }

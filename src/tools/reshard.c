@@ -11,6 +11,7 @@
 #include "crypto/crypt.h"
 #include "store/io.h"
 #include "tools/layout_spec.h"
+#include "tools/strategy.h"
 #include "common/opts.h"
 #include "checkpoint/state.h"
 
@@ -111,6 +112,38 @@ static int load_layout_file(reshard *R, const char *path)
                             jerr.text);
     shs__free(text);
     return rc;
+}
+
+/* The target layout of a MindSpore strategy file: its parameters the
+   checkpoint holds, every other tensor replicated (MindSpore treats a
+   parameter the file does not name as not split). */
+static int load_strategy(reshard *R, const shs_reshard_opts *o)
+{
+    const char *k;
+    json_t *v, *tmp;
+    R->where = o->strategy_file;
+    int rc = shs__strategy_read(&R->doc, o->strategy_file, o->rank_list, o->n_rank_list);
+    if (rc < 0)
+        return rc;
+    json_t *tensors = json_object_get(R->doc, "tensors");
+    size_t n = json_object_size(tensors);
+    json_object_foreach_safe(tensors, tmp, k, v)
+    {
+        size_t i;
+        if (shs_checkpoint_find(&i, R->ck, k) != SHS_OK)
+            json_object_del(tensors, k);
+    }
+    /* some parameters may be absent (optimizer state not saved); none
+       present means the names differ, and everything would silently be
+       replicated */
+    if (json_object_size(tensors) == 0)
+        return shs__err(SHS_EINVAL,
+                        "%s: none of its %zu parameters is a tensor of the checkpoint %s (are the "
+                        "names the same?)",
+                        o->strategy_file, n, shs_checkpoint_path(R->ck));
+    if (json_object_set_new(tensors, "*", json_pack("{s:b}", "replicated", 1)) < 0)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    return SHS_OK;
 }
 
 static int is_glob(const char *k)
@@ -383,9 +416,13 @@ static int prepare(reshard *R, const char *src, const char *layout_path, const s
     R->nt = shs_checkpoint_tensor_count(R->ck);
     R->res.saved_world_size = shs_checkpoint_world_size(R->ck);
     R->res.step = shs_checkpoint_step(R->ck) < 0 ? 0 : shs_checkpoint_step(R->ck);
-    if ((rc = read_metadata(&meta, R->ck)) == SHS_OK)
-        rc = layout_path ? load_layout_file(R, layout_path) : saved_layout(R, meta);
-    if (layout_path && meta)
+    if (layout_path && o->strategy_file)
+        rc = shs__err(SHS_EINVAL, "reshard: a layout file or a strategy file, not both");
+    else if ((rc = read_metadata(&meta, R->ck)) == SHS_OK)
+        rc = o->strategy_file ? load_strategy(R, o)
+             : layout_path    ? load_layout_file(R, layout_path)
+                              : saved_layout(R, meta);
+    if ((layout_path || o->strategy_file) && meta)
         R->with_optim = !json_is_true(json_object_get(meta, "model_only"));
     else if (!meta)
         R->with_optim = 1;
@@ -500,6 +537,8 @@ int shs_reshard(shs_reshard_result *out, const char *src, const char *dst, const
         return rc;
     if (opts) /* only the fields of its version */
         shs__copy_in(&o, opts, SHS__V_RESHARD_OPTS);
+    if (o.rank_list && !o.strategy_file)
+        return shs__err(SHS_EINVAL, "shs_reshard: rank_list applies to a strategy_file");
     if (!src || !dst)
         return shs__err(SHS_EINVAL, "shs_reshard: source and destination are required");
     R.res = (shs_reshard_result)SHS_RESHARD_RESULT_INIT;
@@ -579,4 +618,17 @@ int shs_reshard_saved_layout(char **out, const char *src, int64_t step)
 void shs_reshard_layout_free(char *layout)
 {
     shs__free(layout);
+}
+
+int shs_strategy_layout(char **out, const char *path, const int *rank_list, size_t n_rank_list)
+{
+    json_t *doc = NULL;
+    if (!out || !path)
+        return shs__err(SHS_EINVAL, "shs_strategy_layout: arguments are required");
+    *out = NULL;
+    int rc = shs__strategy_read(&doc, path, rank_list, n_rank_list);
+    if (rc == SHS_OK && !(*out = doc_text(doc)))
+        rc = shs__err(SHS_ENOMEM, "out of memory");
+    json_decref(doc);
+    return rc;
 }

@@ -50,10 +50,18 @@ EOF
 # mkst's bytes for its tensors with __metadata__ {"format": "pt"}; the index
 # (when several files) equals json.dumps(indent=2, sort_keys=True) + "\n";
 # values equal the reference.
+# The grouping into files and the index text are checked against hfgroup.py
+# (an independent model of huggingface_hub's and older transformers'
+# algorithms): CHECK_MAX is the shard size, CHECK_GROUPING current (the
+# default) or legacy, CHECK_NOT_PARAMS a name prefix that total_parameters
+# does not count (optimizer state).
 cat >"$WORK/check.py" <<'EOF'
-import json, os, pickle, sys, numpy as np, mkst
+import json, os, pickle, sys, numpy as np, mkst, hfgroup
 W = os.environ["WORK"]
 dst = sys.argv[1]
+MAX = int(os.environ.get("CHECK_MAX", "5000000000"))
+GROUPING = os.environ.get("CHECK_GROUPING", "current")
+NOT_PARAMS = os.environ.get("CHECK_NOT_PARAMS", "")
 names = sorted(os.listdir(dst))
 files = [n for n in names if n.endswith(".safetensors")]
 tensors = {}
@@ -78,9 +86,20 @@ else:
     raw = open(os.path.join(dst, "model.safetensors.index.json"), "rb").read()
     ix = json.loads(raw)
     assert raw == (json.dumps(ix, indent=2, sort_keys=True) + "\n").encode(), "index text"
-    assert list(ix) == ["metadata", "weight_map"] and list(ix["metadata"]) == ["total_size"]
+    keys = ["total_parameters", "total_size"] if GROUPING == "current" else ["total_size"]
+    assert list(ix) == ["metadata", "weight_map"] and list(ix["metadata"]) == keys, ix["metadata"]
     assert ix["weight_map"] == {k: f for k, (f, _) in tensors.items()}, "weight_map"
     assert ix["metadata"]["total_size"] == sum(len(v[2]) for _, v in tensors.values())
+# the files and the index as the independent model groups them
+sizes = {k: len(v[2]) for k, (_, v) in tensors.items()}
+want = hfgroup.plan(list(sizes.items()), MAX, GROUPING)
+got = {f: sorted(k for k, (ff, _) in tensors.items() if ff == f) for f in files}
+assert got == {f: sorted(v) for f, v in want.items()}, (GROUPING, got, want)
+if len(files) > 1:
+    params = sum(int(np.prod(v[1], dtype=np.uint64)) for k, (_, v) in tensors.items()
+                 if not (NOT_PARAMS and k.startswith(NOT_PARAMS)))
+    assert raw == hfgroup.index_text(want, sizes, GROUPING, params).encode(), "index != model's"
+
 if len(sys.argv) > 2 and sys.argv[2] == "plainsrc":
     ref = pickle.load(open(f"{W}/ref.pkl", "rb"))
     to = sys.argv[3] if len(sys.argv) > 3 else ""
@@ -121,9 +140,28 @@ EOF
 expect 0 "merge into 100-byte shards with 2 jobs" "$SHS_BIN" merge "$WORK/src" "$WORK/o2" --max-shard-size 100 -j 2
 py "shards: reference bytes, index text as transformers" <<EOF
 import subprocess, sys, os
+os.environ["CHECK_MAX"] = "100"
 subprocess.run([sys.executable, "$WORK/check.py", "$WORK/o2", "plainsrc"], check=True)
 assert len([f for f in os.listdir("$WORK/o2") if f.endswith(".safetensors")]) >= 4
 EOF
+py "current grouping: a tensor larger than the shard size does not close the open file" <<EOF
+import json
+ix = json.load(open("$WORK/o2/model.safetensors.index.json"))
+wm = ix["weight_map"]
+assert wm["layers.0.w"] == "model-00003-of-00004.safetensors", wm
+assert wm["layers.0.b"] == wm["layers.1.w"] == wm["mask"] == "model-00004-of-00004.safetensors", wm
+assert ix["metadata"]["total_parameters"] == 30 + 5 + 24 + 12 + 3 + 9 + 4 + 2, ix["metadata"]
+EOF
+expect 0 "--grouping legacy" "$SHS_BIN" merge "$WORK/src" "$WORK/o2legacy" --max-shard-size 100 --grouping legacy
+py "legacy grouping: files and index as transformers < 4.42" <<EOF
+import subprocess, sys, os, json
+os.environ.update(CHECK_MAX="100", CHECK_GROUPING="legacy")
+subprocess.run([sys.executable, "$WORK/check.py", "$WORK/o2legacy", "plainsrc"], check=True)
+wm = json.load(open("$WORK/o2legacy/model.safetensors.index.json"))["weight_map"]
+assert wm["layers.0.w"] == "model-00004-of-00005.safetensors" != wm["layers.0.b"], wm
+EOF
+expect 2 "--grouping of an unknown kind" "$SHS_BIN" merge "$WORK/src" "$WORK/bad" --grouping newest
+has "$WORK/err" "--grouping needs 'current' or 'legacy', not 'newest'" "grouping error"
 expect 0 "the same shards with 1 job" "$SHS_BIN" merge "$WORK/src" "$WORK/o2j1" --max-shard-size 100
 CHECKS=$((CHECKS + 1))
 if diff -r "$WORK/o2" "$WORK/o2j1" >/dev/null; then pass "--jobs 2 and 1: identical output"; else fail "--jobs 2 and 1 differ"; fi
@@ -185,7 +223,8 @@ expect 1 "an existing destination" "$SHS_BIN" merge "$WORK/src" "$WORK/o1"
 has "$WORK/err" "exists" "existing DST named"
 expect 0 "--force replaces an earlier merge" "$SHS_BIN" merge "$WORK/src" "$WORK/o1" --force --max-shard-size 100
 py "--force: the new sharded output" <<EOF
-import subprocess, sys
+import subprocess, sys, os
+os.environ["CHECK_MAX"] = "100"
 subprocess.run([sys.executable, "$WORK/check.py", "$WORK/o1", "plainsrc"], check=True)
 EOF
 mkdir -p "$WORK/mine" && echo keep >"$WORK/mine/notes.txt"
@@ -238,7 +277,8 @@ expect 0 "model weights equal the checkpoint" "$SHS_BIN" diff --kind model "$WOR
 expect 0 "merge step 10 with the optimizer" "$SHS_BIN" merge "$WORK/sp" "$WORK/t2" --step 10 --with-optimizer --max-shard-size 20KB
 expect 0 "step 10, every tensor, equals the checkpoint" "$SHS_BIN" diff --kind all "$WORK/sp/iteration_00000010" "$WORK/t2"
 py "trainer output: reference bytes and index" <<EOF
-import subprocess, sys
+import subprocess, sys, os
+os.environ.update(CHECK_MAX="20000", CHECK_NOT_PARAMS="optimizer.")
 subprocess.run([sys.executable, "$WORK/check.py", "$WORK/t2"], check=True)
 EOF
 cp -r "$WORK/sp/iteration_00000020" "$WORK/damaged"
