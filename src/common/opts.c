@@ -78,6 +78,10 @@ static const struct {
                                 "SHS_RESHARD_RESULT_INIT",
                                 SHS_RESHARD_RESULT_VERSION,
                                 { 0, sizeof(shs_reshard_result) } },
+    [SHS__V_YAML_OPTS] = { "shs_yaml_opts",
+                           "SHS_YAML_OPTS_INIT",
+                           SHS_YAML_OPTS_VERSION,
+                           { 0, sizeof(shs_yaml_opts) } },
 };
 
 /* Every table lists every version up to the current one, and the newest

@@ -32,6 +32,7 @@ typedef enum shs__vstruct {
     SHS__V_MERGE_RESULT,
     SHS__V_RESHARD_OPTS,
     SHS__V_RESHARD_RESULT,
+    SHS__V_YAML_OPTS,
     SHS__V_COUNT
 } shs__vstruct;
 

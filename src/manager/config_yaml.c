@@ -945,8 +945,7 @@ int shs_config_load_yaml_ex(shs_config *config, const char *path, const shs_yaml
     if (!config || !path)
         return shs__err(SHS_EINVAL, "shs_config_load_yaml: NULL argument");
     int rc;
-    if (opts && (rc = shs__check_opts_version(opts->version, SHS_YAML_OPTS_VERSION,
-                                              "shs_config_load_yaml_ex")) < 0)
+    if (opts && (rc = shs__check_version(opts, SHS__V_YAML_OPTS, "shs_config_load_yaml_ex")) < 0)
         return rc;
     char *text = NULL;
     size_t len = 0;
