@@ -7,6 +7,7 @@
  */
 #include "_C.h"
 
+#include <limits.h>
 #include <string.h>
 
 /* A list of str -> array of C strings borrowed from the list's items
@@ -84,25 +85,28 @@ static int progress_cb(void *ctx, uint64_t done, uint64_t total)
 }
 
 /* merge(src, dst, max_shard_size, dtype, include, exclude, rename, flags,
-         jobs, part_index, part_count, step, key, progress, finish)
+         jobs, part_index, part_count, step, key, progress, finish,
+         grouping, src_strategy)
    -> {"n_tensors", "n_files", "total_size", "files_written",
        "bytes_written"} */
 static PyObject *py_merge(PyObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "src",     "dst",        "max_shard_size", "dtype",
-                              "include", "exclude",    "rename",         "flags",
-                              "jobs",    "part_index", "part_count",     "step",
-                              "key",     "progress",   "finish",         NULL };
+    static char *kwlist[] = { "src",          "dst",        "max_shard_size", "dtype",
+                              "include",      "exclude",    "rename",         "flags",
+                              "jobs",         "part_index", "part_count",     "step",
+                              "key",          "progress",   "finish",         "grouping",
+                              "src_strategy", NULL };
     PyObject *src_o, *dst_o, *dtype_o = Py_None, *inc_o = Py_None, *exc_o = Py_None;
     PyObject *ren_o = Py_None, *key_o = Py_None, *prog_o = Py_None, *result = NULL;
+    PyObject *strat_o = Py_None, *strat_b = NULL;
     unsigned long long max_shard = 0;
     unsigned int flags = 0;
-    int jobs = 1, part_index = 0, part_count = 0, finish = 0, rc;
+    int jobs = 1, part_index = 0, part_count = 0, finish = 0, grouping = 0, rc;
     long long step = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|KOOOOIiiiLOOp", kwlist, PyUnicode_FSConverter,
-                                     &src_o, PyUnicode_FSConverter, &dst_o, &max_shard, &dtype_o,
-                                     &inc_o, &exc_o, &ren_o, &flags, &jobs, &part_index,
-                                     &part_count, &step, &key_o, &prog_o, &finish))
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "O&O&|KOOOOIiiiLOOpiO", kwlist, PyUnicode_FSConverter, &src_o,
+            PyUnicode_FSConverter, &dst_o, &max_shard, &dtype_o, &inc_o, &exc_o, &ren_o, &flags,
+            &jobs, &part_index, &part_count, &step, &key_o, &prog_o, &finish, &grouping, &strat_o))
         return NULL;
     shs_merge_opts o = SHS_MERGE_OPTS_INIT;
     shs_merge_result r = SHS_MERGE_RESULT_INIT;
@@ -113,6 +117,12 @@ static PyObject *py_merge(PyObject *self, PyObject *args, PyObject *kw)
         str_array(exc_o, &exc, &o.n_exclude, "exclude") < 0 ||
         str_array(ren_o, &ren, &o.n_rename, "rename") < 0 || key_arg(key_o, &key) < 0)
         goto done;
+    if (strat_o != Py_None) {
+        if (!PyUnicode_FSConverter(strat_o, &strat_b))
+            goto done;
+        o.src_strategy_file = PyBytes_AS_STRING(strat_b);
+    }
+    o.grouping = grouping;
     if (dtype_o != Py_None) {
         Py_ssize_t len;
         const char *d = pyshs_utf8(dtype_o, &len, "dtype");
@@ -163,23 +173,26 @@ done:
     PyMem_Free(inc);
     PyMem_Free(exc);
     PyMem_Free(ren);
+    Py_XDECREF(strat_b);
     Py_DECREF(src_o);
     Py_DECREF(dst_o);
     return result;
 }
 
-/* reshard(src, dst, layout, world_size, step, prefix, fsync, key) -> dict */
+/* reshard(src, dst, layout, world_size, step, prefix, fsync, key,
+           strategy, rank_list) -> dict */
 static PyObject *py_reshard(PyObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "src",    "dst",   "layout", "world_size", "step",
-                              "prefix", "fsync", "key",    NULL };
+    static char *kwlist[] = { "src",   "dst", "layout",   "world_size", "step", "prefix",
+                              "fsync", "key", "strategy", "rank_list",  NULL };
     PyObject *src_o, *dst_o, *layout_o = Py_None, *prefix_o = Py_None, *key_o = Py_None;
+    PyObject *strat_o = Py_None, *ranks_o = Py_None, *strat_b = NULL;
     PyObject *layout_b = NULL, *result = NULL;
-    int world_size = 0, fsync = 1, rc;
+    int world_size = 0, fsync = 1, rc, *ranks = NULL;
     long long step = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|OiLOpO", kwlist, PyUnicode_FSConverter, &src_o,
-                                     PyUnicode_FSConverter, &dst_o, &layout_o, &world_size, &step,
-                                     &prefix_o, &fsync, &key_o))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O&|OiLOpOOO", kwlist, PyUnicode_FSConverter,
+                                     &src_o, PyUnicode_FSConverter, &dst_o, &layout_o, &world_size,
+                                     &step, &prefix_o, &fsync, &key_o, &strat_o, &ranks_o))
         return NULL;
     shs_reshard_opts o = SHS_RESHARD_OPTS_INIT;
     shs_reshard_result r = SHS_RESHARD_RESULT_INIT;
@@ -191,6 +204,35 @@ static PyObject *py_reshard(PyObject *self, PyObject *args, PyObject *kw)
         goto done;
     if (key_arg(key_o, &key) < 0)
         goto done;
+    if (strat_o != Py_None) {
+        if (!PyUnicode_FSConverter(strat_o, &strat_b))
+            goto done;
+        o.strategy_file = PyBytes_AS_STRING(strat_b);
+    }
+    if (ranks_o != Py_None) {
+        PyObject *seq = PySequence_Fast(ranks_o, "rank_list must be a sequence of int");
+        if (!seq)
+            goto done;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        ranks = PyMem_Calloc(n ? (size_t)n : 1, sizeof *ranks);
+        for (Py_ssize_t i = 0; ranks && i < n; i++) {
+            long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+            if (v == -1 && PyErr_Occurred())
+                break;
+            if (v < 0 || v > INT_MAX) {
+                PyErr_Format(PyExc_ValueError, "rank_list[%zd] = %ld: not a rank", i, v);
+                break;
+            }
+            ranks[i] = (int)v;
+        }
+        Py_DECREF(seq);
+        if (!ranks)
+            PyErr_NoMemory();
+        if (PyErr_Occurred())
+            goto done;
+        o.rank_list = ranks;
+        o.n_rank_list = (size_t)n;
+    }
     o.world_size = world_size;
     o.step = step;
     o.fsync = fsync;
@@ -216,6 +258,8 @@ done:
     if (key.obj)
         PyBuffer_Release(&key);
     Py_XDECREF(layout_b);
+    Py_XDECREF(strat_b);
+    PyMem_Free(ranks);
     Py_DECREF(src_o);
     Py_DECREF(dst_o);
     return result;
@@ -295,7 +339,9 @@ int pyshs_tools_init(PyObject *module)
     if (PyModule_AddFunctions(module, tools_methods) < 0 ||
         PyModule_AddIntConstant(module, "MERGE_FORCE", SHS_MERGE_FORCE) < 0 ||
         PyModule_AddIntConstant(module, "MERGE_WITH_OPTIMIZER", SHS_MERGE_WITH_OPTIMIZER) < 0 ||
-        PyModule_AddIntConstant(module, "MERGE_FSYNC", SHS_MERGE_FSYNC) < 0)
+        PyModule_AddIntConstant(module, "MERGE_FSYNC", SHS_MERGE_FSYNC) < 0 ||
+        PyModule_AddIntConstant(module, "MERGE_GROUPING_CURRENT", SHS_MERGE_GROUPING_CURRENT) < 0 ||
+        PyModule_AddIntConstant(module, "MERGE_GROUPING_LEGACY", SHS_MERGE_GROUPING_LEGACY) < 0)
         return -1;
     return 0;
 }

@@ -19,11 +19,7 @@ from ._errors import InvalidArgumentError, MismatchError
 __all__ = ["merge", "reshard", "saved_layout", "unified_safetensors",
            "load_distributed_checkpoint"]
 
-_STRATEGY_MISSING = (
-    "{arg}: reading a MindSpore parallel strategy file needs libshardsafe's strategy-file "
-    "layout source, which this build does not have (shs_merge_opts / shs_reshard have no "
-    "field for it yet).  Pass {arg}=None: the layout is then read from the checkpoint's "
-    "own metadata (MindSpore CP2.0 metadata.json, or ours)")
+_GROUPINGS = {"current": _C.MERGE_GROUPING_CURRENT, "legacy": _C.MERGE_GROUPING_LEGACY}
 
 
 def _key(key, key_file, key_env):
@@ -192,7 +188,7 @@ def _choose(src, step, with_optimizer, choice_func, key):
 def merge(src, dst, *, max_shard_size=None, dtype=None, include=None, exclude=None,
           rename=None, choice_func=None, with_optimizer=False, jobs=1, step=None, part=None,
           finish_parts=None, force=False, fsync=False, key=None, key_file=None, key_env=None,
-          progress=None):
+          progress=None, grouping="current", src_strategy_file=None):
     """Merge checkpoint `src` into the Hugging Face layout in directory
     `dst` (shs_merge, `shardsafe merge`; docs/merge.md): complete tensors
     in model.safetensors or model-0000I-of-0000N.safetensors plus
@@ -213,6 +209,10 @@ def merge(src, dst, *, max_shard_size=None, dtype=None, include=None, exclude=No
     key / key_file / key_env   the key of an encrypted source
     progress        callable(done, total) from the merging threads; a true
                     result cancels (nothing is left behind)
+    grouping        "current" (huggingface_hub >= 0.21 / transformers >= 4.42,
+                    "total_parameters" in the index) or "legacy"
+    src_strategy_file  a MindSpore strategy file: `src` is a folder of
+                    rank_0, rank_1, ... folders laid out as it says
     Returns {"n_tensors", "n_files", "total_size", "files_written",
     "bytes_written"}."""
     key = _key(key, key_file, key_env)
@@ -237,11 +237,17 @@ def merge(src, dst, *, max_shard_size=None, dtype=None, include=None, exclude=No
             raise InvalidArgumentError(f"finish_parts {finish_parts!r}: needs N >= 1")
     if progress is not None and not callable(progress):
         raise InvalidArgumentError("progress must be callable")
+    if grouping not in _GROUPINGS:
+        raise InvalidArgumentError(f"grouping {grouping!r}: 'current' or 'legacy'")
+    strategy = None if src_strategy_file is None else os.fspath(src_strategy_file)
+    if strategy is not None and choice_func is not None:
+        raise InvalidArgumentError("choice_func with src_strategy_file: select with "
+                                   "include/exclude/rename instead")
     flags = ((_C.MERGE_FORCE if force else 0) | (_C.MERGE_FSYNC if fsync else 0)
              | (_C.MERGE_WITH_OPTIMIZER if with_optimizer else 0))
     return _C.merge(os.fspath(src), os.fspath(dst), _size(max_shard_size), dtype, inc, exc, ren,
                     flags, int(jobs), part_index, part_count, -1 if step is None else int(step),
-                    key, progress, finish_parts is not None)
+                    key, progress, finish_parts is not None, _GROUPINGS[grouping], strategy)
 
 
 def saved_layout(src, step=None):
@@ -251,11 +257,13 @@ def saved_layout(src, step=None):
 
 
 def reshard(src, dst, layout=None, *, world_size=None, step=None, prefix=None, fsync=True,
-            key=None, key_file=None, key_env=None):
+            key=None, key_file=None, key_env=None, strategy_file=None, rank_list=None):
     """Rewrite checkpoint `src` as the step directory `dst` for another
     layout, offline (shs_reshard, `shardsafe reshard`; docs/reshard.md).
     `layout`: a layout document (a dict, or the path of its JSON file);
-    None: the source's own layout.  world_size scales it (TP 4 -> 2).
+    None: the source's own layout.  strategy_file: the target layout from
+    a MindSpore strategy file instead (rank_list: the rank of each of its
+    devices).  world_size scales it (TP 4 -> 2).
     Returns the result dict (world_size, saved_world_size, step,
     n_tensors, bytes_read, bytes_written, blobs_carried, blobs_dropped,
     scaled, layout_recorded)."""
@@ -264,15 +272,23 @@ def reshard(src, dst, layout=None, *, world_size=None, step=None, prefix=None, f
     if world_size is not None and ws <= 0:
         raise InvalidArgumentError(f"world_size {world_size!r}: must be > 0")
     st = -1 if step is None else int(step)
+    extra = {}
+    if strategy_file is not None:
+        if layout is not None:
+            raise InvalidArgumentError("give layout or strategy_file, not both")
+        extra["strategy"] = os.fspath(strategy_file)
+    if rank_list is not None:
+        extra["rank_list"] = [int(r) for r in rank_list]
     if isinstance(layout, dict):
         with tempfile.TemporaryDirectory(prefix="shardsafe-layout-") as d:
             path = os.path.join(d, "layout.json")
             with open(path, "w") as fh:
                 json.dump(layout, fh)
             return _C.reshard(os.fspath(src), os.fspath(dst), path, ws, st, prefix, bool(fsync),
-                              key)
+                              key, **extra)
     lp = None if layout is None else os.fspath(layout)
-    return _C.reshard(os.fspath(src), os.fspath(dst), lp, ws, st, prefix, bool(fsync), key)
+    return _C.reshard(os.fspath(src), os.fspath(dst), lp, ws, st, prefix, bool(fsync), key,
+                      **extra)
 
 
 def unified_safetensors(src_dir, src_strategy_file, dst_dir, merge_with_redundancy=True,
@@ -284,7 +300,9 @@ def unified_safetensors(src_dir, src_strategy_file, dst_dir, merge_with_redundan
     `dst_dir` in the Hugging Face layout (model*.safetensors + index);
     an earlier merge's output there is replaced.
 
-    src_strategy_file    must be None (see _STRATEGY_MISSING)
+    src_strategy_file    None: the layout is the checkpoint's own metadata;
+                         a MindSpore strategy file: src_dir holds rank_0,
+                         rank_1, ... folders laid out as it says
     merge_with_redundancy  not needed: the checkpoint's metadata says
                          which chunks were saved once; either value works
     file_suffix          must be None (select a step with merge(step=N))
@@ -295,8 +313,6 @@ def unified_safetensors(src_dir, src_strategy_file, dst_dir, merge_with_redundan
                          merge(src_dir, dst_dir, finish_parts=n) gathers
                          them (MindSpore writes parts straight into dst_dir)
     Returns the merge result dict."""
-    if src_strategy_file is not None:
-        raise NotImplementedError(_STRATEGY_MISSING.format(arg="src_strategy_file"))
     if file_suffix is not None:
         raise NotImplementedError(
             f"file_suffix={file_suffix!r}: shardsafe merges one step of a checkpoint, chosen "
@@ -311,8 +327,14 @@ def unified_safetensors(src_dir, src_strategy_file, dst_dir, merge_with_redundan
             raise InvalidArgumentError(f"split_dst_file {tuple(split_dst_file)!r}: needs (i, n) "
                                        "with 1 <= i <= n")
         part = (i - 1, n)
+    if src_strategy_file is not None and choice_func is not None:
+        # the strategy's rank folders are read only by the library: list
+        # their tensors there first (a plain merge of one file each would
+        # not know their layout), so choice_func is applied after a merge
+        raise NotImplementedError("choice_func with src_strategy_file: merge without "
+                                  "choice_func, then select from the merged files")
     return merge(src_dir, dst_dir, choice_func=choice_func, jobs=jobs, part=part, force=True,
-                 with_optimizer=True)
+                 with_optimizer=True, src_strategy_file=src_strategy_file)
 
 
 def _target_names(names, choice_func, name_map):
@@ -373,7 +395,10 @@ def load_distributed_checkpoint(network=None, checkpoint_filenames=None, predict
             f"format={format!r}: shardsafe reads safetensors only; convert MindSpore .ckpt "
             "files with mindspore.ckpt_to_safetensors first")
     if train_strategy_filename is not None:
-        raise NotImplementedError(_STRATEGY_MISSING.format(arg="train_strategy_filename"))
+        raise NotImplementedError(
+            "train_strategy_filename: read rank folders laid out by a strategy file with "
+            "unified_safetensors(src_dir, train_strategy_filename, dst_dir) first, then pass "
+            "unified_safetensors_dir=dst_dir")
     if predict_strategy is not None or rank_id is not None or dst_safetensors_dir is not None:
         raise NotImplementedError(
             "predict_strategy / rank_id / dst_safetensors_dir: loading one rank's slices for a "

@@ -39,7 +39,7 @@ def hf_tensors(dst):
             _, _, data, meta = mkst.read(os.path.join(dst, f))
             assert meta == {"format": "pt"}
             for name, (dt, shape, raw) in data.items():
-                out[name] = np.frombuffer(raw, {"F32": "<f4", "BF16": "<u2"}[dt]).reshape(shape)
+                out[name] = np.frombuffer(raw, {"F32": "<f4", "BF16": "<u2", "I32": "<i4"}[dt]).reshape(shape)
     return out
 
 
@@ -175,8 +175,6 @@ def test_reshard_and_saved_layout(ckpt, tmp_path):
 def test_unified_safetensors(ckpt, tmp_path):
     save, model, opt = ckpt
     dst = tmp_path / "merged"
-    with pytest.raises(NotImplementedError, match="src_strategy_file.*strategy"):
-        shardsafe.unified_safetensors(save, "strategy.ckpt", dst)
     with pytest.raises(NotImplementedError, match="file_suffix"):
         shardsafe.unified_safetensors(save, None, dst, file_suffix="1_1")
     r = shardsafe.unified_safetensors(save, None, dst, max_process_num=64,
@@ -191,6 +189,71 @@ def test_unified_safetensors(ckpt, tmp_path):
     assert len(hf_tensors(tmp_path / "split")) == 6
     with pytest.raises(shardsafe.InvalidArgumentError, match="split_dst_file"):
         shardsafe.unified_safetensors(save, None, tmp_path / "s2", split_dst_file=(0, 2))
+
+
+def _strategy_ranks(tmp_path):
+    """A 2 x 2 (dp x tp) MindSpore strategy file (mkstrategy: written from
+    the protobuf wire format) and rank_0..rank_3 folders holding each
+    rank's slices as MindSpore saves them; returns (ranks, strategy, full)."""
+    import mkstrategy as ms
+    rng = np.random.default_rng(3)
+    full = {"w": rng.standard_normal((8, 6)).astype(np.float32),
+            "b": rng.standard_normal(6).astype(np.float32),
+            "ids": np.arange(12, dtype=np.int32).reshape(3, 4)}
+    params = [dict(name="w", dev=[2, 2], tmap=[0, -1]), dict(name="b", dev=[2, 2], tmap=[-1]),
+              dict(name="ids", dev=[2, 2], tmap=[-1, 0])]
+    strategy = tmp_path / "strategy.ckpt"
+    ms.write(str(strategy), params)
+    per_rank = {r: [] for r in range(4)}
+    for p in params:
+        for r, (off, size) in ms.slices(p, list(full[p["name"]].shape)).items():
+            part = np.ascontiguousarray(ms.cut(full[p["name"]], off, size))
+            per_rank[r].append(mkst.entry(p["name"], part))
+    ranks = tmp_path / "ranks"
+    for r, entries in per_rank.items():
+        os.makedirs(ranks / f"rank_{r}")
+        mkst.write(str(ranks / f"rank_{r}" / f"checkpoint_{r}-1_1.safetensors"), entries,
+                   metadata={"format": "ms"})
+    return ranks, strategy, full
+
+
+def test_strategy_files(tmp_path):
+    ranks, strategy, full = _strategy_ranks(tmp_path)
+    # seed 004: unified_safetensors(src_dir, src_strategy_file, dst_dir)
+    r = shardsafe.unified_safetensors(ranks, strategy, tmp_path / "merged")
+    assert r["n_tensors"] == 3
+    got = hf_tensors(tmp_path / "merged")
+    assert sorted(got) == sorted(full)
+    for n, a in full.items():
+        assert np.array_equal(got[n], a), n
+    # merge() with the file, the older grouping
+    shardsafe.merge(ranks, tmp_path / "legacy", src_strategy_file=strategy, grouping="legacy")
+    assert np.array_equal(hf_tensors(tmp_path / "legacy")["w"], full["w"])
+    with pytest.raises(shardsafe.InvalidArgumentError, match="grouping"):
+        shardsafe.merge(ranks, tmp_path / "g", src_strategy_file=strategy, grouping="newest")
+    with pytest.raises(NotImplementedError, match="choice_func"):
+        shardsafe.unified_safetensors(ranks, strategy, tmp_path / "c", choice_func=bool)
+    # a file that is not a strategy: an error naming it, nothing written
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"\xff" * 16)
+    with pytest.raises(shardsafe.ShardsafeError, match="bad.ckpt"):
+        shardsafe.unified_safetensors(ranks, bad, tmp_path / "nothing")
+    assert not (tmp_path / "nothing").exists()
+    # reshard to the strategy's layout: rank k holds the boxes it names
+    r = shardsafe.reshard(tmp_path / "merged", tmp_path / "step", strategy_file=strategy,
+                          fsync=False)
+    assert r["world_size"] == 4
+    with open_checkpoint(tmp_path / "step") as c:
+        assert np.array_equal(c.get_tensor("w"), full["w"])
+    r = shardsafe.reshard(tmp_path / "merged", tmp_path / "step2", strategy_file=strategy,
+                          rank_list=[3, 2, 1, 0], fsync=False)
+    assert r["world_size"] == 4
+    with pytest.raises(shardsafe.InvalidArgumentError, match="not both"):
+        shardsafe.reshard(tmp_path / "merged", tmp_path / "x", {"world_size": 1},
+                          strategy_file=strategy)
+    with pytest.raises(ValueError, match="rank_list"):
+        shardsafe.reshard(tmp_path / "merged", tmp_path / "x", strategy_file=strategy,
+                          rank_list=[-1, 0, 1, 2])
 
 
 def test_load_distributed_checkpoint(ckpt, tmp_path):
