@@ -654,7 +654,7 @@ typedef struct shs_config {
        encryption was turned on).  load_path and initial_load_path take
        unencrypted checkpoints and weights whatever it says. */
     int allow_unencrypted_resume; /* (0) */
-    int enable; /* torchtitan's checkpoint.enable (1): 0 = no checkpoint is
+    int enable;                   /* torchtitan's checkpoint.enable (1): 0 = no checkpoint is
                    loaded (not even the job's own save_path) and none is
                    saved, whatever the other fields say */
     /* torchtitan's initial_load_in_hf_quantized (docs/hf.md):
