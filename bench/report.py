@@ -784,7 +784,7 @@ def encryption(g, w):
       "section 3 saved by `shs_manager_save` (sync) without and with `encrypt_key_file` "
       "(AES-256-GCM, a STREAM of 1 MiB segments per chunk, libcrypto), interleaved, best of 3 "
       "each; then loaded back (warm cache) by `shs_manager_load`, checked equal, and verified "
-      "(`shs_checkpoint_verify` against `shs_checkpoint_verify_key`). \"CPU ratio\" divides "
+      "(`shs_checkpoint_verify` without and with the key). \"CPU ratio\" divides "
       "the best process CPU times (user + system) instead: the steadier number on a shared "
       "machine.")
     w("")

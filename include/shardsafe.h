@@ -35,6 +35,22 @@
  *     once.  A reader handle (shs_file) is immutable after open and may be
  *     read from many threads at once.  A writer handle is single-threaded.
  *     shs_set_allocator() must be called before any other function.
+
+ * Stability tiers (as zstd.h marks its own)
+ *   STABLE        the sections under "Stable API": kept source- and
+ *                 binary-compatible across minor releases (structs grow
+ *                 only by appended, versioned fields; nothing is renamed
+ *                 or removed before 1.0 without a release note).
+ *   ADVANCED      save-path internals and the offline tools, for tools and
+ *                 bindings: stable in behaviour, may gain arguments in
+ *                 the 0.x series (each such change is listed in the
+ *                 release notes).
+ *   EXPERIMENTAL  marked so where declared: may change in any release.
+ *
+ * Naming: functions are shs_<object>_<verb> (shs_checkpoint_open), types
+ * shs_<object>[_<what>] (shs_checkpoint_open_opts), constants
+ * SHS_<OBJECT>_<NAME>; every handle is released by shs_<object>_free,
+ * and out-parameters (results included) come first.
  */
 #ifndef SHARDSAFE_H
 #define SHARDSAFE_H
@@ -65,6 +81,10 @@ extern "C" {
    to compare, e.g. shs_version_number() >= 200 for 0.2.0 or later. */
 SHS_API const char *shs_version(void);
 SHS_API unsigned shs_version_number(void);
+
+/* ========================================================================
+ * STABLE API
+ * ===================================================================== */
 
 /* ------------------------------------------------------------------------
  * Status codes.  Values are stable; new codes are only ever appended.
@@ -111,8 +131,17 @@ typedef enum shs_status {
     SHS_EMISMATCH = -53,     /* checkpoint does not match the registered
                                       state (missing, extra, mis-shaped) */
     SHS_ENOCHECKPOINT = -54, /* no checkpoint where one was required */
-    SHS_ELOCKED = -55        /* the save path is locked by another
+    SHS_ELOCKED = -55,       /* the save path is locked by another
                                       writer (shs_savepath_lock) */
+    SHS_EKEY = -60,          /* a key that is missing, wrong or malformed
+                                      (encryption at rest; the message says
+                                      "key required", "wrong key", or names
+                                      the key file or variable at fault) */
+    SHS_EEXIST = -61         /* a create-only write (an S3 PUT with
+                                      If-None-Match: *, a local link(2))
+                                      found the name taken: a step committed
+                                      by another attempt, a lease another
+                                      job holds (docs/s3.md) */
 } shs_status;
 
 /* Static description of a status code ("header is not valid UTF-8"). */
@@ -139,11 +168,18 @@ typedef struct shs_allocator {
 
 SHS_API void shs_set_allocator(const shs_allocator *allocator);
 
+/* Release memory the library allocated and handed to the caller (the
+   layout documents of shs_reshard_saved_layout and shs_strategy_layout);
+   through the allocator set above.  NULL is a no-op. */
+SHS_API void shs_free(void *ptr);
+
 /* ------------------------------------------------------------------------
  * Data types.  Values follow the reference implementation's ordering
  * (ascending alignment); the writer sorts tensors by descending dtype.
  * ---------------------------------------------------------------------- */
 typedef enum shs_dtype {
+    SHS_DTYPE_NONE = -1, /* no dtype: "keep what is stored" where an option
+                            takes one (shs_merge_opts.dtype) */
     SHS_BOOL = 0,
     SHS_F4,
     SHS_F6_E2M3,
@@ -202,6 +238,13 @@ SHS_API uint16_t shs_f32_to_bf16(float x);
 SHS_API float shs_bf16_to_f32(uint16_t x);
 SHS_API uint16_t shs_f32_to_f16(float x);
 SHS_API float shs_f16_to_f32(uint16_t x);
+
+/* A dtype by its safetensors name or a framework's alias, any case:
+   BF16/bfloat16, F16/fp16/float16/half, F32/fp32/float32/float,
+   F64/fp64/float64/double, F8_E4M3/float8_e4m3fn, F8_E5M2/float8_e5m2.
+   SHS_EDTYPE naming the text otherwise.  (The `export_dtype` key and the
+   CLI's --dtype.) */
+SHS_API int shs_dtype_parse_alias(shs_dtype *out, const char *name);
 
 /* ------------------------------------------------------------------------
  * Reading safetensors files.
@@ -269,7 +312,7 @@ SHS_API int shs_file_open(shs_file **out, const char *path, const shs_open_opts 
  */
 SHS_API int shs_file_open_memory(shs_file **out, const void *data, size_t len, const char *name);
 
-SHS_API void shs_file_close(shs_file *file);
+SHS_API void shs_file_free(shs_file *file);
 
 /* Path (or name) the file was opened with. */
 SHS_API const char *shs_file_path(const shs_file *file);
@@ -292,7 +335,7 @@ SHS_API int shs_file_find_n(size_t *out_index, const shs_file *file, const char 
 /* `__metadata__` entries, sorted by key (bytewise, over the full key).
    has_metadata is 0 when the header had no `__metadata__` (or null), 1
    when present (possibly empty).  Keys and values are decoded UTF-8, owned
-   by the file, valid until shs_file_close, and NUL-terminated -- but JSON
+   by the file, valid until shs_file_free, and NUL-terminated -- but JSON
    lets them hold "\u0000", so a key or value may also contain NUL bytes:
    the _n accessors give their full lengths, the others read them as C
    strings (cut at the first NUL). */
@@ -613,8 +656,11 @@ typedef struct shs_config {
     int load_worker_number;        /* reader threads per rank (1; an encrypted
                                       checkpoint: at least 2) */
     int strict;                    /* missing/extra tensors are errors (1) */
-    /* internal: strings owned by the config */
-    void *owned_;
+    /* The strings shs_config_set and shs_config_load_yaml allocated for
+       this config (the string fields above point into them); freed by
+       shs_config_release.  NULL after shs_config_init; a config filled
+       by the program alone keeps it NULL.  Never set it. */
+    void *strings;
     /* version 2: starting from Hugging Face weights (docs/hf.md) */
     int initial_load_in_hf;       /* initial_load_path (else hf_assets_path)
                                      is a Hugging Face model: a folder with
@@ -730,6 +776,30 @@ typedef struct shs_yaml_opts {
 SHS_API int shs_config_load_yaml_ex(shs_config *config, const char *path,
                                     const shs_yaml_opts *opts);
 
+/*
+ * Starting from Hugging Face weights.
+ *
+ * No new function: shs_config (version 2) has initial_load_in_hf,
+ * hf_assets_path, hf_name_map and hf_name_map_file, and
+ * shs_manager_load() then starts a job from a Hugging Face model when
+ * it would use initial_load_path (docs/hf.md):
+ *   - the path (initial_load_path, else hf_assets_path) is a folder with
+ *     model.safetensors.index.json or model.safetensors, or either file;
+ *     files come from the index's weight_map only, and an index that
+ *     disagrees with its files is SHS_ECORRUPT naming them;
+ *   - weights only (initial_load_model_only must be true: SHS_ECONFIG at
+ *     create otherwise); master weights refreshed; progress untouched;
+ *   - names renamed by the map file's entries, else the longest matching
+ *     hf_name_map prefix rule; two tensors onto one name: SHS_EMISMATCH;
+ *   - any chunking, load_balanced, load_worker_number as for any load;
+ *     float dtypes converted (a BF16 file into F32 weights);
+ *   - strict: registered tensors missing from the files are an error
+ *     naming them; tensors of the files nobody registered are listed in
+ *     shs_load_result.skipped, the message and shs_manager_warning().
+ * shs_load_result: source SHS_LOAD_INITIAL, path the index or
+ * model.safetensors, step -1, bytes_read this rank's tensor bytes read.
+ */
+
 /* ------------------------------------------------------------------------
  * Checkpoint manager: the save/resume policy of a training run.
  *
@@ -835,7 +905,7 @@ typedef struct shs_load_result {
  * checkpoint unless train_state is excluded or weights only are loaded.
  * `result` may be NULL.
  */
-SHS_API int shs_manager_load(shs_manager *m, shs_progress *progress, shs_load_result *result);
+SHS_API int shs_manager_load(shs_load_result *result, shs_manager *m, shs_progress *progress);
 
 /*
  * Call after each optimizer step with the updated progress.  Saves when
@@ -845,7 +915,7 @@ SHS_API int shs_manager_load(shs_manager *m, shs_progress *progress, shs_load_re
  * background save is returned here.  *saved (may be NULL) tells whether a
  * save was started.
  */
-SHS_API int shs_manager_step(shs_manager *m, const shs_progress *progress, int *saved);
+SHS_API int shs_manager_step(int *saved, shs_manager *m, const shs_progress *progress);
 
 /*
  * Save now, regardless of the interval (e.g. before a planned stop).
@@ -887,7 +957,7 @@ typedef struct shs_save_stats {
     {                                                                                              \
         SHS_SAVE_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0                                          \
     }
-SHS_API int shs_manager_last_save(const shs_manager *m, shs_save_stats *out);
+SHS_API int shs_manager_last_save(shs_save_stats *out, const shs_manager *m);
 
 /* The latest warning of the manager (e.g. "retention could not delete
    <dir>: Permission denied"), or NULL when there is none.  Failures that
@@ -895,10 +965,320 @@ SHS_API int shs_manager_last_save(const shs_manager *m, shs_save_stats *out);
    errors.  Owned by the manager: valid until its next call. */
 SHS_API const char *shs_manager_warning(const shs_manager *m);
 
+/*
+ * With shs_config.last_save_in_hf, shs_manager_finish() ends, after the
+ * final save is committed, by exporting that step's model tensors in the
+ * Hugging Face layout (shs_merge: model.safetensors or
+ * model-0000I-of-0000N.safetensors + model.safetensors.index.json) into
+ * <save_path>/hf-<step dir name>, e.g. hf-iteration_00000600, with
+ * floating-point tensors converted to export_dtype ("" keeps them).  On N
+ * ranks each rank writes whole files (shs_merge part rank/N), then rank 0
+ * gathers them and writes the index (shs_merge_finish).  Every rank
+ * returns the same outcome: a failure on any rank fails finish on all,
+ * with that rank's message, and leaves no export directory (an earlier
+ * one of the same name is kept whole).  An existing export of the same
+ * step is replaced.  An encrypted run (encrypt_key_file / _env) refuses
+ * last_save_in_hf at shs_manager_create (the export would be plaintext).
+ */
+
+/* The export directory of this manager's last successful export, or NULL
+   (none yet).  Valid until the next manager call. */
+SHS_API const char *shs_manager_export_dir(const shs_manager *m);
+
+/* ------------------------------------------------------------------------
+ * Reading checkpoints: any source, the same engine as the manager's load.
+ * ---------------------------------------------------------------------- */
+
+/*
+ * Reading checkpoints: one handle for every checkpoint source, the same
+ * engine (and the same checksum checks) as the manager's load.  Tools,
+ * exporters and bindings read tensors through it.
+ *
+ * shs_checkpoint_open() accepts
+ *   - a save path: its tracker's step, else the newest complete step
+ *     (as shs_checkpoint_resolve);
+ *   - a step directory (holding metadata.json), ours or torchtitan's
+ *     step-N; metadata.json is validated completely (docs/checkpoint.md);
+ *   - a Hugging Face model.safetensors.index.json, or a folder holding
+ *     one: the files and which tensor each holds come from its weight_map,
+ *     never from a directory listing; a file name outside the index's
+ *     folder, a missing file, a tensor its file does not hold, or a
+ *     tensor of a named file that the map does not assign to that file is
+ *     SHS_ECORRUPT naming it;
+ *   - a plain folder of .safetensors files (each tensor whole, names
+ *     unique across files), or one .safetensors file.
+ * A directory named iteration_* / step-*, or holding common.json, but
+ * without metadata.json is a damaged checkpoint: SHS_ECORRUPT naming it,
+ * never read as a plain folder.  Files without metadata.json ("plain")
+ * have no checksums: their data is read unchecked.
+ *
+ * Ownership: every pointer the accessors return (names, shapes, chunk
+ * boxes, paths) belongs to the handle and stays valid until
+ * shs_checkpoint_free().
+ *
+ * Thread safety: after open the handle may be used from several threads
+ * at once (reads included): data files are opened on first use, under a
+ * mutex inside the handle, and a data file is never opened twice.
+ * shs_checkpoint_free() must not race with other calls on the handle.
+ */
+typedef struct shs_checkpoint shs_checkpoint;
+
+enum {
+    SHS_CHECKPOINT_OPEN_NO_MMAP = 1u << 0 /* read data files with pread, never
+                                         mmap (files that may change) */
+};
+
+typedef struct shs_checkpoint_open_opts {
+    unsigned version; /* SHS_CHECKPOINT_OPEN_OPTS_VERSION */
+    int64_t step;     /* save path: this step (SHS_ENOCHECKPOINT when it
+                           has no complete directory); -1: the tracker's
+                           step, else the newest.  A step directory must
+                           be of this step when it is >= 0. */
+    unsigned flags;   /* SHS_CHECKPOINT_OPEN_* */
+    /* version 2: the key of an encrypted checkpoint ("encryption at
+       rest" below): key_len must be SHS_KEY_BYTES; NULL: none (an
+       encrypted checkpoint then opens, names and shapes readable, and
+       each read is SHS_EKEY "key required").  A key that is not the
+       checkpoint's fails the open (SHS_EKEY "wrong key"), as does a key
+       given for an unencrypted checkpoint (SHS_EKEY "not encrypted":
+       the key would authenticate nothing; open it without one) and an
+       encrypted metadata.json that does not authenticate under the key
+       (SHS_ECHECKSUM).  Copied: the caller may wipe it after the open. */
+    const unsigned char *key;
+    size_t key_len;
+} shs_checkpoint_open_opts;
+#define SHS_CHECKPOINT_OPEN_OPTS_VERSION 2
+#define SHS_CHECKPOINT_OPEN_OPTS_INIT                                                              \
+    {                                                                                              \
+        SHS_CHECKPOINT_OPEN_OPTS_VERSION, -1, 0, NULL, 0                                           \
+    }
+
+/* Open a checkpoint (see above).  `opts` may be NULL (the defaults).  On
+   failure *out is NULL.  Release with shs_checkpoint_free(). */
+SHS_API int shs_checkpoint_open(shs_checkpoint **out, const char *path,
+                                const shs_checkpoint_open_opts *opts);
+/* Close the handle and its files.  NULL is a no-op. */
+SHS_API void shs_checkpoint_free(shs_checkpoint *ckpt);
+
+/* What was opened, resolved: the step directory (for a save path), the
+   folder, the index file or the .safetensors file. */
+SHS_API const char *shs_checkpoint_path(const shs_checkpoint *ckpt);
+
+typedef struct shs_checkpoint_tensor_info {
+    const char *name;
+    shs_kind kind;
+    shs_dtype dtype;
+    size_t ndim;
+    const uint64_t *shape; /* global shape */
+    size_t n_chunks;
+} shs_checkpoint_tensor_info;
+
+/* Result structs that can grow: the caller sets `version` (use the
+   *_INIT macro); the library fills only the fields of that version and
+   refuses (SHS_EINVAL) a version it does not know. */
+typedef struct shs_chunk_info {
+    unsigned version;              /* SHS_CHUNK_INFO_VERSION */
+    const uint64_t *offset;        /* position of the chunk in the global tensor */
+    const uint64_t *shape;         /* its shape */
+    size_t file;                   /* index of the file holding it */
+    const char *key;               /* its name inside that file */
+    uint64_t byte_begin, byte_end; /* absolute byte range in the file */
+    uint64_t xxh3;
+    int has_xxh3; /* 0 for plain files */
+} shs_chunk_info;
+#define SHS_CHUNK_INFO_VERSION 1
+#define SHS_CHUNK_INFO_INIT                                                                        \
+    {                                                                                              \
+        SHS_CHUNK_INFO_VERSION, NULL, NULL, 0, NULL, 0, 0, 0, 0                                    \
+    }
+
+typedef struct shs_blob_info {
+    unsigned version; /* SHS_BLOB_INFO_VERSION */
+    const char *name;
+    int rank;
+    size_t file;
+    const char *key;
+    uint64_t byte_begin, byte_end;
+    uint64_t xxh3;
+    uint64_t size; /* bytes (byte_end - byte_begin) */
+} shs_blob_info;
+#define SHS_BLOB_INFO_VERSION 1
+#define SHS_BLOB_INFO_INIT                                                                         \
+    {                                                                                              \
+        SHS_BLOB_INFO_VERSION, NULL, 0, 0, NULL, 0, 0, 0, 0                                        \
+    }
+
+/* Step and world size (-1 / 1 when there is no metadata.json). */
+SHS_API int64_t shs_checkpoint_step(const shs_checkpoint *ckpt);
+SHS_API int shs_checkpoint_world_size(const shs_checkpoint *ckpt);
+/* The version of the opened metadata.json: 2 (what saves write) or 1 (an
+   older release's: common.json, the files' headers and metadata.json
+   itself are not covered by checksums); 0 when there is none (plain
+   folder, index, file). */
+SHS_API int shs_checkpoint_format_version(const shs_checkpoint *ckpt);
+SHS_API size_t shs_checkpoint_file_count(const shs_checkpoint *ckpt);
+/* File names, relative to the folder of shs_checkpoint_path. */
+SHS_API const char *shs_checkpoint_file_name(const shs_checkpoint *ckpt, size_t index);
+SHS_API int shs_checkpoint_file_rank(const shs_checkpoint *ckpt, size_t index);
+/* Tensors, sorted by name. */
+SHS_API size_t shs_checkpoint_tensor_count(const shs_checkpoint *ckpt);
+SHS_API const shs_checkpoint_tensor_info *shs_checkpoint_tensor(const shs_checkpoint *ckpt,
+                                                                size_t index);
+SHS_API int shs_checkpoint_find(size_t *out_index, const shs_checkpoint *ckpt, const char *name);
+SHS_API int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *ckpt, size_t tensor,
+                                 size_t chunk);
+SHS_API size_t shs_checkpoint_blob_count(const shs_checkpoint *ckpt);
+SHS_API int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *ckpt, size_t index);
+/* What can be checked without reading tensor data: every file the
+   checkpoint names is present as a regular file (not followed through a
+   link) of the size metadata.json records (version 2 and later), and its
+   common.json matches its checksum and reads.  SHS_ENOENT naming a
+   missing file, SHS_ECHECKSUM for a size or checksum that differs.  The
+   fast checks of `shardsafe ls` and `shardsafe diff` are this. */
+SHS_API int shs_checkpoint_check_files(const shs_checkpoint *ckpt);
+
+/*
+ * Read the box [start[d], start[d] + count[d]) of global tensor `tensor`
+ * (NULL start and count: the whole tensor) into `dst`, dense and
+ * row-major, as `dtype`: the stored dtype is copied; float to float goes
+ * through shs_convert (round to nearest even); any other conversion is
+ * SHS_ECONVERT naming both dtypes.  The box is assembled from every saved
+ * chunk it intersects -- any saved chunking, any box -- and each chunk is
+ * checked against its checksum before its bytes are used (the whole
+ * chunk, or only the 4 MiB blocks the box touches when the chunk has
+ * block checksums): SHS_ECHECKSUM naming the file.  Chunks that do not
+ * cover the box: SHS_ECORRUPT naming the tensor.
+ * Argument errors, with nothing written to dst: the box outside the
+ * tensor, or dst_len not exactly the box's elements x the dtype's size
+ * (SHS_ERANGE); a box of sub-byte elements (F4, F6_*) whose rows do not
+ * cover whole bytes (SHS_EINVAL).  On a data error dst may be partly
+ * written.  Memory: bounded by dst; mapped files are read in place, with
+ * SHS_CHECKPOINT_OPEN_NO_MMAP at most one 4 MiB block (or one smaller chunk)
+ * is buffered at a time.  Thread-safe on one handle.
+ */
+SHS_API int shs_checkpoint_read(const shs_checkpoint *ckpt, size_t tensor, const uint64_t *start,
+                                const uint64_t *count, shs_dtype dtype, void *dst, size_t dst_len);
+
+/* Read blob `blob` (its size: shs_blob_info.size, which dst_len must
+   equal, else SHS_ERANGE), checked against its checksum. */
+SHS_API int shs_checkpoint_read_blob(const shs_checkpoint *ckpt, size_t blob, void *dst,
+                                     size_t dst_len);
+
+/* common.json of the opened step, validated (the seven keys; a missing
+   consumed_samples is global_step x global_batch_size); SHS_ENOTFOUND
+   for a checkpoint without metadata.json. */
+SHS_API int shs_checkpoint_progress(shs_progress *out, const shs_checkpoint *ckpt);
+
+/* What shs_checkpoint_open read.  shardsafe: a step directory with our
+   metadata.json (checksums); plain: safetensors files without one (a
+   folder, a Hugging Face index, one file; no checksums); mindspore: a
+   MindSpore Transformers "Checkpoint 2.0" step directory, either its
+   metadata.json (state_dict_metadata + storage_data, any tensor_map
+   layout with even splits) or a single-card save without metadata.json
+   whose files all say {"format": "ms"} in __metadata__.  MindSpore
+   files carry no checksums: their data is read unchecked, and
+   shs_checkpoint_verify checks headers and layout, reads every tensor
+   back and compares replicated copies of a slice byte for byte
+   (SHS_ECORRUPT naming both files when they differ); data stored once
+   is not checked (docs/format.md).  The manager loads such directories
+   (reshard included) like ours.  For them shs_checkpoint_format_version
+   is 0. */
+typedef enum shs_format {
+    SHS_FORMAT_SHARDSAFE = 0,
+    SHS_FORMAT_PLAIN = 1,
+    SHS_FORMAT_MINDSPORE = 2
+} shs_format;
+
+/* The format of an open checkpoint (an shs_format value), or
+   SHS_EINVAL for NULL. */
+SHS_API int shs_checkpoint_format(const shs_checkpoint *ckpt);
+/* "shardsafe", "plain", "mindspore"; NULL for another value. */
+SHS_API const char *shs_format_name(int format);
+
+/* Resolve a load path: a save path (tracker, else the newest complete
+   iteration_* / step-* directory; `step` >= 0 picks that step), a step
+   directory (one without metadata.json is SHS_ECORRUPT), or a folder of
+   plain safetensors files with no step directory.  Writes the step
+   directory into out (cap bytes); SHS_ERANGE when it does not fit. */
+SHS_API int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step);
+
+/* Verify a step directory: metadata.json, every referenced file present,
+   inside the directory and valid, every chunk's checksum.  `key`
+   (key_len SHS_KEY_BYTES; NULL and 0 for none) is the key of an
+   encrypted checkpoint: metadata.json is then authenticated under it,
+   and every chunk is checked against its checksum, then decrypted (into
+   scratch buffers) and authenticated.  A key given for an unencrypted
+   checkpoint is SHS_EKEY "not encrypted".  Without a key an encrypted
+   checkpoint is checked against its checksums (damage is found without
+   the key) and then fails with SHS_EKEY "key required": its chunks
+   cannot be authenticated. */
+SHS_API int shs_checkpoint_verify(const char *step_dir, const unsigned char *key, size_t key_len);
+
+/* 1 when the opened checkpoint is encrypted, else 0.  Its key id (16 hex
+   digits, names the key without revealing it) or "" . */
+SHS_API int shs_checkpoint_encrypted(const shs_checkpoint *ckpt);
+SHS_API const char *shs_checkpoint_key_id(const shs_checkpoint *ckpt);
+
+/* ------------------------------------------------------------------------
+ * Encryption at rest.
+ * ---------------------------------------------------------------------- */
+
+/*
+ * Optional AES-256-GCM (OpenSSL libcrypto) of every tensor chunk a save
+ * writes (docs/encryption.md).  Each chunk is a STREAM of 1 MiB segments,
+ * each its own GCM message under a key of the chunk's own (HKDF from the
+ * key and a random salt), its nonce holding the segment's index and a
+ * last-segment flag; the additional authenticated data binds every
+ * segment to its tensor name, dtype, global shape, offset, shape, step
+ * and save (a random id per save), and metadata.json carries an
+ * HMAC-SHA256 under the key.  So a changed byte, a segment or chunk moved,
+ * swapped or cut off, an edited metadata.json, or a wrong key fails with a
+ * clear error instead of loading garbage; segments are decrypted and
+ * verified on several threads, and a read of part of a chunk decrypts
+ * only the segments it touches.  Checkpoints of the release before
+ * (metadata.json version 3, one GCM message per chunk) still load and
+ * verify.  What stays readable without the key: file names, the
+ * safetensors headers (tensor names, dtypes, shapes), metadata.json
+ * (which records the cipher, the key id and each chunk's salt and tags),
+ * common.json, and the rank-local blobs (rng, dataloader state).  The
+ * files stay valid safetensors files whose payload is ciphertext, marked
+ * so in their header ("shardsafe_cipher"): such a file is never read as
+ * plain data.
+ *
+ * A key given means an encrypted checkpoint is expected: verify and the
+ * read API refuse an unencrypted one with a key (SHS_EKEY "not
+ * encrypted"), and the manager, a key configured, resumes from save_path
+ * only encrypted ones unless allow_unencrypted_resume (load_path and
+ * initial_load_path take plain weights as ever).
+ *
+ * Keys are 32 bytes.  The manager takes one from the config fields
+ * encrypt_key_file / encrypt_key_env, the read API from
+ * shs_checkpoint_open_opts.key, verify from shs_checkpoint_verify's key; the CLI
+ * from --key-file PATH or --key-env NAME (never the key itself as an
+ * argument).
+ */
+
+#define SHS_KEY_BYTES 32
+
+/* Read a key: from `key_file` (exactly 32 raw bytes, or 64 hex digits
+   and an optional newline) or from the environment variable named
+   `key_env` (64 hex digits); exactly one of the two non-NULL and
+   non-empty.  SHS_EKEY naming the file or variable: missing, unset,
+   unreadable, too short, too long, not hex.  Wipe `key` after use. */
+SHS_API int shs_key_load(unsigned char key[SHS_KEY_BYTES], const char *key_file,
+                         const char *key_env);
+
+/* ========================================================================
+ * ADVANCED API
+ *
+ * Save paths and what is at a path, the offline tools.
+ * ===================================================================== */
+
 /* ------------------------------------------------------------------------
  * What is at a path.  One answer, shared by the manager's loads, the read
  * API, the tools and the CLI: each of them reads only the kinds it says
- * it reads and names the kind it found when it refuses one.
+ * it reads and names the kind it found when it refuses one.  [advanced;
+ * shs_savepath_* and shs_hf_index_*: experimental]
  * ---------------------------------------------------------------------- */
 typedef enum shs_source_kind {
     SHS_SOURCE_NONE = 0,         /* nothing there: the path does not exist */
@@ -988,7 +1368,7 @@ SHS_API const shs_savepath_item *shs_savepath_item_at(const shs_savepath *savepa
    message. */
 SHS_API int shs_savepath_tracker(int64_t *step, const shs_savepath *savepath);
 /* NULL is a no-op. */
-SHS_API void shs_savepath_close(shs_savepath *savepath);
+SHS_API void shs_savepath_free(shs_savepath *savepath);
 
 /*
  * A Hugging Face model.safetensors.index.json, read by the one reader the
@@ -1029,210 +1409,13 @@ typedef void (*shs_problem_fn)(void *ctx, const char *message);
 SHS_API size_t shs_hf_index_check_file(const shs_hf_index *index, const char *file,
                                        const shs_file *f, shs_problem_fn report, void *ctx);
 /* NULL is a no-op. */
-SHS_API void shs_hf_index_close(shs_hf_index *index);
+SHS_API void shs_hf_index_free(shs_hf_index *index);
 
 /* ------------------------------------------------------------------------
- * Step directories (the engine under the manager; usable alone).
+ * Save paths: steps, tracker, maintenance, the writer's lock.
  * ---------------------------------------------------------------------- */
 
-/* Resolve a load path: a save path (tracker, else the newest complete
-   iteration_* / step-* directory; `step` >= 0 picks that step), a step
-   directory (one without metadata.json is SHS_ECORRUPT), or a folder of
-   plain safetensors files with no step directory.  Writes the step
-   directory into out (cap bytes); SHS_ERANGE when it does not fit. */
-SHS_API int shs_checkpoint_resolve(char *out, size_t cap, const char *path, int64_t step);
-
-/* Verify a step directory: metadata.json, every referenced file present,
-   inside the directory and valid, every chunk's checksum. */
-SHS_API int shs_checkpoint_verify(const char *step_dir);
-
-/*
- * Reading checkpoints: one handle for every checkpoint source, the same
- * engine (and the same checksum checks) as the manager's load.  Tools,
- * exporters and bindings read tensors through it.
- *
- * shs_checkpoint_open() accepts
- *   - a save path: its tracker's step, else the newest complete step
- *     (as shs_checkpoint_resolve);
- *   - a step directory (holding metadata.json), ours or torchtitan's
- *     step-N; metadata.json is validated completely (docs/checkpoint.md);
- *   - a Hugging Face model.safetensors.index.json, or a folder holding
- *     one: the files and which tensor each holds come from its weight_map,
- *     never from a directory listing; a file name outside the index's
- *     folder, a missing file, a tensor its file does not hold, or a
- *     tensor of a named file that the map does not assign to that file is
- *     SHS_ECORRUPT naming it;
- *   - a plain folder of .safetensors files (each tensor whole, names
- *     unique across files), or one .safetensors file.
- * A directory named iteration_* / step-*, or holding common.json, but
- * without metadata.json is a damaged checkpoint: SHS_ECORRUPT naming it,
- * never read as a plain folder.  Files without metadata.json ("plain")
- * have no checksums: their data is read unchecked.
- *
- * Ownership: every pointer the accessors return (names, shapes, chunk
- * boxes, paths) belongs to the handle and stays valid until
- * shs_checkpoint_close().
- *
- * Thread safety: after open the handle may be used from several threads
- * at once (reads included): data files are opened on first use, under a
- * mutex inside the handle, and a data file is never opened twice.
- * shs_checkpoint_close() must not race with other calls on the handle.
- */
-typedef struct shs_checkpoint shs_checkpoint;
-
-enum {
-    SHS_CKPT_OPEN_NO_MMAP = 1u << 0 /* read data files with pread, never
-                                         mmap (files that may change) */
-};
-
-typedef struct shs_ckpt_open_opts {
-    unsigned version; /* SHS_CKPT_OPEN_OPTS_VERSION */
-    int64_t step;     /* save path: this step (SHS_ENOCHECKPOINT when it
-                           has no complete directory); -1: the tracker's
-                           step, else the newest.  A step directory must
-                           be of this step when it is >= 0. */
-    unsigned flags;   /* SHS_CKPT_OPEN_* */
-    /* version 2: the key of an encrypted checkpoint ("encryption at
-       rest" below): key_len must be SHS_KEY_BYTES; NULL: none (an
-       encrypted checkpoint then opens, names and shapes readable, and
-       each read is SHS_EKEY "key required").  A key that is not the
-       checkpoint's fails the open (SHS_EKEY "wrong key"), as does a key
-       given for an unencrypted checkpoint (SHS_EKEY "not encrypted":
-       the key would authenticate nothing; open it without one) and an
-       encrypted metadata.json that does not authenticate under the key
-       (SHS_ECHECKSUM).  Copied: the caller may wipe it after the open. */
-    const unsigned char *key;
-    size_t key_len;
-} shs_ckpt_open_opts;
-#define SHS_CKPT_OPEN_OPTS_VERSION 2
-#define SHS_CKPT_OPEN_OPTS_INIT                                                                    \
-    {                                                                                              \
-        SHS_CKPT_OPEN_OPTS_VERSION, -1, 0, NULL, 0                                                 \
-    }
-
-/* Open a checkpoint (see above).  `opts` may be NULL (the defaults).  On
-   failure *out is NULL.  Release with shs_checkpoint_close(). */
-SHS_API int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path,
-                                   const shs_ckpt_open_opts *opts);
-/* shs_checkpoint_open_ex with the default options. */
-SHS_API int shs_checkpoint_open(shs_checkpoint **out, const char *path);
-/* Close the handle and its files.  NULL is a no-op. */
-SHS_API void shs_checkpoint_close(shs_checkpoint *ckpt);
-
-/* What was opened, resolved: the step directory (for a save path), the
-   folder, the index file or the .safetensors file. */
-SHS_API const char *shs_checkpoint_path(const shs_checkpoint *ckpt);
-
-typedef struct shs_ckpt_tensor_info {
-    const char *name;
-    shs_kind kind;
-    shs_dtype dtype;
-    size_t ndim;
-    const uint64_t *shape; /* global shape */
-    size_t n_chunks;
-} shs_ckpt_tensor_info;
-
-/* Result structs that can grow: the caller sets `version` (use the
-   *_INIT macro); the library fills only the fields of that version and
-   refuses (SHS_EINVAL) a version it does not know. */
-typedef struct shs_chunk_info {
-    unsigned version;              /* SHS_CHUNK_INFO_VERSION */
-    const uint64_t *offset;        /* position of the chunk in the global tensor */
-    const uint64_t *shape;         /* its shape */
-    size_t file;                   /* index of the file holding it */
-    const char *key;               /* its name inside that file */
-    uint64_t byte_begin, byte_end; /* absolute byte range in the file */
-    uint64_t xxh3;
-    int has_xxh3; /* 0 for plain files */
-} shs_chunk_info;
-#define SHS_CHUNK_INFO_VERSION 1
-#define SHS_CHUNK_INFO_INIT                                                                        \
-    {                                                                                              \
-        SHS_CHUNK_INFO_VERSION, NULL, NULL, 0, NULL, 0, 0, 0, 0                                    \
-    }
-
-typedef struct shs_blob_info {
-    unsigned version; /* SHS_BLOB_INFO_VERSION */
-    const char *name;
-    int rank;
-    size_t file;
-    const char *key;
-    uint64_t byte_begin, byte_end;
-    uint64_t xxh3;
-    uint64_t size; /* bytes (byte_end - byte_begin) */
-} shs_blob_info;
-#define SHS_BLOB_INFO_VERSION 1
-#define SHS_BLOB_INFO_INIT                                                                         \
-    {                                                                                              \
-        SHS_BLOB_INFO_VERSION, NULL, 0, 0, NULL, 0, 0, 0, 0                                        \
-    }
-
-/* Step and world size (-1 / 1 when there is no metadata.json). */
-SHS_API int64_t shs_checkpoint_step(const shs_checkpoint *ckpt);
-SHS_API int shs_checkpoint_world_size(const shs_checkpoint *ckpt);
-/* 1 when the checkpoint has no metadata.json (plain folder, index, file). */
-SHS_API int shs_checkpoint_is_plain(const shs_checkpoint *ckpt);
-/* The version of the opened metadata.json: 2 (what saves write) or 1 (an
-   older release's: common.json, the files' headers and metadata.json
-   itself are not covered by checksums); 0 when there is none (plain
-   folder, index, file). */
-SHS_API int shs_checkpoint_format_version(const shs_checkpoint *ckpt);
-SHS_API size_t shs_checkpoint_file_count(const shs_checkpoint *ckpt);
-/* File names, relative to the folder of shs_checkpoint_path. */
-SHS_API const char *shs_checkpoint_file_name(const shs_checkpoint *ckpt, size_t index);
-SHS_API int shs_checkpoint_file_rank(const shs_checkpoint *ckpt, size_t index);
-/* Tensors, sorted by name. */
-SHS_API size_t shs_checkpoint_tensor_count(const shs_checkpoint *ckpt);
-SHS_API const shs_ckpt_tensor_info *shs_checkpoint_tensor(const shs_checkpoint *ckpt, size_t index);
-SHS_API int shs_checkpoint_find(size_t *out_index, const shs_checkpoint *ckpt, const char *name);
-SHS_API int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *ckpt, size_t tensor,
-                                 size_t chunk);
-SHS_API size_t shs_checkpoint_blob_count(const shs_checkpoint *ckpt);
-SHS_API int shs_checkpoint_blob(shs_blob_info *out, const shs_checkpoint *ckpt, size_t index);
-/* What can be checked without reading tensor data: every file the
-   checkpoint names is present as a regular file (not followed through a
-   link) of the size metadata.json records (version 2 and later), and its
-   common.json matches its checksum and reads.  SHS_ENOENT naming a
-   missing file, SHS_ECHECKSUM for a size or checksum that differs.  The
-   fast checks of `shardsafe ls` and `shardsafe diff` are this. */
-SHS_API int shs_checkpoint_check_files(const shs_checkpoint *ckpt);
-
-/*
- * Read the box [start[d], start[d] + count[d]) of global tensor `tensor`
- * (NULL start and count: the whole tensor) into `dst`, dense and
- * row-major, as `dtype`: the stored dtype is copied; float to float goes
- * through shs_convert (round to nearest even); any other conversion is
- * SHS_ECONVERT naming both dtypes.  The box is assembled from every saved
- * chunk it intersects -- any saved chunking, any box -- and each chunk is
- * checked against its checksum before its bytes are used (the whole
- * chunk, or only the 4 MiB blocks the box touches when the chunk has
- * block checksums): SHS_ECHECKSUM naming the file.  Chunks that do not
- * cover the box: SHS_ECORRUPT naming the tensor.
- * Argument errors, with nothing written to dst: the box outside the
- * tensor, or dst_len not exactly the box's elements x the dtype's size
- * (SHS_ERANGE); a box of sub-byte elements (F4, F6_*) whose rows do not
- * cover whole bytes (SHS_EINVAL).  On a data error dst may be partly
- * written.  Memory: bounded by dst; mapped files are read in place, with
- * SHS_CKPT_OPEN_NO_MMAP at most one 4 MiB block (or one smaller chunk)
- * is buffered at a time.  Thread-safe on one handle.
- */
-SHS_API int shs_checkpoint_read(const shs_checkpoint *ckpt, size_t tensor, const uint64_t *start,
-                                const uint64_t *count, shs_dtype dtype, void *dst, size_t dst_len);
-
-/* Read blob `blob` (its size: shs_blob_info.size, which dst_len must
-   equal, else SHS_ERANGE), checked against its checksum. */
-SHS_API int shs_checkpoint_read_blob(const shs_checkpoint *ckpt, size_t blob, void *dst,
-                                     size_t dst_len);
-
-/* common.json of the opened step, validated (exactly the seven keys);
-   SHS_ENOTFOUND for a checkpoint without metadata.json. */
-SHS_API int shs_checkpoint_progress(shs_progress *out, const shs_checkpoint *ckpt);
-
-/* common.json of a step directory, validated (the seven keys; a missing
-   consumed_samples is global_step x global_batch_size). */
-SHS_API int shs_checkpoint_read_progress(shs_progress *out, const char *step_dir);
-
-/* Save-path maintenance.  Committed steps, ascending: up to `cap` go to
+/* Committed steps, ascending: up to `cap` go to
    `steps`, *n gets the total.  A step counts when its directory
    (iteration_%08d or step-N) holds metadata.json and common.json. */
 SHS_API int shs_checkpoint_list(int64_t *steps, size_t cap, size_t *n, const char *save_path);
@@ -1278,16 +1461,16 @@ SHS_API int shs_checkpoint_clean(const char *save_path);
  */
 #define SHS_SAVEPATH_LOCK_NAME ".shardsafe.lock"
 
-typedef struct shs_savepath_lock_handle shs_savepath_lock_handle;
+typedef struct shs_lock shs_lock;
 
 /* Take the lock of an existing save path without waiting.  SHS_ELOCKED
    (message naming the holder) when another holder has it; SHS_ENOENT when
    the save path does not exist; SHS_EUNSUPPORTED when its file system has
    no locks (NFSv3 without lockd, Lustre without -o flock).  On failure
    *out is NULL. */
-SHS_API int shs_savepath_lock(shs_savepath_lock_handle **out, const char *save_path);
+SHS_API int shs_savepath_lock(shs_lock **out, const char *save_path);
 /* Release the lock (the lock file stays).  NULL is a no-op. */
-SHS_API void shs_savepath_unlock(shs_savepath_lock_handle *lock);
+SHS_API void shs_lock_free(shs_lock *lock);
 
 /* Who holds a save path's lock, as its lock file says.  Fixed-size
    fields, so nothing to free; text from the file is reduced to printable
@@ -1306,35 +1489,18 @@ typedef struct shs_lock_holder {
    whose holder died is not held, though its details still name him. */
 SHS_API int shs_savepath_lock_holder(shs_lock_holder *out, const char *save_path);
 
-/* ---- MindSpore Transformers Checkpoint 2.0 ---- */
+/* Why `name` is not a file name that a checkpoint's metadata.json, a
+   MindSpore metadata.json or a Hugging Face index may name, or NULL when
+   it is one: a plain name in the same folder -- not empty, no '/' (no
+   path, no '..'), no backslash, no control character, not starting with
+   '.', at most 255 bytes.  The one rule of the loader, merge and the CLI.
+   The text ("is an absolute path", "escapes the folder ('..')", ...) is
+   static. */
+SHS_API const char *shs_file_name_problem(const char *name);
 
-/* What shs_checkpoint_open read.  shardsafe: a step directory with our
-   metadata.json (checksums); plain: safetensors files without one (a
-   folder, a Hugging Face index, one file; no checksums); mindspore: a
-   MindSpore Transformers "Checkpoint 2.0" step directory, either its
-   metadata.json (state_dict_metadata + storage_data, any tensor_map
-   layout with even splits) or a single-card save without metadata.json
-   whose files all say {"format": "ms"} in __metadata__.  MindSpore
-   files carry no checksums: their data is read unchecked, and
-   shs_checkpoint_verify checks headers and layout, reads every tensor
-   back and compares replicated copies of a slice byte for byte
-   (SHS_ECORRUPT naming both files when they differ); data stored once
-   is not checked (docs/format.md).  The manager loads such directories
-   (reshard included) like ours.  For them shs_checkpoint_format_version
-   is 0 and shs_checkpoint_is_plain 0. */
-typedef enum shs_ckpt_format {
-    SHS_CKPT_FORMAT_SHARDSAFE = 0,
-    SHS_CKPT_FORMAT_PLAIN = 1,
-    SHS_CKPT_FORMAT_MINDSPORE = 2
-} shs_ckpt_format;
-
-/* The format of an open checkpoint (an shs_ckpt_format value), or
-   SHS_EINVAL for NULL. */
-SHS_API int shs_checkpoint_format(const shs_checkpoint *ckpt);
-/* "shardsafe", "plain", "mindspore"; NULL for another value. */
-SHS_API const char *shs_ckpt_format_name(int format);
-/* ---- merge: complete tensors in the Hugging Face layout ---- */
-
+/* ------------------------------------------------------------------------
+ * Merge: complete tensors in the Hugging Face layout.
+ * ---------------------------------------------------------------------- */
 /*
  * shs_merge() reads every selected tensor of a checkpoint (any source
  * shs_checkpoint_open accepts: a save path, a step directory saved by any
@@ -1403,10 +1569,10 @@ typedef struct shs_merge_opts {
     unsigned flags;   /* SHS_MERGE_* */
     /* bytes per output file; 0: 5 GB (5e9, transformers' "5GB") */
     uint64_t max_shard_size;
-    /* -1: keep every dtype; else the shs_dtype that floating-point
-       tensors are converted to (round to nearest even; export_dtype);
-       other tensors are copied */
-    int dtype;
+    /* SHS_DTYPE_NONE: keep every dtype; else the dtype that
+       floating-point tensors are converted to (round to nearest even;
+       export_dtype); other tensors are copied */
+    shs_dtype dtype;
     /* n_include globs (fnmatch, '*' matches '.' too) on source names: a
        tensor is selected when it matches one of them (none: every
        tensor) and none of the n_exclude globs */
@@ -1422,11 +1588,11 @@ typedef struct shs_merge_opts {
     int jobs;                       /* threads reading and writing at once, 1 to 1024 (0: 1) */
     int part_index;                 /* with part_count > 0: this part, 0-based */
     int part_count;                 /* 0: the whole output */
-    int64_t step;                   /* as shs_ckpt_open_opts.step (-1: latest) */
+    int64_t step;                   /* as shs_checkpoint_open_opts.step (-1: latest) */
     shs_merge_progress_fn progress; /* may be NULL */
     void *progress_ctx;
     /* version 2: the key of an encrypted checkpoint (SHS_KEY_BYTES bytes,
-       as shs_ckpt_open_opts.key; NULL: none, and an encrypted source
+       as shs_checkpoint_open_opts.key; NULL: none, and an encrypted source
        fails with SHS_EKEY "key required").  The merged files are the
        plain Hugging Face layout: they are NOT encrypted. */
     const unsigned char *key;
@@ -1447,8 +1613,8 @@ typedef struct shs_merge_opts {
 #define SHS_MERGE_OPTS_VERSION 3
 #define SHS_MERGE_OPTS_INIT                                                                        \
     {                                                                                              \
-        SHS_MERGE_OPTS_VERSION, 0, 0, -1, NULL, 0, NULL, 0, NULL, 0, 1, 0, 0, -1, NULL, NULL,      \
-            NULL, 0, 0, NULL                                                                       \
+        SHS_MERGE_OPTS_VERSION, 0, 0, SHS_DTYPE_NONE, NULL, 0, NULL, 0, NULL, 0, 1, 0, 0, -1,      \
+            NULL, NULL, NULL, 0, 0, NULL                                                           \
     }
 /* shs_merge_opts.grouping */
 enum {
@@ -1473,24 +1639,26 @@ typedef struct shs_merge_result {
 
 /* Merge `src` into `dst_dir` (see above).  `opts` and `result` may be
    NULL. */
-SHS_API int shs_merge(const char *src, const char *dst_dir, const shs_merge_opts *opts,
-                      shs_merge_result *result);
+SHS_API int shs_merge(shs_merge_result *result, const char *src, const char *dst_dir,
+                      const shs_merge_opts *opts);
 
 /* Final step of a split merge: opts->part_count parts, each written by
    shs_merge with the same src and options, are checked (every file
    present, its tensors those of the plan) and gathered into dst_dir
    (hard links, then the part directories are removed), and the index is
    written.  A missing part directory: SHS_ENOENT naming it. */
-SHS_API int shs_merge_finish(const char *src, const char *dst_dir, const shs_merge_opts *opts,
-                             shs_merge_result *result);
+SHS_API int shs_merge_finish(shs_merge_result *result, const char *src, const char *dst_dir,
+                             const shs_merge_opts *opts);
 
 /* Parse a size: a decimal number of bytes, optionally followed by a unit
    KB, MB, GB, TB (powers of 1000, as transformers) or KiB, MiB, GiB, TiB
    (powers of 1024), any case, e.g. "5GB", "500MiB", "1000000".  Zero,
    junk or overflow: SHS_EINVAL naming the text. */
 SHS_API int shs_parse_size(uint64_t *out, const char *text);
-/* ---- offline reshard ---- */
 
+/* ------------------------------------------------------------------------
+ * Offline reshard.
+ * ---------------------------------------------------------------------- */
 /*
  * Rewrite a checkpoint for another layout, offline: the output is an
  * ordinary step directory (metadata.json, one model file and one opt file
@@ -1539,7 +1707,7 @@ typedef struct shs_reshard_opts {
        required").  The output of an encrypted source is encrypted with
        the same key (fresh salts, a new save id); a key given for an
        unencrypted source fails with SHS_EKEY "not encrypted" (as
-       shs_ckpt_open_opts.key). */
+       shs_checkpoint_open_opts.key). */
     const unsigned char *key;
     size_t key_len;
     /* version 3: the target layout from a MindSpore strategy file (the
@@ -1592,10 +1760,10 @@ SHS_API int shs_reshard(shs_reshard_result *out, const char *src, const char *ds
 
 /* The layout `src` was saved with, as a layout document (the format
    above): the recorded one, else derived from its chunks.  *out is a
-   NUL-terminated JSON text to release with shs_reshard_layout_free. */
+   NUL-terminated JSON text to release with shs_free. */
 SHS_API int shs_reshard_saved_layout(char **out, const char *src, int64_t step);
 /* Release what shs_reshard_saved_layout returned.  NULL is a no-op. */
-SHS_API void shs_reshard_layout_free(char *layout);
+
 /* The layout document (the format above) that the MindSpore strategy file
    `path` describes (see shs_reshard_opts.strategy_file; `rank_list` as
    there, may be NULL): per parameter device_matrix and tensor_map, the
@@ -1604,149 +1772,9 @@ SHS_API void shs_reshard_layout_free(char *layout);
    file that is not a valid ParallelStrategyMap, or describes an
    impossible layout, is SHS_EINVAL naming the file and the problem; a
    field split or a manual param_split_shape SHS_EUNSUPPORTED.  Release
-   *out with shs_reshard_layout_free. */
+   *out with shs_free. */
 SHS_API int shs_strategy_layout(char **out, const char *path, const int *rank_list,
                                 size_t n_rank_list);
-/* ---- Hugging Face weights ----
- *
- * No new function: shs_config (version 2) has initial_load_in_hf,
- * hf_assets_path, hf_name_map and hf_name_map_file, and
- * shs_manager_load() then starts a job from a Hugging Face model when
- * it would use initial_load_path (docs/hf.md):
- *   - the path (initial_load_path, else hf_assets_path) is a folder with
- *     model.safetensors.index.json or model.safetensors, or either file;
- *     files come from the index's weight_map only, and an index that
- *     disagrees with its files is SHS_ECORRUPT naming them;
- *   - weights only (initial_load_model_only must be true: SHS_ECONFIG at
- *     create otherwise); master weights refreshed; progress untouched;
- *   - names renamed by the map file's entries, else the longest matching
- *     hf_name_map prefix rule; two tensors onto one name: SHS_EMISMATCH;
- *   - any chunking, load_balanced, load_worker_number as for any load;
- *     float dtypes converted (a BF16 file into F32 weights);
- *   - strict: registered tensors missing from the files are an error
- *     naming them; tensors of the files nobody registered are listed in
- *     shs_load_result.skipped, the message and shs_manager_warning().
- * shs_load_result: source SHS_LOAD_INITIAL, path the index or
- * model.safetensors, step -1, bytes_read this rank's tensor bytes read.
- */
-/* ---- encryption at rest ----
- *
- * Optional AES-256-GCM (OpenSSL libcrypto) of every tensor chunk a save
- * writes (docs/encryption.md).  Each chunk is a STREAM of 1 MiB segments,
- * each its own GCM message under a key of the chunk's own (HKDF from the
- * key and a random salt), its nonce holding the segment's index and a
- * last-segment flag; the additional authenticated data binds every
- * segment to its tensor name, dtype, global shape, offset, shape, step
- * and save (a random id per save), and metadata.json carries an
- * HMAC-SHA256 under the key.  So a changed byte, a segment or chunk moved,
- * swapped or cut off, an edited metadata.json, or a wrong key fails with a
- * clear error instead of loading garbage; segments are decrypted and
- * verified on several threads, and a read of part of a chunk decrypts
- * only the segments it touches.  Checkpoints of the release before
- * (metadata.json version 3, one GCM message per chunk) still load and
- * verify.  What stays readable without the key: file names, the
- * safetensors headers (tensor names, dtypes, shapes), metadata.json
- * (which records the cipher, the key id and each chunk's salt and tags),
- * common.json, and the rank-local blobs (rng, dataloader state).  The
- * files stay valid safetensors files whose payload is ciphertext, marked
- * so in their header ("shardsafe_cipher"): such a file is never read as
- * plain data.
- *
- * A key given means an encrypted checkpoint is expected: verify and the
- * read API refuse an unencrypted one with a key (SHS_EKEY "not
- * encrypted"), and the manager, a key configured, resumes from save_path
- * only encrypted ones unless allow_unencrypted_resume (load_path and
- * initial_load_path take plain weights as ever).
- *
- * Keys are 32 bytes.  The manager takes one from the config fields
- * encrypt_key_file / encrypt_key_env, the read API from
- * shs_ckpt_open_opts.key, verify from shs_checkpoint_verify_key; the CLI
- * from --key-file PATH or --key-env NAME (never the key itself as an
- * argument).
- */
-
-/* Status of a key that is missing, wrong or malformed (with its message:
-   "key required", "wrong key", the key file or variable at fault).  A
-   value of the shs_status list, declared with its feature. */
-enum {
-    SHS_EKEY = -60
-};
-
-#define SHS_KEY_BYTES 32
-
-/* Read a key: from `key_file` (exactly 32 raw bytes, or 64 hex digits
-   and an optional newline) or from the environment variable named
-   `key_env` (64 hex digits); exactly one of the two non-NULL and
-   non-empty.  SHS_EKEY naming the file or variable: missing, unset,
-   unreadable, too short, too long, not hex.  Wipe `key` after use. */
-SHS_API int shs_key_load(unsigned char key[SHS_KEY_BYTES], const char *key_file,
-                         const char *key_env);
-
-/* shs_checkpoint_verify with the key of an encrypted checkpoint (key
-   NULL: as shs_checkpoint_verify).  metadata.json is authenticated under
-   the key, every chunk is checked against its checksum, then decrypted
-   (into scratch buffers) and authenticated.  A key given for an
-   unencrypted checkpoint is SHS_EKEY "not encrypted".  Without a key an
-   encrypted checkpoint is checked against its checksums (damage is
-   found without the key) and then fails with SHS_EKEY "key required":
-   its chunks cannot be authenticated. */
-SHS_API int shs_checkpoint_verify_key(const char *step_dir, const unsigned char *key,
-                                      size_t key_len);
-
-/* 1 when the opened checkpoint is encrypted, else 0.  Its key id (16 hex
-   digits, names the key without revealing it) or "" . */
-SHS_API int shs_checkpoint_encrypted(const shs_checkpoint *ckpt);
-SHS_API const char *shs_checkpoint_key_id(const shs_checkpoint *ckpt);
-
-/* ---- export at train end (last_save_in_hf, export_dtype) ---- */
-
-/*
- * With shs_config.last_save_in_hf, shs_manager_finish() ends, after the
- * final save is committed, by exporting that step's model tensors in the
- * Hugging Face layout (shs_merge: model.safetensors or
- * model-0000I-of-0000N.safetensors + model.safetensors.index.json) into
- * <save_path>/hf-<step dir name>, e.g. hf-iteration_00000600, with
- * floating-point tensors converted to export_dtype ("" keeps them).  On N
- * ranks each rank writes whole files (shs_merge part rank/N), then rank 0
- * gathers them and writes the index (shs_merge_finish).  Every rank
- * returns the same outcome: a failure on any rank fails finish on all,
- * with that rank's message, and leaves no export directory (an earlier
- * one of the same name is kept whole).  An existing export of the same
- * step is replaced.  An encrypted run (encrypt_key_file / _env) refuses
- * last_save_in_hf at shs_manager_create (the export would be plaintext).
- */
-
-/* The export directory of this manager's last successful export, or NULL
-   (none yet).  Valid until the next manager call. */
-SHS_API const char *shs_manager_export_dir(const shs_manager *m);
-
-/* A dtype by its safetensors name or a framework's alias, any case:
-   BF16/bfloat16, F16/fp16/float16/half, F32/fp32/float32/float,
-   F64/fp64/float64/double, F8_E4M3/float8_e4m3fn, F8_E5M2/float8_e5m2.
-   SHS_EDTYPE naming the text otherwise.  (The `export_dtype` key and the
-   CLI's --dtype.) */
-SHS_API int shs_dtype_parse_alias(shs_dtype *out, const char *name);
-
-/* ---- file names a checkpoint may name ---- */
-
-/* Why `name` is not a file name that a checkpoint's metadata.json, a
-   MindSpore metadata.json or a Hugging Face index may name, or NULL when
-   it is one: a plain name in the same folder -- not empty, no '/' (no
-   path, no '..'), no backslash, no control character, not starting with
-   '.', at most 255 bytes.  The one rule of the loader, merge and the CLI.
-   The text ("is an absolute path", "escapes the folder ('..')", ...) is
-   static. */
-SHS_API const char *shs_file_name_problem(const char *name);
-
-/* ---- object storage ---- */
-
-/* Status of a create-only write (an S3 PUT with If-None-Match: *, a local
-   link(2)) that found the name taken: a step committed by another
-   attempt, a lease another job holds.  A value of the shs_status list,
-   declared with its feature (docs/s3.md). */
-enum {
-    SHS_EEXIST = -61
-};
 
 #ifdef __cplusplus
 }

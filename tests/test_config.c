@@ -100,7 +100,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.load_balanced, 0);
     assert_int_equal(c.load_worker_number, 1);
     assert_int_equal(c.strict, 1);
-    assert_null(c.owned_);
+    assert_null(c.strings);
     /* release of a config that owns nothing, twice, and of NULL */
     shs_config_release(&c);
     shs_config_release(&c);
@@ -209,7 +209,7 @@ static void test_set_every_field(void **state)
     assert_string_equal(c.prefix, "checkpoint");
     assert_string_equal(c.load_path, "");
     assert_string_equal(c.initial_load_path, "");
-    assert_null(c.owned_);
+    assert_null(c.strings);
     assert_int_equal(c.load_worker_number, 7);
     shs_config_release(&c);
 }
@@ -885,7 +885,7 @@ static void expect_yaml_error(const char *text, int status, const char *needle1,
     assert_config_equal(&c, &before);
     assert_ptr_equal(c.save_path, before.save_path);
     assert_ptr_equal(c.prefix, before.prefix);
-    assert_ptr_equal(c.owned_, before.owned_);
+    assert_ptr_equal(c.strings, before.strings);
     shs_config_release(&c);
 }
 
@@ -1160,7 +1160,7 @@ static void yaml_oom_sweep(const char *text, long min_allocs)
             if (rc != SHS_ENOMEM)
                 fail_msg("n=%ld: expected SHS_ENOMEM, got %d (%s)", n, rc, shs_last_error());
             assert_config_equal(&c, &before);
-            assert_ptr_equal(c.owned_, before.owned_);
+            assert_ptr_equal(c.strings, before.strings);
             assert_int_equal(tu_failalloc_live(), live_before);
         }
         shs_config_release(&c);

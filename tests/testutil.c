@@ -273,6 +273,17 @@ const char *tu_step_dir(const char *sp, int64_t step)
     return tu_path(sp, tu_step_name(step));
 }
 
+int tu_read_progress(shs_progress *out, const char *dir)
+{
+    shs_checkpoint *c;
+    int rc = shs_checkpoint_open(&c, dir, NULL);
+    if (rc < 0)
+        return rc;
+    rc = shs_checkpoint_progress(out, c);
+    shs_checkpoint_free(c);
+    return rc;
+}
+
 char *tu_read_tracker(const char *sp)
 {
     size_t len;

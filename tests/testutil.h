@@ -116,6 +116,9 @@ const char *tu_step_dir(const char *sp, int64_t step);
 char *tu_read_tracker(const char *sp);
 /* The step in the tracker, -1 when missing. */
 int64_t tu_tracker_step(const char *sp);
+/* common.json of the step directory `dir`, read through the public API
+   (shs_checkpoint_open + shs_checkpoint_progress): the first failure. */
+int tu_read_progress(shs_progress *out, const char *dir);
 
 /* A config that saves to `save_path` only when asked (huge interval), keeps
    everything and does not fsync. */

@@ -322,7 +322,7 @@ class Checkpoint:
 
 
 def open_checkpoint(path, framework="np", step=None, mmap=True, key=None):
-    """Open a checkpoint for reading (shs_checkpoint_open_ex): a save path
+    """Open a checkpoint for reading (shs_checkpoint_open): a save path
     (its tracker's step, else the newest; or `step`), a step directory, a
     Hugging Face model.safetensors.index.json or its folder, a folder of
     .safetensors files, or one .safetensors file.  `key`: the 32-byte key

@@ -80,12 +80,7 @@ static int verify_sealed(const shs__loader *L, const shs__mtensor *t, const shs_
 
 static int verify(const char *dir, const shs__key *key);
 
-int shs_checkpoint_verify(const char *dir)
-{
-    return verify(dir, NULL);
-}
-
-int shs_checkpoint_verify_key(const char *dir, const unsigned char *key, size_t key_len)
+int shs_checkpoint_verify(const char *dir, const unsigned char *key, size_t key_len)
 {
     shs__key k;
     if (!key)
@@ -219,7 +214,7 @@ done:
         shs__free(used[i]);
     shs__free(used);
     for (size_t i = 0; L.fh && i < m.nf; i++)
-        shs_file_close(L.fh[i]);
+        shs_file_free(L.fh[i]);
     shs__free(L.fh);
     shs__meta_free(&m);
     return rc;
@@ -232,10 +227,6 @@ int64_t shs_checkpoint_step(const shs_checkpoint *c)
 int shs_checkpoint_world_size(const shs_checkpoint *c)
 {
     return c->m.world_size;
-}
-int shs_checkpoint_is_plain(const shs_checkpoint *c)
-{
-    return c->m.plain;
 }
 size_t shs_checkpoint_file_count(const shs_checkpoint *c)
 {
@@ -260,7 +251,7 @@ int shs_checkpoint_file_rank(const shs_checkpoint *c, size_t i)
     return i < c->m.nf ? c->m.f[i].rank : -1;
 }
 
-const shs_ckpt_tensor_info *shs_checkpoint_tensor(const shs_checkpoint *c, size_t i)
+const shs_checkpoint_tensor_info *shs_checkpoint_tensor(const shs_checkpoint *c, size_t i)
 {
     return i < c->m.nt ? &c->info[i] : NULL;
 }
@@ -348,15 +339,6 @@ int shs_checkpoint_check_files(const shs_checkpoint *c)
     return rc < 0 ? rc : shs__common_read(&p, c->dir);
 }
 
-int shs_checkpoint_read_progress(shs_progress *out, const char *dir)
-{
-    if (!out || !dir)
-        return shs__err(SHS_EINVAL, "shs_checkpoint_read_progress: NULL argument");
-    if (shs__check_progress(out, "shs_checkpoint_read_progress") < 0)
-        return SHS_EINVAL;
-    return shs__common_read(out, dir);
-}
-
 int shs_checkpoint_list(int64_t *steps, size_t cap, size_t *n, const char *save_path)
 {
     if (!n || !save_path || (cap && !steps))
@@ -389,7 +371,7 @@ int shs_checkpoint_remove(const char *save_path, int64_t step)
 {
     if (!save_path || step < 0)
         return shs__err(SHS_EINVAL, "shs_checkpoint_remove: bad argument");
-    shs_savepath_lock_handle *lk = NULL;
+    shs_lock *lk = NULL;
     int rc = shs__savepath_lock_for_tool(&lk, save_path);
     if (rc == SHS_ENOENT) {
         shs__err_clear();
@@ -397,7 +379,7 @@ int shs_checkpoint_remove(const char *save_path, int64_t step)
     }
     if (rc == SHS_OK)
         rc = shs__remove_step(save_path, step);
-    shs_savepath_unlock(lk);
+    shs_lock_free(lk);
     return rc;
 }
 
@@ -405,7 +387,7 @@ int shs_checkpoint_clean(const char *save_path)
 {
     if (!save_path)
         return shs__err(SHS_EINVAL, "shs_checkpoint_clean: NULL argument");
-    shs_savepath_lock_handle *lk = NULL;
+    shs_lock *lk = NULL;
     int rc = shs__savepath_lock_for_tool(&lk, save_path);
     if (rc == SHS_ENOENT) {
         shs__err_clear();
@@ -413,6 +395,6 @@ int shs_checkpoint_clean(const char *save_path)
     }
     if (rc == SHS_OK)
         rc = shs__clean_leftovers(save_path, NULL, NULL);
-    shs_savepath_unlock(lk);
+    shs_lock_free(lk);
     return rc;
 }

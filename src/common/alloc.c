@@ -156,6 +156,11 @@ void *shs__realloc(void *ptr, size_t size)
     return p;
 }
 
+void shs_free(void *ptr)
+{
+    shs__free(ptr);
+}
+
 void shs__free(void *ptr)
 {
     if (ptr)

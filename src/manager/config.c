@@ -156,7 +156,7 @@ void shs_config_init(shs_config *config)
         .load_balanced = 0,
         .load_worker_number = 1,
         .strict = 1,
-        .owned_ = NULL,
+        .strings = NULL,
         .initial_load_in_hf = 0,
         .hf_assets_path = "",
         .hf_name_map = "",
@@ -209,14 +209,14 @@ void shs_config_release(shs_config *config)
 {
     if (!config)
         return;
-    for (owned_str *n = config->owned_; n; n = n->next)
+    for (owned_str *n = config->strings; n; n = n->next)
         for (size_t i = 0; i < N_FIELDS; i++) {
             const field *f = &g_fields[i];
             if (is_string(f) && has_field(config, f) && *FIELD_PTR(config, f, const char *) == n->s)
                 *FIELD_PTR(config, f, const char *) = f->str_default;
         }
-    shs__config_free_owned(config->owned_);
-    config->owned_ = NULL;
+    shs__config_free_owned(config->strings);
+    config->strings = NULL;
 }
 
 static const field *find_field(const char *name, size_t len)
@@ -446,7 +446,7 @@ static int set_string(shs_config *cfg, const field *f, const char *v)
        field still points at it (it cannot today, but stay safe). */
     const char *old = *slot;
     *slot = node->s;
-    owned_str **pp = (owned_str **)&cfg->owned_;
+    owned_str **pp = (owned_str **)&cfg->strings;
     for (; *pp; pp = &(*pp)->next)
         if ((*pp)->s == old) {
             if (!shs__config_is_referenced(cfg, old)) {
@@ -456,8 +456,8 @@ static int set_string(shs_config *cfg, const field *f, const char *v)
             }
             break;
         }
-    node->next = cfg->owned_;
-    cfg->owned_ = node;
+    node->next = cfg->strings;
+    cfg->strings = node;
     return SHS_OK;
 }
 

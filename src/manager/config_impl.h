@@ -11,7 +11,7 @@
 
 /* ---- owned strings ----
  * Every string set through shs_config_set lives in its own node of a
- * singly linked list hanging off config->owned_.  Replacing a field frees
+ * singly linked list hanging off config->strings.  Replacing a field frees
  * the node it pointed to, so setting a key twice does not leak; strings the
  * caller assigned directly are never in the list and never freed. */
 typedef struct owned_str {

@@ -958,7 +958,7 @@ int shs_config_load_yaml_ex(shs_config *config, const char *path, const shs_yaml
     shs_config tmp;
     shs_config_init(&tmp);
     memcpy(&tmp, config, shs__config_size(config));
-    tmp.owned_ = NULL;
+    tmp.strings = NULL;
     yaml_loader yl = { .path = path, .tmp = &tmp, .opts = opts, .resume = -1 };
     if (!yaml_parser_initialize(&yl.parser)) {
         shs__free(text);
@@ -973,16 +973,16 @@ int shs_config_load_yaml_ex(shs_config *config, const char *path, const shs_yaml
     shs__free(text);
 
     if (rc < 0) {
-        shs__config_free_owned(tmp.owned_);
+        shs__config_free_owned(tmp.strings);
         return rc;
     }
     /* Commit: keep the old owned strings tmp still points at, free the rest. */
-    owned_str *old = config->owned_;
+    owned_str *old = config->strings;
     while (old) {
         owned_str *next = old->next;
         if (shs__config_is_referenced(&tmp, old->s)) {
-            old->next = tmp.owned_;
-            tmp.owned_ = old;
+            old->next = tmp.strings;
+            tmp.strings = old;
         } else {
             shs__free(old);
         }

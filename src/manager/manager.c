@@ -427,7 +427,7 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
     return SHS_OK;
 }
 
-int shs_manager_step(shs_manager *m, const shs_progress *progress, int *saved)
+int shs_manager_step(int *saved, shs_manager *m, const shs_progress *progress)
 {
     if (saved)
         *saved = 0;
@@ -518,7 +518,7 @@ int shs_manager_finish(shs_manager *m, const shs_progress *progress)
     return shs__manager_export(m, step);
 }
 
-int shs_manager_last_save(const shs_manager *m, shs_save_stats *out)
+int shs_manager_last_save(shs_save_stats *out, const shs_manager *m)
 {
     if (!m || !out)
         return shs__err(SHS_EINVAL, "NULL argument");
@@ -617,7 +617,7 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
     if (!m)
         return create_failed(comm, shs__err(SHS_ENOMEM, "out of memory creating the manager"));
     m->cfg = whole;
-    m->cfg.owned_ = NULL;
+    m->cfg.strings = NULL;
     if ((rc = shs__hf_config_check(&m->cfg)) < 0) {
         shs_manager_free(m);
         /* a config error is every rank's; out of memory is this one's */
@@ -704,7 +704,7 @@ void shs_manager_free(shs_manager *m)
         pthread_join(m->thread, NULL);
     }
     /* after the save in flight is committed, never before */
-    shs_savepath_unlock(m->lock);
+    shs_lock_free(m->lock);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
     shs__free(m->staging);

@@ -66,8 +66,8 @@ int shs__merge_check_opts(const shs_merge_opts *o, int finish, const char *what)
 {
     if (o->flags & ~(unsigned)(SHS_MERGE_FORCE | SHS_MERGE_WITH_OPTIMIZER | SHS_MERGE_FSYNC))
         return shs__err(SHS_EINVAL, "%s: unknown flags 0x%x", what, o->flags);
-    if (o->dtype != -1 &&
-        (o->dtype < 0 || o->dtype >= SHS_DTYPE_COUNT || !shs_dtype_is_float((shs_dtype)o->dtype)))
+    if (o->dtype != SHS_DTYPE_NONE &&
+        (o->dtype < 0 || o->dtype >= SHS_DTYPE_COUNT || !shs_dtype_is_float(o->dtype)))
         return shs__err(SHS_EINVAL,
                         "%s: dtype %d is not a floating-point type to convert to (F64, F32, "
                         "F16, BF16, F8_*)",
@@ -175,7 +175,7 @@ static int select_tensors(shs__mplan *p, const shs_checkpoint *ck, const shs_mer
         goto done;
     }
     for (size_t i = 0; i < nt; i++) {
-        const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(ck, i);
+        const shs_checkpoint_tensor_info *ti = shs_checkpoint_tensor(ck, i);
         if (ti->kind != SHS_KIND_MODEL && !with_opt)
             continue;
         n_kind++;
@@ -187,7 +187,8 @@ static int select_tensors(shs__mplan *p, const shs_checkpoint *ck, const shs_mer
         t->src = i;
         t->src_name = ti->name;
         t->src_dtype = ti->dtype;
-        t->dtype = o->dtype >= 0 && shs_dtype_is_float(ti->dtype) ? (shs_dtype)o->dtype : ti->dtype;
+        t->dtype = o->dtype != SHS_DTYPE_NONE && shs_dtype_is_float(ti->dtype) ? o->dtype
+                                                                               : ti->dtype;
         t->ndim = ti->ndim;
         t->shape = ti->shape;
         if ((rc = shs_tensor_nbytes(&t->nbytes, t->dtype, t->ndim, t->shape)) < 0) {

@@ -60,7 +60,7 @@ int shs__strategy_read(json_t **doc, const char *path, const int *rank_map, size
  * it.  Names of MindSpore's optimizer state (adam_m., adam_v., moments.,
  * accu_grads., main_param., max_exp_avg_sq.) and tensors the strategy
  * does not name (hyper-parameters such as global_step) are optimizer
- * state; the rest are model tensors.  `flags`: SHS_CKPT_OPEN_*.
+ * state; the rest are model tensors.  `flags`: SHS_CHECKPOINT_OPEN_*.
  */
 int shs__strategy_open(shs_checkpoint **out, const char *src, const char *strategy_path,
                        unsigned flags);
