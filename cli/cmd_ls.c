@@ -192,6 +192,8 @@ int cli_cmd_ls(int argc, char **argv)
     }
     if (!path)
         return cli_usage_err("ls", "missing SAVE_PATH");
+    if (!*path)
+        return cli_usage_err("ls", "SAVE_PATH is an empty path");
     if (cli_is_step_dir(path))
         cli_warn("%s is a step directory; listing it as a save path", path);
     cli_save s;
