@@ -221,6 +221,7 @@ static void test_view_of_saved_step(void **state)
                         strlen("{\"epoch_num\":0,\"step_num\":0,\"global_step\":0,\"loss_scale\":1,"
                                "\"global_batch_size\":1,\"consumed_samples\":0,\"ckpt_status\":"
                                "null,\"x\":1}")));
+    tu_reseal_common(dir); /* judged on its content, not its checksum */
     assert_int_equal(tu_read_progress(&p, dir), SHS_ECORRUPT);
     unlink(tu_path(dir, "common.json"));
     assert_true(tu_read_progress(&p, dir) < 0);

@@ -1,6 +1,7 @@
 /* testutil.c -- helpers shared by the unit tests. */
 #include "testutil.h"
 
+#include "common/hash.h"
 #include "source/meta.h"
 
 #include <jansson.h>
@@ -385,6 +386,25 @@ void tu_assert_blob_str(shs_state *st, const char *name, const char *want)
         fail_msg("no blob '%s'", name);
     if (n != strlen(want) || memcmp(d, want, n) != 0)
         fail_msg("blob '%s' = '%.*s', want '%s'", name, (int)n, (const char *)d, want);
+}
+
+void tu_reseal_common(const char *dir)
+{
+    char *mp = strdup(tu_path(dir, "metadata.json"));
+    json_t *m = json_load_file(mp, 0, NULL);
+    assert_non_null(m);
+    if (json_object_get(m, "common_xxh3")) {
+        size_t len;
+        char *c = tu_read_file(tu_path(dir, "common.json"), &len);
+        assert_non_null(c);
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)shs__xxh3(c, len));
+        json_object_set_new(m, "common_xxh3", json_string(hex));
+        tu_meta_reseal(mp, m);
+        free(c);
+    }
+    json_decref(m);
+    free(mp);
 }
 
 void tu_meta_reseal(const char *path, json_t *root)

@@ -23,6 +23,10 @@ int tu_write_file(const char *path, const void *data, size_t len);
    the test's edit differs.  `root` stays the caller's. */
 struct json_t;
 void tu_meta_reseal(const char *path, struct json_t *root);
+/* After common.json of step directory `dir` was edited: record its new
+   checksum in metadata.json (resealed), so that the edit is judged on its
+   content. */
+void tu_reseal_common(const char *dir);
 void *tu_read_file(const char *path, size_t *len);
 /* "<dir>/<name>" in a static rotating buffer (8 slots). */
 const char *tu_path(const char *dir, const char *name);
