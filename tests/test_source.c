@@ -178,8 +178,7 @@ static void test_parked_is_its_step(void **state)
     assert_false(tu_path_exists(parked));
     TU_OK(shs_checkpoint_list(steps, 4, &n, sp));
     assert_int_equal(n, 1);
-    /* a parked copy beside an existing iteration_N is garbage */
-    free(park_step2(make_save_path("parked2")));
+    /* (a parked copy beside an existing iteration_N: test_parked_beside_new) */
     free(parked);
     free(sp);
 }
