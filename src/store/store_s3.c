@@ -91,12 +91,12 @@ static int s3_list_op(shs__store *st, const char *prefix, int delimited, shs__st
     if ((rc = shs__s3_list(st->s3, st->bucket, k, delimited ? '/' : 0, &pg)) < 0)
         return rc;
     for (size_t i = 0; i < pg.nkeys && rc == SHS_OK; i++) {
-        const char *rel;
+        const char *rel = NULL;
         if ((rc = listed(st, pg.keys[i], &rel, 0)) == SHS_OK)
             rc = shs__store_list_add(out, rel, strlen(rel), pg.sizes[i], 0);
     }
     for (size_t i = 0; i < pg.nprefixes && rc == SHS_OK; i++) {
-        const char *rel;
+        const char *rel = NULL;
         if ((rc = listed(st, pg.prefixes[i], &rel, 1)) == SHS_OK)
             rc = shs__store_list_add(out, rel, strlen(rel), 0, 1);
     }
