@@ -654,7 +654,7 @@ typedef struct shs_config {
        encryption was turned on).  load_path and initial_load_path take
        unencrypted checkpoints and weights whatever it says. */
     int allow_unencrypted_resume; /* (0) */
-    int enable; /* torchtitan's checkpoint.enable (1): 0 = no checkpoint is
+    int enable;                   /* torchtitan's checkpoint.enable (1): 0 = no checkpoint is
                    loaded (not even the job's own save_path) and none is
                    saved, whatever the other fields say */
     /* torchtitan's initial_load_in_hf_quantized (docs/hf.md):
@@ -881,12 +881,33 @@ typedef struct shs_save_stats {
     double write_balance;      /* max / mean bytes written per rank (1 rank: 1) */
     size_t retention_failures; /* old steps retention could not delete (the
                                  save itself succeeded): shs_manager_warning */
+    /* version 2 (docs/checkpoint.md, "Async save"): */
+    uint64_t staging_bytes;          /* async staging memory the manager holds (allocated
+                                       at create, reused by every save; 0: sync) */
+    uint64_t staging_huge_bytes;     /* of which the kernel backs by huge pages */
+    double staging_prefault_seconds; /* time the background thread took to fault
+                                        the staging memory in */
+    int snapshot_mode;               /* SHS_SNAPSHOT_*: how this save's snapshot was taken */
+    uint64_t snapshot_copied_bytes;  /* copy-free: bytes of pages the caller wrote during
+                                       the save, copied before the write went ahead */
+    uint64_t snapshot_extra_bytes;   /* copy-free: peak memory the snapshot took besides
+                                       the state (copied pages, partial pages at the
+                                       tensors' edges, its page table) */
 } shs_save_stats;
-#define SHS_SAVE_STATS_VERSION 1u
+#define SHS_SAVE_STATS_VERSION 2u
 #define SHS_SAVE_STATS_INIT                                                                        \
     {                                                                                              \
-        SHS_SAVE_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0                                          \
+        SHS_SAVE_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0                        \
     }
+/* shs_save_stats.snapshot_mode */
+enum {
+    SHS_SNAPSHOT_NONE = 0,     /* a synchronous save: written from the state itself */
+    SHS_SNAPSHOT_COPY = 1,     /* async: copied into the staging memory */
+    SHS_SNAPSHOT_DEFERRED = 2, /* async with SHS_SAVE_DEFER_SNAPSHOT: copied by the
+                                  background thread (shs_manager_fence waits) */
+    SHS_SNAPSHOT_COPY_FREE = 3 /* async, copy-free: the state was write-protected
+                                  (userfaultfd) and written from where it is */
+};
 SHS_API int shs_manager_last_save(const shs_manager *m, shs_save_stats *out);
 
 /* The latest warning of the manager (e.g. "retention could not delete
