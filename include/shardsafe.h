@@ -851,11 +851,18 @@ SHS_API int shs_manager_step(shs_manager *m, const shs_progress *progress, int *
  * Save now, regardless of the interval (e.g. before a planned stop).
  * flags: SHS_SAVE_DEFER_SNAPSHOT (async only) returns before the state is
  * copied: the caller may run compute that only reads the state, and must
- * call shs_manager_fence() before changing it.
+ * call shs_manager_fence() before changing it.  (Where the copy-free
+ * snapshot is used -- docs/checkpoint.md, "Async save" -- the snapshot is
+ * taken before the call returns whatever the flag, and the fence returns at
+ * once.)  SHS_SAVE_IF_DUE: save only when shs_manager_step would (the
+ * interval rule), so that a training loop can defer the snapshot of its
+ * periodic saves; returns 1 when a save was started, SHS_OK (0) when none
+ * was due.
  */
 enum {
     SHS_SAVE_DEFER_SNAPSHOT = 1u << 0,
-    SHS_SAVE_MODEL_ONLY = 1u << 1
+    SHS_SAVE_MODEL_ONLY = 1u << 1,
+    SHS_SAVE_IF_DUE = 1u << 2
 };
 SHS_API int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flags);
 /* Wait until the snapshot of the save in flight has been taken. */

@@ -416,11 +416,19 @@ static int saving_enabled(const shs_manager *m)
     return m->cfg.enable && m->cfg.enable_save && !m->cfg.load_only;
 }
 
+static int step_with(shs_manager *m, const shs_progress *progress, int *saved, unsigned flags);
+
 int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flags)
 {
     int rc;
     if (!m || !progress)
         return shs__err(SHS_EINVAL, "shs_manager_save: NULL argument");
+    if (flags & SHS_SAVE_IF_DUE) {
+        /* shs_manager_step with these flags: 1 when it started a save */
+        int saved = 0;
+        rc = step_with(m, progress, &saved, flags & ~(unsigned)SHS_SAVE_IF_DUE);
+        return rc < 0 ? rc : saved;
+    }
     if (shs__check_progress(progress, "shs_manager_save") < 0)
         return SHS_EINVAL;
     if (!saving_enabled(m))
@@ -507,7 +515,8 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
     return SHS_OK;
 }
 
-int shs_manager_step(shs_manager *m, const shs_progress *progress, int *saved)
+/* shs_manager_step, whose save gets `flags`. */
+static int step_with(shs_manager *m, const shs_progress *progress, int *saved, unsigned flags)
 {
     if (saved)
         *saved = 0;
@@ -531,10 +540,15 @@ int shs_manager_step(shs_manager *m, const shs_progress *progress, int *saved)
         }
         return SHS_OK;
     }
-    int rc = shs_manager_save(m, progress, 0);
+    int rc = shs_manager_save(m, progress, flags);
     if (rc == SHS_OK && saved)
         *saved = 1;
     return rc;
+}
+
+int shs_manager_step(shs_manager *m, const shs_progress *progress, int *saved)
+{
+    return step_with(m, progress, saved, 0);
 }
 
 /* Whether the save path holds a committed full (not weights-only) save of
