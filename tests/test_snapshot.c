@@ -404,6 +404,47 @@ static void test_copy_oom(void **state)
     free(sp);
 }
 
+/* SHS_SAVE_IF_DUE: the interval rule of shs_manager_step with the save's
+   flags; 1 when a save started. */
+static void test_if_due(void **state)
+{
+    (void)state;
+    char *sp = tu_subdir("if_due");
+    tstate s;
+    make_state(&s, 0, sp);
+    shs_config c;
+    tu_cfg_saving(&c, sp);
+    c.async_save = 1;
+    c.save_interleaved_steps = 2;
+    shs_manager *m;
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    for (int64_t step = 1; step <= 4; step++) {
+        fill(&s, (unsigned)step);
+        keep_expected(&s);
+        shs_progress p = tu_prog(step);
+        int rc = shs_manager_save(m, &p, SHS_SAVE_IF_DUE | SHS_SAVE_DEFER_SNAPSHOT);
+        assert_int_equal(rc, step % 2 == 0);
+        TU_OK(shs_manager_fence(m));
+        fill(&s, 99);
+        TU_OK(shs_manager_wait(m));
+        assert_int_equal(tu_tracker_step(sp), step < 2 ? -1 : step & ~(int64_t)1);
+    }
+    char *ref = tu_path_dup(sp, "ref");
+    save_reference(&s, ref, 4);
+    char *want_dir = tu_path_dup(ref, tu_step_name(4));
+    assert_same_files(tu_step_dir(sp, 4), want_dir);
+    /* a progress of a wrong version is still refused */
+    shs_progress bad = tu_prog(6);
+    bad.version = 99;
+    assert_int_equal(shs_manager_save(m, &bad, SHS_SAVE_IF_DUE), SHS_EINVAL);
+    assert_int_equal(shs_manager_save(m, NULL, SHS_SAVE_IF_DUE), SHS_EINVAL);
+    shs_manager_free(m);
+    free_state(&s);
+    free(want_dir);
+    free(ref);
+    free(sp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -412,6 +453,7 @@ int main(void)
         cmocka_unit_test(test_forced_copy),
         cmocka_unit_test(test_unprotectable_memory),
         cmocka_unit_test(test_copy_oom),
+        cmocka_unit_test(test_if_due),
     };
     return TU_RUN_GROUP(tests, tu_setup_root, tu_teardown_root);
 }
