@@ -32,23 +32,37 @@ static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static int g_hold, g_held;
 static shs__io_ops g_ops;
 
+static const char *g_open_pattern; /* NULL: hold at the mkdir */
+
+static void hold_here(void)
+{
+    pthread_mutex_lock(&g_mu);
+    g_held = 1;
+    pthread_cond_broadcast(&g_cv);
+    while (g_hold)
+        pthread_cond_wait(&g_cv, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+}
+
 static int hold_mkdir(const char *path, mode_t mode)
 {
-    if (strstr(path, "/.tmp-")) {
-        pthread_mutex_lock(&g_mu);
-        g_held = 1;
-        pthread_cond_broadcast(&g_cv);
-        while (g_hold)
-            pthread_cond_wait(&g_cv, &g_mu);
-        pthread_mutex_unlock(&g_mu);
-    }
+    if (!g_open_pattern && strstr(path, "/.tmp-"))
+        hold_here();
     return shs__io_posix.mkdir(path, mode);
+}
+
+static int hold_open(const char *path, int flags, mode_t mode)
+{
+    if (g_open_pattern && strstr(path, g_open_pattern))
+        hold_here();
+    return shs__io_posix.open(path, flags, mode);
 }
 
 static void hold_install(void)
 {
     g_ops = shs__io_posix;
     g_ops.mkdir = hold_mkdir;
+    g_ops.open = hold_open;
     pthread_mutex_lock(&g_mu);
     g_hold = 1;
     g_held = 0;
@@ -74,7 +88,9 @@ static void hold_release(void)
 
 /* ---- the state ---- */
 
-enum { NT = 5 };
+enum {
+    NT = 5
+};
 
 typedef struct tstate {
     shs_state *st;
@@ -404,6 +420,58 @@ static void test_copy_oom(void **state)
     free(sp);
 }
 
+/* Once the writer has passed a tensor, its pages are released: held at
+   the optimizer file (the model's is written), writes into the model cost
+   no copy, writes into the optimizer state do. */
+static void test_release_after_write(void **state)
+{
+    (void)state;
+    if (!copy_free_permitted())
+        return;
+    char *sp = tu_subdir("release");
+    char *ref = tu_path_dup(sp, "ref");
+    char *run = tu_path_dup(sp, "run");
+    tstate s;
+    make_state(&s, 0, sp);
+    fill(&s, 3);
+    keep_expected(&s);
+    shs_config c;
+    tu_cfg_saving(&c, run);
+    c.async_save = 1;
+    shs_manager *m;
+    TU_OK(shs_manager_create(&m, &c, s.st));
+    g_open_pattern = "checkpoint-opt-";
+    hold_install();
+    shs_progress p = tu_prog(1);
+    TU_OK(shs_manager_save(m, &p, 0));
+    hold_wait_held();
+    uint64_t whole = train_writes(&s);
+    /* the optimizer tensor's share of it */
+    uint64_t opt_pages = 0;
+    for (size_t k = 0; k < g_npages; k++)
+        if ((k == 0 || g_pages[k] != g_pages[k - 1]) && g_pages[k] >= (uintptr_t)s.data[3] &&
+            g_pages[k] < (uintptr_t)s.data[3] + s.nbytes[3])
+            opt_pages += PAGE;
+    hold_release();
+    TU_OK(shs_manager_wait(m));
+    shs__io_set(NULL);
+    g_open_pattern = NULL;
+    shs_save_stats st = SHS_SAVE_STATS_INIT;
+    TU_OK(shs_manager_last_save(m, &st));
+    assert_int_equal(st.snapshot_mode, SHS_SNAPSHOT_COPY_FREE);
+    assert_true(opt_pages > 0 && opt_pages < whole);
+    assert_int_equal(st.snapshot_copied_bytes, opt_pages);
+    save_reference(&s, ref, 1);
+    char *want_dir = tu_path_dup(ref, tu_step_name(1));
+    assert_same_files(tu_step_dir(run, 1), want_dir);
+    shs_manager_free(m);
+    free_state(&s);
+    free(want_dir);
+    free(ref);
+    free(run);
+    free(sp);
+}
+
 /* SHS_SAVE_IF_DUE: the interval rule of shs_manager_step with the save's
    flags; 1 when a save started. */
 static void test_if_due(void **state)
@@ -453,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_forced_copy),
         cmocka_unit_test(test_unprotectable_memory),
         cmocka_unit_test(test_copy_oom),
+        cmocka_unit_test(test_release_after_write),
         cmocka_unit_test(test_if_due),
     };
     return TU_RUN_GROUP(tests, tu_setup_root, tu_teardown_root);

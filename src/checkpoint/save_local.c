@@ -153,6 +153,7 @@ static int write_snap(const shs_state *st, const shs__save_req *req, shs_writer 
         if ((rc = shs_writer_write_part(w, t->name, at, bounce, len)) < 0)
             return rc;
     }
+    shs__snap_done(req->snap, i); /* the writer has passed it */
     return SHS_OK;
 }
 

@@ -60,11 +60,14 @@ typedef struct snap_tensor {
     uint64_t nbytes;
     uint64_t head, tail; /* [0, head) and [tail, nbytes) are in edge */
     char *edge;          /* head bytes, then nbytes - tail bytes */
+    long region;         /* the region of its whole pages, or -1 */
+    int done;            /* read for the last time (shs__snap_done) */
 } snap_tensor;
 
 typedef struct region {
     uintptr_t start, end; /* page aligned */
     char **slot;          /* per page: its copy, or NULL */
+    size_t pending;       /* tensors in it not done yet; 0: unprotected */
 } region;
 
 struct shs__snap {
@@ -114,6 +117,8 @@ static void on_fault(shs__snap *s, uintptr_t addr)
     uintptr_t pg = addr & ~(uintptr_t)(s->page - 1);
     pthread_mutex_lock(&s->mu);
     region *r = s->active ? find_region(s, pg) : NULL;
+    if (r && !r->pending)
+        r = NULL; /* released while this fault was queued */
     if (r) {
         char **slot = &r->slot[(pg - r->start) / s->page];
         if (!*slot) {
@@ -268,12 +273,38 @@ static void unprotect(shs__snap *s, size_t n, size_t n_protected)
 {
     for (size_t k = 0; k < n; k++) {
         struct uffdio_range rg = { s->r[k].start, s->r[k].end - s->r[k].start };
-        if (k < n_protected) {
+        if (k < n_protected && s->r[k].pending) {
             struct uffdio_writeprotect wp = { rg, 0 };
             ioctl(s->uffd, UFFDIO_WRITEPROTECT, &wp);
         }
         ioctl(s->uffd, UFFDIO_UNREGISTER, &rg);
     }
+}
+
+void shs__snap_done(shs__snap *s, size_t i)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    snap_tensor *t = s->active && i < s->nt ? &s->t[i] : NULL;
+    if (t && t->data && !t->done) {
+        t->done = 1;
+        region *r = t->region >= 0 ? &s->r[t->region] : NULL;
+        if (r && --r->pending == 0) {
+            /* the writer has passed every tensor of these pages: the
+               training step writes them freely again */
+            struct uffdio_writeprotect wp = { { r->start, r->end - r->start }, 0 };
+            ioctl(s->uffd, UFFDIO_WRITEPROTECT, &wp);
+            size_t np = (r->end - r->start) / s->page;
+            for (size_t p = 0; p < np; p++)
+                if (r->slot[p]) {
+                    shs__free(r->slot[p]);
+                    r->slot[p] = NULL;
+                    s->extra -= s->page;
+                }
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 void shs__snap_end(shs__snap *s)
@@ -345,7 +376,7 @@ int shs__snap_begin(shs__snap *s, const shs_state *st, int with_optim)
         } else {
             t->head = pa - a;
             t->tail = pe - a;
-            s->r[s->nr++] = (region){ pa, pe, NULL };
+            s->r[s->nr++] = (region){ pa, pe, NULL, 0 };
         }
         edge_bytes += t->head + (t->nbytes - t->tail);
     }
@@ -364,11 +395,13 @@ int shs__snap_begin(shs__snap *s, const shs_state *st, int with_optim)
         memcpy(at + t->head, t->data + t->tail, (size_t)(t->nbytes - t->tail));
         at += t->head + (t->nbytes - t->tail);
     }
-    /* tensors sharing memory (tied weights, views) share their pages */
+    /* tensors sharing memory (tied weights, views) share their pages (only
+       overlapping ranges merge: a region is released as soon as all of its
+       tensors are written) */
     qsort(s->r, s->nr, sizeof *s->r, cmp_region);
     size_t m = 0;
     for (size_t k = 0; k < s->nr; k++) {
-        if (m && s->r[k].start <= s->r[m - 1].end) {
+        if (m && s->r[k].start < s->r[m - 1].end) {
             if (s->r[k].end > s->r[m - 1].end)
                 s->r[m - 1].end = s->r[k].end;
         } else {
@@ -376,6 +409,14 @@ int shs__snap_begin(shs__snap *s, const shs_state *st, int with_optim)
         }
     }
     s->nr = m;
+    for (size_t i = 0; i < st->n; i++) {
+        snap_tensor *t = &s->t[i];
+        region *r = t->data && t->head < t->tail ? find_region(s, (uintptr_t)t->data + t->head)
+                                                 : NULL;
+        t->region = r ? r - s->r : -1;
+        if (r)
+            r->pending++;
+    }
     for (size_t k = 0; k < s->nr; k++) {
         size_t np = (s->r[k].end - s->r[k].start) / s->page;
         if (!(s->r[k].slot = shs__calloc(np, sizeof *s->r[k].slot))) {
@@ -497,6 +538,10 @@ int shs__snap_read(shs__snap *s, size_t i, uint64_t off, void *dst, size_t len)
 {
     (void)s, (void)i, (void)off, (void)dst, (void)len;
     return shs__err(SHS_EUNSUPPORTED, "no userfaultfd write-protect on this platform");
+}
+void shs__snap_done(shs__snap *s, size_t i)
+{
+    (void)s, (void)i;
 }
 void shs__snap_end(shs__snap *s)
 {

@@ -43,6 +43,10 @@ int shs__snap_begin(shs__snap *s, const shs_state *st, int with_optim);
    into dst.  Fails (SHS_ENOMEM) if a page written during the save could not
    be kept. */
 int shs__snap_read(shs__snap *s, size_t i, uint64_t off, void *dst, size_t len);
+/* Tensor i is read for the last time: once every tensor sharing its pages
+   is, they are un-protected and their copies dropped.  Pages written after
+   that cost nothing. */
+void shs__snap_done(shs__snap *s, size_t i);
 /* Un-protect everything and drop the copies (idempotent; after the save
    has read every byte it needs). */
 void shs__snap_end(shs__snap *s);
