@@ -34,40 +34,55 @@ static shs__io_ops g_ops;
 
 static const char *g_open_pattern; /* NULL: hold at the mkdir */
 
-static void hold_here(void)
+/* The io seam is installed once, before any manager thread runs; holds are
+   armed and released under g_mu. */
+static void hold_if(const char *path, int is_open)
 {
     pthread_mutex_lock(&g_mu);
-    g_held = 1;
-    pthread_cond_broadcast(&g_cv);
-    while (g_hold)
-        pthread_cond_wait(&g_cv, &g_mu);
+    const char *want = g_open_pattern ? g_open_pattern : "/.tmp-";
+    if (g_hold && !g_held && !is_open == !g_open_pattern && strstr(path, want)) {
+        g_held = 1;
+        pthread_cond_broadcast(&g_cv);
+        while (g_hold)
+            pthread_cond_wait(&g_cv, &g_mu);
+    }
     pthread_mutex_unlock(&g_mu);
 }
 
 static int hold_mkdir(const char *path, mode_t mode)
 {
-    if (!g_open_pattern && strstr(path, "/.tmp-"))
-        hold_here();
+    hold_if(path, 0);
     return shs__io_posix.mkdir(path, mode);
 }
 
 static int hold_open(const char *path, int flags, mode_t mode)
 {
-    if (g_open_pattern && strstr(path, g_open_pattern))
-        hold_here();
+    hold_if(path, 1);
     return shs__io_posix.open(path, flags, mode);
 }
 
-static void hold_install(void)
+static void hold_setup(void)
 {
     g_ops = shs__io_posix;
     g_ops.mkdir = hold_mkdir;
     g_ops.open = hold_open;
+    shs__io_set(&g_ops);
+}
+
+/* Hold the next save at its mkdir (pattern NULL) or at the open of a file
+   whose path holds `pattern`. */
+static void hold_install_at(const char *pattern)
+{
     pthread_mutex_lock(&g_mu);
+    g_open_pattern = pattern;
     g_hold = 1;
     g_held = 0;
     pthread_mutex_unlock(&g_mu);
-    shs__io_set(&g_ops);
+}
+
+static void hold_install(void)
+{
+    hold_install_at(NULL);
 }
 
 static void hold_wait_held(void)
@@ -82,6 +97,7 @@ static void hold_release(void)
 {
     pthread_mutex_lock(&g_mu);
     g_hold = 0;
+    g_open_pattern = NULL;
     pthread_cond_broadcast(&g_cv);
     pthread_mutex_unlock(&g_mu);
 }
@@ -299,7 +315,6 @@ static void held_save(const char *name, int file_backed, unsigned flags, int wan
         uint64_t whole = train_writes(&s);
         hold_release();
         TU_OK(shs_manager_wait(m));
-        shs__io_set(NULL);
         shs_save_stats st = SHS_SAVE_STATS_INIT;
         TU_OK(shs_manager_last_save(m, &st));
         assert_int_equal(st.snapshot_mode, want);
@@ -400,15 +415,16 @@ static void test_copy_oom(void **state)
     TU_OK(shs_manager_save(m, &p, 0));
     TU_OK(shs_manager_wait(m));
     hold_install();
-    __atomic_store_n(&g_fail_pages, 1, __ATOMIC_SEQ_CST);
     p = tu_prog(2);
     TU_OK(shs_manager_save(m, &p, 0));
     hold_wait_held();
+    /* while the writer is held, the fault handler is the only thread that
+       allocates: its page copy fails */
+    __atomic_store_n(&g_fail_pages, 1, __ATOMIC_SEQ_CST);
     s.data[1][PAGE * 5] = 42;
+    __atomic_store_n(&g_fail_pages, 0, __ATOMIC_SEQ_CST);
     hold_release();
     int rc = shs_manager_wait(m);
-    __atomic_store_n(&g_fail_pages, 0, __ATOMIC_SEQ_CST);
-    shs__io_set(NULL);
     assert_int_equal(rc, SHS_ENOMEM);
     TU_ASSERT_MSG_HAS("written during the save");
     assert_int_equal(s.data[1][PAGE * 5], 42);
@@ -440,8 +456,7 @@ static void test_release_after_write(void **state)
     c.async_save = 1;
     shs_manager *m;
     TU_OK(shs_manager_create(&m, &c, s.st));
-    g_open_pattern = "checkpoint-opt-";
-    hold_install();
+    hold_install_at("checkpoint-opt-");
     shs_progress p = tu_prog(1);
     TU_OK(shs_manager_save(m, &p, 0));
     hold_wait_held();
@@ -454,8 +469,6 @@ static void test_release_after_write(void **state)
             opt_pages += PAGE;
     hold_release();
     TU_OK(shs_manager_wait(m));
-    shs__io_set(NULL);
-    g_open_pattern = NULL;
     shs_save_stats st = SHS_SAVE_STATS_INIT;
     TU_OK(shs_manager_last_save(m, &st));
     assert_int_equal(st.snapshot_mode, SHS_SNAPSHOT_COPY_FREE);
@@ -515,6 +528,7 @@ static void test_if_due(void **state)
 
 int main(void)
 {
+    hold_setup();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_writes_during_save),
         cmocka_unit_test(test_writes_during_deferred_save),
