@@ -31,6 +31,10 @@
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
+#define HUGE ((uintptr_t)2 << 20)
 
 /* ThreadSanitizer cannot see that a page is only written after the fault
    handler made its copy and lifted the protection (the ordering goes
@@ -344,7 +348,19 @@ static int cmp_region(const void *a, const void *b)
     return x->start < y->start ? -1 : x->start > y->start;
 }
 
+static int begin(shs__snap *s, const shs_state *st, int with_optim, int probe_only);
+
 int shs__snap_begin(shs__snap *s, const shs_state *st, int with_optim)
+{
+    return begin(s, st, with_optim, 0);
+}
+
+int shs__snap_probe(shs__snap *s, const shs_state *st)
+{
+    return begin(s, st, 1, 1);
+}
+
+static int begin(shs__snap *s, const shs_state *st, int with_optim, int probe_only)
 {
     int rc = SHS_OK;
     size_t n_reg = 0, n_wp = 0;
@@ -447,6 +463,12 @@ int shs__snap_begin(shs__snap *s, const shs_state *st, int with_optim)
             goto fail;
         }
     }
+    if (probe_only) {
+        unprotect(s, n_reg, 0);
+        release_snapshot(s);
+        pthread_mutex_unlock(&s->mu);
+        return SHS_OK;
+    }
     for (; n_wp < s->nr; n_wp++) {
         struct uffdio_writeprotect wp = { { s->r[n_wp].start, s->r[n_wp].end - s->r[n_wp].start },
                                           UFFDIO_WRITEPROTECT_MODE_WP };
@@ -515,6 +537,37 @@ int shs__snap_read(shs__snap *s, size_t i, uint64_t off, void *dst, size_t len)
     return SHS_OK;
 }
 
+int shs__snap_huge_plan(uint64_t **ranges, size_t *n, const shs_state *st)
+{
+    const uintptr_t hm = HUGE - 1;
+    *ranges = shs__calloc(2 * st->n + 1, sizeof **ranges);
+    *n = 0;
+    if (!*ranges)
+        return shs__err(SHS_ENOMEM, "out of memory");
+    for (size_t i = 0; i < st->n; i++) {
+        uintptr_t a = (uintptr_t)st->t[i].data, e = a + (uintptr_t)st->t[i].nbytes;
+        uintptr_t ha = (a + hm) & ~hm, he = e & ~hm;
+        if (st->t[i].nbytes && ha < he) {
+            (*ranges)[2 * *n] = ha;
+            (*ranges)[2 * *n + 1] = he;
+            (*n)++;
+        }
+    }
+    return SHS_OK;
+}
+
+void shs__snap_huge_apply(const uint64_t *ranges, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        void *a = (void *)(uintptr_t)ranges[2 * k];
+        size_t len = (size_t)(ranges[2 * k + 1] - ranges[2 * k]);
+        /* advice and a collapse of what is already there: a failure (THP
+           off, a protected range) leaves small pages, which only cost time */
+        madvise(a, len, MADV_HUGEPAGE);
+        madvise(a, len, MADV_COLLAPSE);
+    }
+}
+
 #else /* no userfaultfd write-protect: the manager always copies */
 
 struct shs__snap {
@@ -529,7 +582,19 @@ void shs__snap_free(shs__snap *s)
 {
     (void)s;
 }
+static int begin(shs__snap *s, const shs_state *st, int with_optim, int probe_only);
+
 int shs__snap_begin(shs__snap *s, const shs_state *st, int with_optim)
+{
+    return begin(s, st, with_optim, 0);
+}
+
+int shs__snap_probe(shs__snap *s, const shs_state *st)
+{
+    return begin(s, st, 1, 1);
+}
+
+static int begin(shs__snap *s, const shs_state *st, int with_optim, int probe_only)
 {
     (void)s, (void)st, (void)with_optim;
     return shs__err(SHS_EUNSUPPORTED, "no userfaultfd write-protect on this platform");
@@ -542,6 +607,22 @@ int shs__snap_read(shs__snap *s, size_t i, uint64_t off, void *dst, size_t len)
 void shs__snap_done(shs__snap *s, size_t i)
 {
     (void)s, (void)i;
+}
+int shs__snap_probe(shs__snap *s, const shs_state *st)
+{
+    (void)s, (void)st;
+    return shs__err(SHS_EUNSUPPORTED, "no userfaultfd write-protect on this platform");
+}
+int shs__snap_huge_plan(uint64_t **ranges, size_t *n, const shs_state *st)
+{
+    (void)st;
+    *ranges = NULL;
+    *n = 0;
+    return SHS_OK;
+}
+void shs__snap_huge_apply(const uint64_t *ranges, size_t n)
+{
+    (void)ranges, (void)n;
 }
 void shs__snap_end(shs__snap *s)
 {

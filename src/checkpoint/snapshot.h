@@ -39,6 +39,19 @@ void shs__snap_free(shs__snap *s);
    protected and the caller copies instead (SHS_EUNSUPPORTED: this memory cannot
    be protected, e.g. a file mapping). */
 int shs__snap_begin(shs__snap *s, const shs_state *st, int with_optim);
+/* Whether the state's memory can be registered (shs__snap_begin would not
+   fail on its kind of memory); nothing is protected. */
+int shs__snap_probe(shs__snap *s, const shs_state *st);
+
+/* Write-protecting costs one page-table entry per page: on small pages
+   about 0.1 s per GiB, on transparent huge pages 1/512 of that.  The
+   manager plans (at create: the 2 MiB-aligned insides of the tensors, as
+   ranges[2k], ranges[2k + 1]) and applies in its background thread
+   MADV_HUGEPAGE and MADV_COLLAPSE (Linux 6.1) to them.  Advice only: where
+   the kernel declines, the pages stay small. */
+int shs__snap_huge_plan(uint64_t **ranges, size_t *n, const shs_state *st);
+void shs__snap_huge_apply(const uint64_t *ranges, size_t n);
+
 /* Copy bytes [off, off + len) of tensor i as they were at shs__snap_begin
    into dst.  Fails (SHS_ENOMEM) if a page written during the save could not
    be kept. */

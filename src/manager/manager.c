@@ -297,8 +297,10 @@ static void *worker_main(void *arg)
     pthread_mutex_lock(&m->mu);
     int prefault = m->prefaulting;
     pthread_mutex_unlock(&m->mu);
-    if (prefault)
+    if (prefault) {
         shs__staging_prefault(&m->stg);
+        shs__snap_huge_apply(m->huge, m->n_huge);
+    }
     pthread_mutex_lock(&m->mu);
     m->prefaulting = 0;
     pthread_cond_broadcast(&m->cv);
@@ -350,8 +352,11 @@ static int setup_async(shs_manager *m)
     const char *mode = getenv("SHS_ASYNC_SNAPSHOT");
     int want = !m->key && !(mode && strcmp(mode, "copy") == 0);
     if (want && shs__snap_create(&m->snap) == SHS_OK &&
-        shs__snap_begin(m->snap, m->state, 1) == SHS_OK) {
-        shs__snap_end(m->snap);
+        shs__snap_probe(m->snap, m->state) == SHS_OK) {
+        int rc = shs__snap_huge_plan(&m->huge, &m->n_huge, m->state);
+        if (rc < 0)
+            return rc;
+        m->prefaulting = 1; /* the worker collapses m->huge */
         return start_worker(m);
     }
     shs__snap_free(m->snap);
@@ -804,6 +809,7 @@ void shs_manager_free(shs_manager *m)
         pthread_join(m->thread, NULL);
     }
     shs__snap_free(m->snap);
+    shs__free(m->huge);
     /* after the save in flight is committed, never before */
     shs_savepath_unlock(m->lock);
     pthread_mutex_destroy(&m->mu);

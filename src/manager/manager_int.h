@@ -61,6 +61,9 @@ struct shs_manager {
     shs__staging stg;
     int prefaulting;        /* the worker is faulting stg in (guarded by mu) */
     struct shs__snap *snap; /* copy-free snapshots (snapshot.h); NULL: copy */
+    uint64_t *huge;         /* copy-free: the ranges the worker turns into huge
+                               pages at start (shs__snap_huge_plan) */
+    size_t n_huge;
 
     int load_path_is_own; /* load_path is the save path itself (a load) */
     /* the strings of the last load result (shs_load_result says whose) */
