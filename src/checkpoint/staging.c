@@ -50,19 +50,43 @@ int shs__staging_alloc(shs__staging *s, uint64_t bytes)
     return SHS_OK;
 }
 
-void shs__staging_prefault(shs__staging *s)
+int shs__staging_can_populate(shs__staging *s)
 {
     if (!s->bytes)
-        return;
+        return 1;
+    uintptr_t a = (uintptr_t)s->base & ~(uintptr_t)4095;
+    return madvise((void *)a, 4096, MADV_POPULATE_WRITE) == 0;
+}
+
+int shs__staging_prefault(shs__staging *s, int (*stop)(void *), void *ctx)
+{
+    if (!s->bytes)
+        return 1;
     double t0 = now_s();
     /* MADV_POPULATE_WRITE faults the pages in writable without writing
-       them; it wants page-aligned bounds */
+       them -- so a snapshot may copy into pages faulted here at the same
+       time -- in chunks, between which a save that came early stops it (its
+       copy faults in the rest); it wants page-aligned bounds */
+    const uintptr_t chunk = (uintptr_t)32 << 20;
     uintptr_t a = (uintptr_t)s->base & ~(uintptr_t)4095;
     uintptr_t b = ((uintptr_t)s->base + (uintptr_t)s->bytes + 4095) & ~(uintptr_t)4095;
-    if (madvise((void *)a, b - a, MADV_POPULATE_WRITE) != 0)
-        memset(s->base, 0, (size_t)s->bytes);
+    int done = 1;
+    for (uintptr_t at = a; at < b; at += chunk) {
+        uintptr_t len = b - at < chunk ? b - at : chunk;
+        if (stop && stop(ctx)) {
+            done = 0;
+            break;
+        }
+        if (madvise((void *)at, len, MADV_POPULATE_WRITE) != 0) {
+            /* an older kernel: zeros, which no snapshot may overlap (the
+               manager's saves wait for this, shs__staging_can_populate) */
+            memset(s->base, 0, (size_t)s->bytes);
+            break;
+        }
+    }
     s->huge_bytes = shs__huge_bytes(s->base, s->bytes);
     s->prefault_seconds = now_s() - t0;
+    return done;
 }
 
 void shs__staging_release(shs__staging *s)

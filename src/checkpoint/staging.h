@@ -20,10 +20,16 @@ typedef struct shs__staging {
 /* Allocate `bytes` (not touched yet); a block of 2 MiB or more is 2 MiB
    aligned and advised MADV_HUGEPAGE.  bytes 0: nothing. */
 int shs__staging_alloc(shs__staging *s, uint64_t bytes);
+/* Whether the kernel faults pages in without writing them
+   (MADV_POPULATE_WRITE, Linux 5.14): then a snapshot may copy into the
+   memory while shs__staging_prefault runs; else it must wait for it. */
+int shs__staging_can_populate(shs__staging *s);
 /* Fault every page in (MADV_POPULATE_WRITE, or by writing zeros where the
    kernel lacks it) and record how much the kernel backed with huge pages.
-   Runs in the manager's thread, before any snapshot uses the memory. */
-void shs__staging_prefault(shs__staging *s);
+   Runs in the manager's thread; `stop(ctx)` (may be NULL), asked between
+   chunks, ends it early (returns 0; the rest faults in when first copied
+   into). */
+int shs__staging_prefault(shs__staging *s, int (*stop)(void *), void *ctx);
 void shs__staging_release(shs__staging *s);
 
 /* Bytes of [addr, addr + len) that the kernel backs by transparent huge

@@ -257,7 +257,7 @@ static int ensure_staging(shs_manager *m, int prefault)
         return rc;
     }
     if (prefault)
-        shs__staging_prefault(&m->stg);
+        shs__staging_prefault(&m->stg, NULL, NULL);
     uint64_t at = 0;
     for (size_t i = 0; i < st->n; i++) {
         m->staging[i] = m->stg.base + at;
@@ -288,17 +288,27 @@ static size_t half_split(const shs_state *st)
     return i;
 }
 
+/* A save is queued: the worker's start-up work gives way to it. */
+static int job_waiting(void *arg)
+{
+    shs_manager *m = arg;
+    pthread_mutex_lock(&m->mu);
+    int busy = m->busy;
+    pthread_mutex_unlock(&m->mu);
+    return busy;
+}
+
 static void *worker_main(void *arg)
 {
     shs_manager *m = arg;
     /* the staging memory allocated at create is faulted in here, off the
-       caller's path: a save waits for it only if it comes before this is
-       done (m->prefaulting) */
+       caller's path; a save that comes first stops it (job_waiting) and
+       its copy faults in the rest (m->prefaulting, m->populate_ok) */
     pthread_mutex_lock(&m->mu);
     int prefault = m->prefaulting;
     pthread_mutex_unlock(&m->mu);
     if (prefault) {
-        shs__staging_prefault(&m->stg);
+        shs__staging_prefault(&m->stg, job_waiting, m);
         shs__snap_huge_apply(m->huge, m->n_huge);
     }
     pthread_mutex_lock(&m->mu);
@@ -365,6 +375,7 @@ static int setup_async(shs_manager *m)
     int rc = ensure_staging(m, 0);
     if (rc < 0)
         return rc;
+    m->populate_ok = shs__staging_can_populate(&m->stg);
     m->prefaulting = 1;
     return start_worker(m);
 }
@@ -469,9 +480,11 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
         shs__err_clear();
     }
     if (rc == SHS_OK && m->async && m->thread_started && !copy_free) {
-        /* the staging memory of create is being faulted in */
+        /* the staging memory of create is being faulted in: with zeros
+           (an old kernel) the snapshot waits for it; else the worker stops
+           when it sees the job and the copy faults in the rest */
         pthread_mutex_lock(&m->mu);
-        while (m->prefaulting)
+        while (m->prefaulting && (!m->populate_ok || staging_need(m->state) != m->stg.bytes))
             pthread_cond_wait(&m->cv, &m->mu);
         pthread_mutex_unlock(&m->mu);
     }

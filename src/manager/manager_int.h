@@ -60,6 +60,7 @@ struct shs_manager {
     void **staging; /* per tensor: its place in stg */
     shs__staging stg;
     int prefaulting;        /* the worker is faulting stg in (guarded by mu) */
+    int populate_ok;        /* ... without writing it: a snapshot need not wait */
     struct shs__snap *snap; /* copy-free snapshots (snapshot.h); NULL: copy */
     uint64_t *huge;         /* copy-free: the ranges the worker turns into huge
                                pages at start (shs__snap_huge_plan) */
