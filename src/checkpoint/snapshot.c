@@ -582,19 +582,7 @@ void shs__snap_free(shs__snap *s)
 {
     (void)s;
 }
-static int begin(shs__snap *s, const shs_state *st, int with_optim, int probe_only);
-
 int shs__snap_begin(shs__snap *s, const shs_state *st, int with_optim)
-{
-    return begin(s, st, with_optim, 0);
-}
-
-int shs__snap_probe(shs__snap *s, const shs_state *st)
-{
-    return begin(s, st, 1, 1);
-}
-
-static int begin(shs__snap *s, const shs_state *st, int with_optim, int probe_only)
 {
     (void)s, (void)st, (void)with_optim;
     return shs__err(SHS_EUNSUPPORTED, "no userfaultfd write-protect on this platform");
