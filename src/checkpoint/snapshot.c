@@ -556,9 +556,9 @@ int shs__snap_huge_plan(uint64_t **ranges, size_t *n, const shs_state *st)
     return SHS_OK;
 }
 
-void shs__snap_huge_apply(const uint64_t *ranges, size_t n)
+void shs__snap_huge_apply(const uint64_t *ranges, size_t n, int (*stop)(void *), void *ctx)
 {
-    for (size_t k = 0; k < n; k++) {
+    for (size_t k = 0; k < n && !(stop && stop(ctx)); k++) {
         void *a = (void *)(uintptr_t)ranges[2 * k];
         size_t len = (size_t)(ranges[2 * k + 1] - ranges[2 * k]);
         /* advice and a collapse of what is already there: a failure (THP
@@ -608,9 +608,9 @@ int shs__snap_huge_plan(uint64_t **ranges, size_t *n, const shs_state *st)
     *n = 0;
     return SHS_OK;
 }
-void shs__snap_huge_apply(const uint64_t *ranges, size_t n)
+void shs__snap_huge_apply(const uint64_t *ranges, size_t n, int (*stop)(void *), void *ctx)
 {
-    (void)ranges, (void)n;
+    (void)ranges, (void)n, (void)stop, (void)ctx;
 }
 void shs__snap_end(shs__snap *s)
 {

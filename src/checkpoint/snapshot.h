@@ -47,10 +47,11 @@ int shs__snap_probe(shs__snap *s, const shs_state *st);
    about 0.1 s per GiB, on transparent huge pages 1/512 of that.  The
    manager plans (at create: the 2 MiB-aligned insides of the tensors, as
    ranges[2k], ranges[2k + 1]) and applies in its background thread
-   MADV_HUGEPAGE and MADV_COLLAPSE (Linux 6.1) to them.  Advice only: where
-   the kernel declines, the pages stay small. */
+   MADV_HUGEPAGE and MADV_COLLAPSE (Linux 6.1) to them, until `stop(ctx)`
+   (a save is queued).  Advice only: where the kernel declines, the pages
+   stay small. */
 int shs__snap_huge_plan(uint64_t **ranges, size_t *n, const shs_state *st);
-void shs__snap_huge_apply(const uint64_t *ranges, size_t n);
+void shs__snap_huge_apply(const uint64_t *ranges, size_t n, int (*stop)(void *), void *ctx);
 
 /* Copy bytes [off, off + len) of tensor i as they were at shs__snap_begin
    into dst.  Fails (SHS_ENOMEM) if a page written during the save could not

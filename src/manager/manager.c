@@ -309,7 +309,7 @@ static void *worker_main(void *arg)
     pthread_mutex_unlock(&m->mu);
     if (prefault) {
         shs__staging_prefault(&m->stg, job_waiting, m);
-        shs__snap_huge_apply(m->huge, m->n_huge);
+        shs__snap_huge_apply(m->huge, m->n_huge, job_waiting, m);
     }
     pthread_mutex_lock(&m->mu);
     m->prefaulting = 0;
