@@ -316,7 +316,7 @@ static void held_save(const char *name, int file_backed, unsigned flags, int wan
         hold_release();
         TU_OK(shs_manager_wait(m));
         shs_save_stats st = SHS_SAVE_STATS_INIT;
-        TU_OK(shs_manager_last_save(m, &st));
+        TU_OK(shs_manager_last_save(&st, m));
         assert_int_equal(st.snapshot_mode, want);
         if (want == SHS_SNAPSHOT_COPY_FREE) {
             /* exactly the whole pages written, each once */
@@ -329,7 +329,7 @@ static void held_save(const char *name, int file_backed, unsigned flags, int wan
             assert_true(st.staging_bytes >= shs_state_nbytes(s.st));
         }
         save_reference(&s, ref, step);
-        TU_OK(shs_checkpoint_verify(tu_step_dir(run, step)));
+        TU_OK(shs_checkpoint_verify(tu_step_dir(run, step), NULL, 0));
         char *want_dir = tu_path_dup(ref, tu_step_name(step));
         assert_same_files(tu_step_dir(run, step), want_dir);
         free(want_dir);
@@ -470,7 +470,7 @@ static void test_release_after_write(void **state)
     hold_release();
     TU_OK(shs_manager_wait(m));
     shs_save_stats st = SHS_SAVE_STATS_INIT;
-    TU_OK(shs_manager_last_save(m, &st));
+    TU_OK(shs_manager_last_save(&st, m));
     assert_int_equal(st.snapshot_mode, SHS_SNAPSHOT_COPY_FREE);
     assert_true(opt_pages > 0 && opt_pages < whole);
     assert_int_equal(st.snapshot_copied_bytes, opt_pages);

@@ -71,7 +71,7 @@ int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out)
            any of them is used */
         if (rc == SHS_OK && ((rc = check_sealed_file(L, fi)) < 0 ||
                              (rc = shs__meta_check_file(L->m, L->dir, fi, L->fh[fi])) < 0)) {
-            shs_file_close(L->fh[fi]);
+            shs_file_free(L->fh[fi]);
             L->fh[fi] = NULL;
         }
     }
@@ -912,7 +912,7 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
     rc = SHS_OK;
 done:
     for (size_t i = 0; L.fh && i < m.nf; i++)
-        shs_file_close(L.fh[i]);
+        shs_file_free(L.fh[i]);
     shs__free(L.fh);
     return rc;
 }
