@@ -386,12 +386,14 @@ def render(raw, command):
                 ("ckpt_save", "state; the sync save streams from it", "state", 1),
                 ("ckpt_async", "state + 1 async manager's pre-faulted staging copy at a time "
                  "(the first is freed before the second is created)", "state + staging", 2),
+                ("ckpt_async_cf", "state + the copy-free snapshot's pages (no staging)",
+                 "state", 1),
                 ("ckpt_incr", "state (saves stream from it)", "state", 1),
                 ("ckpt_resume", "state + the memcpy baseline's source copy + the mapped "
                  "checkpoint files' page-cache pages (shared, reclaimable)", "state + copy", 2)):
             v = g(mode, "peak_rss")
             if v is not None:
-                w(f"| `bench_ckpt {mode[5:].replace('incr', 'incremental')}` | {fr(v)} MiB | "
+                w(f"| `bench_ckpt {mode[5:].replace('incr', 'incremental').replace('_cf', '-cf')}` | {fr(v)} MiB | "
                   f"{base} {mult * smib:.0f} MiB | {fr(ratio(v, mult * smib))} | {what} |")
         v = g("torch_ckpt", "peak_rss")
         if v is not None:
@@ -482,6 +484,32 @@ def checkpoints(g, w):
           f"process, median: {fr(sm)} s (best {fr(A('sync_s'))} s) | {fr(rr)} | "
           f"{'≤ %.2f' % tgt if tgt else '—'} | "
           f"{status(rr, tgt + 1e-12, higher_is_better=False) if tgt else ''} |")
+    for key, what in (("a_first_over_steady", "staging copy"),
+                      ("b_first_over_steady", "deferred snapshot")):
+        v = A(key)
+        w(f"| b | {what}: **1st** save blocked / 2nd+ blocked (staging allocated at create, "
+          f"faulted in by the manager's thread during training: "
+          f"{fr(A('staging_prefault_s'))} s, {fr(100 * (A('staging_huge_frac') or 0))}% huge "
+          f"pages) | {fr(v)} | — | {fr(v)} | ≤ 2 | "
+          f"{status(v, 2.0 + 1e-12, higher_is_better=False) if v is not None else ''} |")
+    C = lambda k: g("ckpt_async_cf", k)
+    if C("c_steady_s") is not None:
+        csm = C("sync_median_s")
+        for key, what, tgt in (
+                ("c_first_s", "copy-free snapshot (userfaultfd write-protect; "
+                 f"mode {fr(C('mode'))}, 3 = copy-free), **1st** save: time in "
+                 "`shs_manager_save`", None),
+                ("c_steady_s", "copy-free snapshot, 2nd+ saves (median of 3): time in "
+                 "`shs_manager_save`", 0.02)):
+            v = C(key)
+            rr = ratio(v, csm)
+            w(f"| b | {what}; time ratio, lower is better | {fr(v)} s | sync save, same "
+              f"process, median: {fr(csm)} s | {fr(rr)} | {'≤ %.2f' % tgt if tgt else '—'} | "
+              f"{status(rr, tgt + 1e-12, higher_is_better=False) if tgt else ''} |")
+        w(f"| b | copy-free: extra memory (`snapshot_extra_bytes`: pages the update wrote "
+          f"before the writer passed them, tensor edges, page table) / state, median; pages "
+          f"copied {fr(C('c_copied_frac'))} of the state | {fr(C('c_extra_frac'))} | staging "
+          f"copy: 1.0 | {fr(C('c_extra_frac'))} | — | |")
     w(f"| b | background commit (`total_seconds`: snapshot to commit), 2nd+ median: plain "
       f"async / deferred | {fr(A('a_commit_s'))} s / {fr(A('b_commit_s'))} s | sync save "
       f"{fr(sm)} s | {fr(ratio(A('a_commit_s'), sm))} / {fr(ratio(A('b_commit_s'), sm))} "

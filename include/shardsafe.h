@@ -921,11 +921,18 @@ SHS_API int shs_manager_step(int *saved, shs_manager *m, const shs_progress *pro
  * Save now, regardless of the interval (e.g. before a planned stop).
  * flags: SHS_SAVE_DEFER_SNAPSHOT (async only) returns before the state is
  * copied: the caller may run compute that only reads the state, and must
- * call shs_manager_fence() before changing it.
+ * call shs_manager_fence() before changing it.  (Where the copy-free
+ * snapshot is used -- docs/checkpoint.md, "Async save" -- the snapshot is
+ * taken before the call returns whatever the flag, and the fence returns at
+ * once.)  SHS_SAVE_IF_DUE: save only when shs_manager_step would (the
+ * interval rule), so that a training loop can defer the snapshot of its
+ * periodic saves; returns 1 when a save was started, SHS_OK (0) when none
+ * was due.
  */
 enum {
     SHS_SAVE_DEFER_SNAPSHOT = 1u << 0,
-    SHS_SAVE_MODEL_ONLY = 1u << 1
+    SHS_SAVE_MODEL_ONLY = 1u << 1,
+    SHS_SAVE_IF_DUE = 1u << 2
 };
 SHS_API int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flags);
 /* Wait until the snapshot of the save in flight has been taken. */
@@ -951,12 +958,33 @@ typedef struct shs_save_stats {
     double write_balance;      /* max / mean bytes written per rank (1 rank: 1) */
     size_t retention_failures; /* old steps retention could not delete (the
                                  save itself succeeded): shs_manager_warning */
+    /* version 2 (docs/checkpoint.md, "Async save"): */
+    uint64_t staging_bytes;          /* async staging memory the manager holds (allocated
+                                       at create, reused by every save; 0: sync) */
+    uint64_t staging_huge_bytes;     /* of which the kernel backs by huge pages */
+    double staging_prefault_seconds; /* time the background thread took to fault
+                                        the staging memory in */
+    int snapshot_mode;               /* SHS_SNAPSHOT_*: how this save's snapshot was taken */
+    uint64_t snapshot_copied_bytes;  /* copy-free: bytes of pages the caller wrote during
+                                       the save, copied before the write went ahead */
+    uint64_t snapshot_extra_bytes;   /* copy-free: peak memory the snapshot took besides
+                                       the state (copied pages, partial pages at the
+                                       tensors' edges, its page table) */
 } shs_save_stats;
-#define SHS_SAVE_STATS_VERSION 1u
+#define SHS_SAVE_STATS_VERSION 2u
 #define SHS_SAVE_STATS_INIT                                                                        \
     {                                                                                              \
-        SHS_SAVE_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0                                          \
+        SHS_SAVE_STATS_VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0                        \
     }
+/* shs_save_stats.snapshot_mode */
+enum {
+    SHS_SNAPSHOT_NONE = 0,     /* a synchronous save: written from the state itself */
+    SHS_SNAPSHOT_COPY = 1,     /* async: copied into the staging memory */
+    SHS_SNAPSHOT_DEFERRED = 2, /* async with SHS_SAVE_DEFER_SNAPSHOT: copied by the
+                                  background thread (shs_manager_fence waits) */
+    SHS_SNAPSHOT_COPY_FREE = 3 /* async, copy-free: the state was write-protected
+                                  (userfaultfd) and written from where it is */
+};
 SHS_API int shs_manager_last_save(shs_save_stats *out, const shs_manager *m);
 
 /* The latest warning of the manager (e.g. "retention could not delete

@@ -345,10 +345,10 @@ static PyObject *Manager_call(ManagerObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS;
     if (what == 0)
         rc = shs_manager_step(&saved, self->m, &p);
-    else if (what == 1)
-        rc = shs_manager_save(self->m, &p, flags);
-    else
+    else if (what == 2)
         rc = shs_manager_finish(self->m, &p);
+    else if ((rc = shs_manager_save(self->m, &p, flags)) > 0) /* SHS_SAVE_IF_DUE */
+        saved = 1;
     Py_END_ALLOW_THREADS;
     self->busy = 0;
     if (rc < 0)
@@ -415,12 +415,18 @@ static PyObject *Manager_last_save(ManagerObject *self, PyObject *unused)
     if (rc < 0)
         return pyshs_raise(rc);
     const char *w = shs_manager_warning(self->m);
-    return Py_BuildValue("{sLsKsKsKsdsdsnsz}", "step", (long long)s.step, "state_bytes",
-                         (unsigned long long)s.state_bytes, "bytes_written",
-                         (unsigned long long)s.bytes_written, "bytes_linked",
-                         (unsigned long long)s.bytes_linked, "blocked_seconds", s.blocked_seconds,
-                         "total_seconds", s.total_seconds, "retention_failures",
-                         (Py_ssize_t)s.retention_failures, "warning", w);
+    static const char *const modes[] = { "none", "copy", "deferred", "copy-free" };
+    const char *mode = s.snapshot_mode >= 0 && s.snapshot_mode < 4 ? modes[s.snapshot_mode] : "?";
+    return Py_BuildValue(
+        "{sLsKsKsKsdsdsnszsKsKsdsssKsK}", "step", (long long)s.step, "state_bytes",
+        (unsigned long long)s.state_bytes, "bytes_written", (unsigned long long)s.bytes_written,
+        "bytes_linked", (unsigned long long)s.bytes_linked, "blocked_seconds", s.blocked_seconds,
+        "total_seconds", s.total_seconds, "retention_failures", (Py_ssize_t)s.retention_failures,
+        "warning", w, "staging_bytes", (unsigned long long)s.staging_bytes, "staging_huge_bytes",
+        (unsigned long long)s.staging_huge_bytes, "staging_prefault_seconds",
+        s.staging_prefault_seconds, "snapshot_mode", mode, "snapshot_copied_bytes",
+        (unsigned long long)s.snapshot_copied_bytes, "snapshot_extra_bytes",
+        (unsigned long long)s.snapshot_extra_bytes);
 }
 
 static PyObject *Manager_close(ManagerObject *self, PyObject *unused)

@@ -156,9 +156,13 @@ class CheckpointManager:
         ["step"], ["path"], ["message"], ...)."""
         return self._m.load(self._progress(progress))
 
-    def step(self, progress):
+    def step(self, progress, defer_snapshot=False):
         """After each optimizer step: saves when global_step is a multiple
-        of save_interleaved_steps.  Returns True when a save started."""
+        of save_interleaved_steps.  Returns True when a save started.
+        defer_snapshot (async_save only): that save returns before the
+        state is copied; call fence() before changing it."""
+        if defer_snapshot:
+            return self._m.call(1, self._progress(progress), 1 | 4)  # DEFER | IF_DUE
         return self._m.call(0, self._progress(progress))
 
     def save(self, progress, model_only=False, defer_snapshot=False):

@@ -67,8 +67,9 @@ def _dumps(obj, where):
 
 class TorchCheckpointer:
     def __init__(self, model, optimizer=None, scheduler=None, config=None, yaml=None, comm=None,
-                 shard=None):
+                 shard=None, defer_snapshot=False):
         import torch
+        self.defer_snapshot = bool(defer_snapshot)
         self._torch = torch
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.config, self.yaml, self.comm, self.shard = dict(config or {}), yaml, comm, shard
@@ -179,13 +180,33 @@ class TorchCheckpointer:
             self._m.set_blob(name, data)
 
     def step(self, progress, extra=None):
-        """After each optimizer step: saves when due (True when it did)."""
+        """After each optimizer step: saves when due (True when it did).
+        With defer_snapshot the save returns before the state is copied:
+        call fence() before the next optimizer.step()."""
         self._prepare(extra)
-        return self._m.step(progress)
+        return self._m.step(progress, defer_snapshot=self.defer_snapshot)
 
-    def save(self, progress, extra=None):
+    def save(self, progress, extra=None, defer_snapshot=None):
+        """Save now; defer_snapshot (default: the constructor's) as in step."""
         self._prepare(extra)
-        self._m.save(progress)
+        defer = self.defer_snapshot if defer_snapshot is None else defer_snapshot
+        self._m.save(progress, defer_snapshot=defer)
+
+    def fence(self):
+        """Wait until the snapshot of the save in flight is taken: call it
+        before changing the state (optimizer.step()) after a deferred save.
+        Forward and backward only read the parameters and may run before."""
+        if self._m is not None:
+            self._m.fence()
+
+    def wait(self):
+        """Wait until the save in flight is committed (its error, if any)."""
+        if self._m is not None:
+            self._m.wait()
+
+    def last_save(self):
+        """Statistics of the last committed save (dict), or None."""
+        return self._m.last_save() if self._m is not None else None
 
     def finish(self, progress, extra=None):
         self._prepare(extra)

@@ -245,3 +245,31 @@ def test_python_comm_error_is_reported(tmp_path):
                                          comm=Broken()) as m:
             m.save({"global_step": 1})
     assert not [d for d in os.listdir(tmp_path) if d.startswith("iteration_")]
+
+
+def test_deferred_snapshot(tmp_path):
+    """defer_snapshot: step() saves when due and returns before the copy;
+    after fence() the parameters may change, the checkpoint holds them as
+    they were at the step."""
+    net, opt, sched = make()
+    cfg = {"save_path": str(tmp_path), "save_interleaved_steps": 2, "async_save": True}
+    with TorchCheckpointer(net, opt, sched, config=cfg, defer_snapshot=True) as ck:
+        train(net, opt, sched, 1)
+        assert not ck.step({"global_step": 1})  # not due: nothing saved
+        train(net, opt, sched, 1)
+        want = {k: v.clone() for k, v in net.state_dict().items()}
+        assert ck.step({"global_step": 2})
+        ck.fence()
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(1000.0)  # the optimizer step after the fence
+        ck.wait()
+        stats = ck.last_save()
+        assert stats["step"] == 2
+        # the copy-free snapshot where the kernel permits it, else the deferred copy
+        assert stats["snapshot_mode"] in ("copy-free", "deferred")
+        if stats["snapshot_mode"] == "deferred":
+            assert stats["staging_bytes"] >= stats["state_bytes"]
+    with open_checkpoint(tmp_path, framework="pt") as c:
+        for k, v in want.items():
+            assert torch.equal(c.get_tensor("model." + k), v), k

@@ -35,6 +35,10 @@ typedef struct shs__save_req {
     const char *save_id;                    /* with key: this save's random id (16
                                                hex digits, bound into every chunk's
                                                AAD); set by shs__ckpt_save */
+    struct shs__snap *snap; /* copy-free snapshot (snapshot.h): tensor bytes are read
+                               through it, and it is ended once this rank's files are
+                               written; NULL: read `data` / the registered memory.
+                               Not with key. */
 } shs__save_req;
 
 /* The plan of who writes which replica, kept between saves while no rank's

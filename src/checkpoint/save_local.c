@@ -7,6 +7,7 @@
  */
 #include "checkpoint/save_local.h"
 
+#include "checkpoint/snapshot.h"
 #include "crypto/crypt.h"
 #include "dist/exchange.h"
 #include "common/hash.h"
@@ -136,9 +137,29 @@ static int write_sealed(const shs_state *st, const shs__save_req *req, shs_write
     return rc;
 }
 
+/* Write tensor i read through the copy-free snapshot, a bounce buffer
+   (SHS__HASH_BLOCK bytes) at a time. */
+static int write_snap(const shs_state *st, const shs__save_req *req, shs_writer *w, size_t i,
+                      char *bounce)
+{
+    const shs__tensor *t = &st->t[i];
+    if (t->nbytes == 0)
+        return shs_writer_write(w, t->name, bounce, 0);
+    for (uint64_t at = 0; at < t->nbytes; at += SHS__HASH_BLOCK) {
+        size_t len = (size_t)(t->nbytes - at < SHS__HASH_BLOCK ? t->nbytes - at : SHS__HASH_BLOCK);
+        int rc = shs__snap_read(req->snap, i, at, bounce, len);
+        if (rc < 0)
+            return shs__err_prefix(rc, t->name);
+        if ((rc = shs_writer_write_part(w, t->name, at, bounce, len)) < 0)
+            return rc;
+    }
+    shs__snap_done(req->snap, i); /* the writer has passed it */
+    return SHS_OK;
+}
+
 /* Write the tensors assigned to file `fi` as one safetensors file. */
 static int write_one_file(const shs_state *st, const shs__save_req *req, const char *tmp,
-                          out_file *f, int fi, tensor_out *to, const int *incl)
+                          out_file *f, int fi, tensor_out *to, const int *incl, char *bounce)
 {
     shs_writer *w = NULL;
     shs_writer_opts wo = SHS_WRITER_OPTS_INIT;
@@ -170,6 +191,8 @@ static int write_one_file(const shs_state *st, const shs__save_req *req, const c
         long i = shs__state_find(st, name, strlen(name));
         if (req->key)
             rc = write_sealed(st, req, w, (size_t)i, &to[i], buf);
+        else if (req->snap)
+            rc = write_snap(st, req, w, (size_t)i, bounce);
         else
             rc = shs_writer_write(w, name, tensor_src(st, req, (size_t)i), (size_t)st->t[i].nbytes);
         if (rc < 0 || (rc = shs__writer_tensor_range(w, name, &to[i].b0, &to[i].b1)) < 0)
@@ -244,8 +267,29 @@ typedef struct local_save {
     int *unchanged;       /* per tensor: 1 + its previous file, or 0 */
     int blob_file;        /* the blobs' file, -1 without blobs */
     uint64_t *blob_range; /* b0, b1 of each blob */
+    char *bounce;         /* SHS__HASH_BLOCK bytes, with req->snap */
     shs_save_stats s;
 } local_save;
+
+/* The checksums of tensor i read through the copy-free snapshot, a block
+   at a time through the bounce buffer. */
+static int hash_snap(local_save *L, size_t i)
+{
+    uint64_t n = L->st->t[i].nbytes;
+    shs__xxh3_state hs;
+    shs__xxh3_reset(&hs);
+    for (uint64_t at = 0, k = 0; at < n; at += SHS__HASH_BLOCK, k++) {
+        size_t len = (size_t)(n - at < SHS__HASH_BLOCK ? n - at : SHS__HASH_BLOCK);
+        int rc = shs__snap_read(L->req->snap, i, at, L->bounce, len);
+        if (rc < 0)
+            return shs__err_prefix(rc, L->st->t[i].name);
+        shs__xxh3_update(&hs, L->bounce, len);
+        if (L->to[i].blocks)
+            L->to[i].blocks[k] = shs__xxh3(L->bounce, len);
+    }
+    L->to[i].hash = shs__xxh3_digest(&hs);
+    return SHS_OK;
+}
 
 /* Which tensors go in (model always, optimizer state when asked, minus
    `skip`), and the checksum of each local chunk. */
@@ -268,8 +312,18 @@ static int hash_included(local_save *L, const uint8_t *skip)
             if (!(L->to[i].blocks = shs__calloc(
                       (size_t)((n + SHS__HASH_BLOCK - 1) / SHS__HASH_BLOCK), 8)))
                 return shs__err(SHS_ENOMEM, "out of memory for block checksums");
+            if (req->snap) {
+                int rc = hash_snap(L, i);
+                if (rc < 0)
+                    return rc;
+                continue;
+            }
             L->to[i].hash = shs__xxh3_blocks(tensor_src(st, req, i), n, SHS__HASH_BLOCK,
                                              L->to[i].blocks);
+        } else if (req->snap) {
+            int rc = hash_snap(L, i);
+            if (rc < 0)
+                return rc;
         } else {
             L->to[i].hash = shs__xxh3(tensor_src(st, req, i), (size_t)n);
         }
@@ -397,7 +451,8 @@ static int write_files(local_save *L)
             }
             continue;
         }
-        if ((rc = write_one_file(st, L->req, L->tmp, &L->files[fi], (int)fi, L->to, L->incl)) < 0)
+        if ((rc = write_one_file(st, L->req, L->tmp, &L->files[fi], (int)fi, L->to, L->incl,
+                                 L->bounce)) < 0)
             return rc;
         for (size_t i = 0; i < st->n; i++)
             if (L->to[i].file == (int)fi)
@@ -574,7 +629,7 @@ int shs__save_local(const shs_state *st, const shs__save_req *req, const char *t
     *frag_out = NULL;
     L.to = shs__calloc(st->n + 1, sizeof *L.to);
     L.incl = shs__calloc(st->n + 1, sizeof *L.incl);
-    if (!L.to || !L.incl) {
+    if (!L.to || !L.incl || (req->snap && !(L.bounce = shs__malloc(SHS__HASH_BLOCK)))) {
         rc = shs__err(SHS_ENOMEM, "out of memory saving step %lld", (long long)req->step);
         goto done;
     }
@@ -584,6 +639,9 @@ int shs__save_local(const shs_state *st, const shs__save_req *req, const char *t
         goto done;
     *stats = L.s;
 done:
+    /* every tensor byte this rank saves is read: the state may change */
+    shs__snap_end(req->snap);
+    shs__free(L.bounce);
     if (L.have_prev)
         shs__meta_free(&L.prev);
     shs__free(L.files);

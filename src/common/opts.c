@@ -45,7 +45,8 @@ static const struct {
     [SHS__V_SAVE_STATS] = { "shs_save_stats",
                             "SHS_SAVE_STATS_INIT",
                             SHS_SAVE_STATS_VERSION,
-                            { 0, sizeof(shs_save_stats) } },
+                            { 0, offsetof(shs_save_stats, staging_bytes),
+                              sizeof(shs_save_stats) } },
     [SHS__V_CHECKPOINT_OPEN_OPTS] = { "shs_checkpoint_open_opts",
                                       "SHS_CHECKPOINT_OPEN_OPTS_INIT",
                                       SHS_CHECKPOINT_OPEN_OPTS_VERSION,
@@ -87,7 +88,8 @@ static const struct {
 /* Every table lists every version up to the current one, and the newest
    size is the whole struct. */
 _Static_assert(SHS_CONFIG_VERSION == 4 && SHS_CHECKPOINT_OPEN_OPTS_VERSION == 2 &&
-                   SHS_MERGE_OPTS_VERSION == 3 && SHS_RESHARD_OPTS_VERSION == 3,
+                   SHS_MERGE_OPTS_VERSION == 3 && SHS_RESHARD_OPTS_VERSION == 3 &&
+                   SHS_SAVE_STATS_VERSION == 2,
                "a versioned struct changed: update its sizes in k_struct");
 
 static unsigned version_of(const void *p)

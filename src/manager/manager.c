@@ -14,6 +14,7 @@
  */
 #include "manager/manager_int.h"
 
+#include "checkpoint/snapshot.h"
 #include "dist/comm.h"
 #include "manager/config_impl.h"
 #include "source/hf_load.h"
@@ -31,6 +32,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -185,6 +187,7 @@ static int do_save(shs_manager *m, const job *j, void *const *data)
         .remove_redundancy = m->cfg.remove_redundancy,
         .layout_cache = m->cfg.save_global_layout_cache ? &m->layout_cache : NULL,
         .key = m->key,
+        .snap = j->snapshot_mode == SHS_SNAPSHOT_COPY_FREE ? m->snap : NULL,
     };
     shs_save_stats s = SHS_SAVE_STATS_INIT;
     char dir[4096];
@@ -192,6 +195,14 @@ static int do_save(shs_manager *m, const job *j, void *const *data)
     if (rc < 0)
         return rc;
     s.version = SHS_SAVE_STATS_VERSION;
+    s.snapshot_mode = j->snapshot_mode;
+    if (req.snap)
+        shs__snap_stats(m->snap, &s.snapshot_copied_bytes, &s.snapshot_extra_bytes);
+    if (m->async) {
+        s.staging_bytes = m->stg.bytes;
+        s.staging_huge_bytes = m->stg.huge_bytes;
+        s.staging_prefault_seconds = m->stg.prefault_seconds;
+    }
     snprintf(m->last_dir, sizeof m->last_dir, "%s", dir);
     m->last_saved_step = j->step;
     if (j->with_optim)
@@ -216,35 +227,42 @@ static int do_save(shs_manager *m, const job *j, void *const *data)
     return SHS_OK;
 }
 
-static int ensure_staging(shs_manager *m)
+/* Bytes of staging the state needs: every tensor at a 64-byte boundary. */
+static uint64_t staging_need(const shs_state *st)
 {
-    const shs_state *st = m->state;
     uint64_t total = 0;
     for (size_t i = 0; i < st->n; i++)
         total += (st->t[i].nbytes + 63) & ~(uint64_t)63;
-    if (m->staging && m->staging_bytes == total)
+    return total;
+}
+
+/* Staging buffers for the state's current layout: kept while the layout's
+   size is unchanged.  New memory is faulted in here when `prefault` is set
+   (a layout that changed after create: the caller pays once); at create the
+   worker does it instead (m->prefaulting). */
+static int ensure_staging(shs_manager *m, int prefault)
+{
+    const shs_state *st = m->state;
+    uint64_t total = staging_need(st);
+    if (m->staging && m->stg.bytes == total)
         return SHS_OK;
     shs__free(m->staging);
-    shs__free(m->staging_mem);
+    shs__staging_release(&m->stg);
     m->staging = shs__calloc(st->n + 1, sizeof *m->staging);
-    m->staging_mem = total ? shs__malloc((size_t)total) : NULL;
-    if (!m->staging || (total && !m->staging_mem)) {
+    int rc = m->staging ? shs__staging_alloc(&m->stg, total)
+                        : shs__err(SHS_ENOMEM, "out of memory for async staging buffers");
+    if (rc < 0) {
         shs__free(m->staging);
-        shs__free(m->staging_mem);
         m->staging = NULL;
-        m->staging_mem = NULL;
-        return shs__err(SHS_ENOMEM, "out of memory for %llu bytes of async staging buffers",
-                        (unsigned long long)total);
+        return rc;
     }
-    /* pre-fault once so later snapshots are plain memory copies */
-    if (total)
-        memset(m->staging_mem, 0, (size_t)total);
+    if (prefault)
+        shs__staging_prefault(&m->stg, NULL, NULL);
     uint64_t at = 0;
     for (size_t i = 0; i < st->n; i++) {
-        m->staging[i] = m->staging_mem + at;
+        m->staging[i] = m->stg.base + at;
         at += (st->t[i].nbytes + 63) & ~(uint64_t)63;
     }
-    m->staging_bytes = total;
     return SHS_OK;
 }
 
@@ -270,10 +288,32 @@ static size_t half_split(const shs_state *st)
     return i;
 }
 
-static void *worker_main(void *arg)
+/* A save is queued: the worker's start-up work gives way to it. */
+static int job_waiting(void *arg)
 {
     shs_manager *m = arg;
     pthread_mutex_lock(&m->mu);
+    int busy = m->busy;
+    pthread_mutex_unlock(&m->mu);
+    return busy;
+}
+
+static void *worker_main(void *arg)
+{
+    shs_manager *m = arg;
+    /* the staging memory allocated at create is faulted in here, off the
+       caller's path; a save that comes first stops it (job_waiting) and
+       its copy faults in the rest (m->prefaulting, m->populate_ok) */
+    pthread_mutex_lock(&m->mu);
+    int prefault = m->prefaulting;
+    pthread_mutex_unlock(&m->mu);
+    if (prefault) {
+        shs__staging_prefault(&m->stg, job_waiting, m);
+        shs__snap_huge_apply(m->huge, m->n_huge, job_waiting, m);
+    }
+    pthread_mutex_lock(&m->mu);
+    m->prefaulting = 0;
+    pthread_cond_broadcast(&m->cv);
     for (;;) {
         while (!m->stop && !m->busy)
             pthread_cond_wait(&m->cv, &m->mu);
@@ -283,14 +323,16 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&m->mu);
         /* the whole snapshot (deferred), or the worker's half of it; then
            wait for the caller's half before reading the staging buffers */
-        snapshot_tensors(m, j.with_optim, j.defer_snapshot ? 0 : j.split, m->state->n);
+        if (j.snapshot_mode != SHS_SNAPSHOT_COPY_FREE)
+            snapshot_tensors(m, j.with_optim, j.defer_snapshot ? 0 : j.split, m->state->n);
         pthread_mutex_lock(&m->mu);
         m->snapshot_done = 1;
         pthread_cond_broadcast(&m->cv);
         while (!m->caller_done)
             pthread_cond_wait(&m->cv, &m->mu);
         pthread_mutex_unlock(&m->mu);
-        int rc = do_save(m, &j, m->staging);
+        int rc = do_save(m, &j, j.snapshot_mode == SHS_SNAPSHOT_COPY_FREE ? NULL : m->staging);
+        shs__snap_end(m->snap); /* a save that failed before reading it all */
         char msg[900];
         snprintf(msg, sizeof msg, "%s", rc < 0 ? shs_last_error() : "");
         free_blobs(j.blobs, j.n_blobs);
@@ -306,6 +348,46 @@ static void *worker_main(void *arg)
     }
     pthread_mutex_unlock(&m->mu);
     return NULL;
+}
+
+static int start_worker(shs_manager *m);
+
+/* Async at create: copy-free snapshots where the kernel allows them and the
+   state's memory can be write-protected (tried once now); else staging
+   memory, allocated now and faulted in by the worker while training runs,
+   so that the first save costs what every later one does.
+   SHS_ASYNC_SNAPSHOT=copy in the environment always copies. */
+static int setup_async(shs_manager *m)
+{
+    const char *mode = getenv("SHS_ASYNC_SNAPSHOT");
+    int want = !m->key && !(mode && strcmp(mode, "copy") == 0);
+    if (want && shs__snap_create(&m->snap) == SHS_OK &&
+        shs__snap_probe(m->snap, m->state) == SHS_OK) {
+        int rc = shs__snap_huge_plan(&m->huge, &m->n_huge, m->state);
+        if (rc < 0)
+            return rc;
+        m->prefaulting = 1; /* the worker collapses m->huge */
+        return start_worker(m);
+    }
+    shs__snap_free(m->snap);
+    m->snap = NULL;
+    shs__err_clear();
+    int rc = ensure_staging(m, 0);
+    if (rc < 0)
+        return rc;
+    m->populate_ok = shs__staging_can_populate(&m->stg);
+    m->prefaulting = 1;
+    return start_worker(m);
+}
+
+static int start_worker(shs_manager *m)
+{
+    if (pthread_create(&m->thread, NULL, worker_main, m) != 0) {
+        m->prefaulting = 0;
+        return shs__err(SHS_EIO, "cannot start the async save thread");
+    }
+    m->thread_started = 1;
+    return SHS_OK;
 }
 
 /* Wait for the save in flight; report (and clear) a background error. */
@@ -350,11 +432,19 @@ static int saving_enabled(const shs_manager *m)
     return m->cfg.enable && m->cfg.enable_save && !m->cfg.load_only;
 }
 
+static int step_with(shs_manager *m, const shs_progress *progress, int *saved, unsigned flags);
+
 int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flags)
 {
     int rc;
     if (!m || !progress)
         return shs__err(SHS_EINVAL, "shs_manager_save: NULL argument");
+    if (flags & SHS_SAVE_IF_DUE) {
+        /* shs_manager_step with these flags: 1 when it started a save */
+        int saved = 0;
+        rc = step_with(m, progress, &saved, flags & ~(unsigned)SHS_SAVE_IF_DUE);
+        return rc < 0 ? rc : saved;
+    }
     if (shs__check_progress(progress, "shs_manager_save") < 0)
         return SHS_EINVAL;
     if (!saving_enabled(m))
@@ -383,15 +473,27 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
        a rank that ran out of memory here would otherwise leave the others
        waiting in them. */
     rc = snapshot_blobs(m, &j.blobs, &j.n_blobs);
-    if (rc == SHS_OK && m->async)
-        rc = ensure_staging(m);
-    if (rc == SHS_OK && m->async && !m->thread_started) {
-        if (pthread_create(&m->thread, NULL, worker_main, m) != 0)
-            rc = shs__err(SHS_EIO, "cannot start the async save thread");
-        else
-            m->thread_started = 1;
+    /* copy-free: write-protect the state; where that fails, copy */
+    int copy_free = 0;
+    if (rc == SHS_OK && m->async && m->snap) {
+        copy_free = shs__snap_begin(m->snap, m->state, j.with_optim) == SHS_OK;
+        shs__err_clear();
     }
+    if (rc == SHS_OK && m->async && m->thread_started && !copy_free) {
+        /* the staging memory of create is being faulted in: with zeros
+           (an old kernel) the snapshot waits for it; else the worker stops
+           when it sees the job and the copy faults in the rest */
+        pthread_mutex_lock(&m->mu);
+        while (m->prefaulting && (!m->populate_ok || staging_need(m->state) != m->stg.bytes))
+            pthread_cond_wait(&m->cv, &m->mu);
+        pthread_mutex_unlock(&m->mu);
+    }
+    if (rc == SHS_OK && m->async && !copy_free)
+        rc = ensure_staging(m, 1);
+    if (rc == SHS_OK && m->async && !m->thread_started)
+        rc = start_worker(m);
     if ((rc = shs__comm_agree(m->comm, rc, shs_last_error())) < 0) {
+        shs__snap_end(m->snap);
         free_blobs(j.blobs, j.n_blobs);
         return rc;
     }
@@ -401,16 +503,20 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
         m->last_stats.blocked_seconds = now_s() - t0; /* all of it */
         return rc;
     }
-    j.defer_snapshot = (flags & SHS_SAVE_DEFER_SNAPSHOT) != 0;
-    j.split = j.defer_snapshot ? 0 : half_split(m->state);
+    /* copy-free, the snapshot is already taken: nothing to defer */
+    j.defer_snapshot = !copy_free && (flags & SHS_SAVE_DEFER_SNAPSHOT) != 0;
+    j.snapshot_mode = copy_free          ? SHS_SNAPSHOT_COPY_FREE
+                      : j.defer_snapshot ? SHS_SNAPSHOT_DEFERRED
+                                         : SHS_SNAPSHOT_COPY;
+    j.split = j.defer_snapshot || copy_free ? 0 : half_split(m->state);
     pthread_mutex_lock(&m->mu);
     m->cur = j;
     m->busy = 1;
-    m->snapshot_done = 0;
-    m->caller_done = j.defer_snapshot;
+    m->snapshot_done = copy_free;
+    m->caller_done = j.defer_snapshot || copy_free;
     pthread_cond_broadcast(&m->cv);
     pthread_mutex_unlock(&m->mu);
-    if (!j.defer_snapshot) {
+    if (!j.defer_snapshot && !copy_free) {
         /* copy our half while the worker copies the other; return only
            when the whole snapshot is taken */
         snapshot_tensors(m, j.with_optim, 0, j.split);
@@ -427,7 +533,8 @@ int shs_manager_save(shs_manager *m, const shs_progress *progress, unsigned flag
     return SHS_OK;
 }
 
-int shs_manager_step(int *saved, shs_manager *m, const shs_progress *progress)
+/* shs_manager_step, whose save gets `flags`. */
+static int step_with(shs_manager *m, const shs_progress *progress, int *saved, unsigned flags)
 {
     if (saved)
         *saved = 0;
@@ -451,10 +558,15 @@ int shs_manager_step(int *saved, shs_manager *m, const shs_progress *progress)
         }
         return SHS_OK;
     }
-    int rc = shs_manager_save(m, progress, 0);
+    int rc = shs_manager_save(m, progress, flags);
     if (rc == SHS_OK && saved)
         *saved = 1;
     return rc;
+}
+
+int shs_manager_step(int *saved, shs_manager *m, const shs_progress *progress)
+{
+    return step_with(m, progress, saved, 0);
 }
 
 /* Whether the save path holds a committed full (not weights-only) save of
@@ -681,6 +793,12 @@ int shs_manager_create_comm(shs_manager **out, const shs_config *config, shs_sta
         if (rc == SHS_OK)
             rc = shs__clean_leftovers(m->save_path, NULL, NULL);
     }
+    /* async: the staging memory is allocated now and faulted in by the
+       worker while training runs, so that the first save costs what every
+       later one does */
+    if (rc == SHS_OK && saving && m->async) {
+        rc = setup_async(m);
+    }
     char msg[SHS__AGREE_MSG];
     snprintf(msg, sizeof msg, "%s", shs_last_error());
     if ((rc = shs__comm_agree(comm, rc, msg)) < 0) {
@@ -703,12 +821,14 @@ void shs_manager_free(shs_manager *m)
         pthread_mutex_unlock(&m->mu);
         pthread_join(m->thread, NULL);
     }
+    shs__snap_free(m->snap);
+    shs__free(m->huge);
     /* after the save in flight is committed, never before */
     shs_lock_free(m->lock);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
     shs__free(m->staging);
-    shs__free(m->staging_mem);
+    shs__staging_release(&m->stg);
     shs__free(m->run_steps);
     shs__load_result_release_names(&m->held);
     shs__free(m->held_path);

@@ -7,6 +7,7 @@
 #define SHS_MANAGER_INT_H
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/staging.h"
 
 #include <pthread.h>
 
@@ -15,8 +16,9 @@ typedef struct job {
     int64_t step;
     int with_optim;
     int defer_snapshot;
-    size_t split;     /* caller copies [0, split), the worker the rest */
-    shs__blob *blobs; /* snapshot of the state's blobs */
+    int snapshot_mode; /* SHS_SNAPSHOT_* */
+    size_t split;      /* caller copies [0, split), the worker the rest */
+    shs__blob *blobs;  /* snapshot of the state's blobs */
     size_t n_blobs;
 } job;
 
@@ -55,9 +57,14 @@ struct shs_manager {
     job cur;
     int bg_status; /* error of the last background save */
     char bg_msg[1024];
-    void **staging; /* per tensor */
-    char *staging_mem;
-    uint64_t staging_bytes;
+    void **staging; /* per tensor: its place in stg */
+    shs__staging stg;
+    int prefaulting;        /* the worker is faulting stg in (guarded by mu) */
+    int populate_ok;        /* ... without writing it: a snapshot need not wait */
+    struct shs__snap *snap; /* copy-free snapshots (snapshot.h); NULL: copy */
+    uint64_t *huge;         /* copy-free: the ranges the worker turns into huge
+                               pages at start (shs__snap_huge_plan) */
+    size_t n_huge;
 
     int load_path_is_own; /* load_path is the save path itself (a load) */
     /* the strings of the last load result (shs_load_result says whose) */

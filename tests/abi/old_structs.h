@@ -65,5 +65,7 @@ SAME(old_merge_opts_v1, shs_merge_opts, progress_ctx);
    version 2 where encrypt_key_file (version 3) begins. */
 #define OLD_CONFIG_V1_SIZE offsetof(shs_config, initial_load_in_hf)
 #define OLD_CONFIG_V2_SIZE offsetof(shs_config, encrypt_key_file)
+/* shs_save_stats version 1: up to retention_failures */
+#define OLD_SAVE_STATS_V1_SIZE offsetof(shs_save_stats, staging_bytes)
 
 #endif
