@@ -276,8 +276,10 @@ static void test_v3_tamper(void **state)
         const char *needle;
     } cases[] = {
         { set_save_id, 0, SHS_ECHECKSUM, "does not authenticate" },
-        { edit_nt, 5, SHS_ECHECKSUM, "tensor 'big' (chunk 0, bytes 352..131424 of the file): does not authenticate" },
-        { edit_nt, 50, SHS_ECHECKSUM, "tensor 'big' (chunk 0, bytes 352..131424 of the file): does not authenticate" },
+        { edit_nt, 5, SHS_ECHECKSUM,
+          "tensor 'big' (chunk 0, bytes 352..131424 of the file): does not authenticate" },
+        { edit_nt, 50, SHS_ECHECKSUM,
+          "tensor 'big' (chunk 0, bytes 352..131424 of the file): does not authenticate" },
         /* version 4's members in version 3 */
         { add_salt, 0, SHS_ECORRUPT, "\"gcm_salt\" and \"gcm_tags\" are only valid in version 4" },
         { add_segment, 0, SHS_ECORRUPT,

@@ -71,8 +71,8 @@ typedef struct shs__load_req {
     int unused_ok;              /* tensors of the checkpoint that are not
                                      registered are skipped and listed,
                                      even when strict */
-    const struct shs__key *key;   /* of an encrypted checkpoint, or NULL */
-    int encrypted_only;           /* with a key: refuse an unencrypted
+    const struct shs__key *key; /* of an encrypted checkpoint, or NULL */
+    int encrypted_only;         /* with a key: refuse an unencrypted
                                      checkpoint (SHS_EKEY) -- the manager's
                                      resume from save_path, unless
                                      allow_unencrypted_resume */

@@ -46,24 +46,7 @@ static int blob_err(const char *dir, const shs__meta *m, const shs__mblob *b, ui
                     "%s/%s: blob '%s' (rank %d, bytes %llu..%llu of the file): checksum "
                     "mismatch (stored 0x%016llx, read 0x%016llx)",
                     dir, m->f[b->file].name, b->name, b->rank, (unsigned long long)b->b0,
-                    (unsigned long long)b->b1, (unsigned long long)stored,
-                    (unsigned long long)got);
-}
-
-/* The XXH3 of bytes [at, +len) of chunk c: SHS_ECHECKSUM unless it is
-   `stored`; q >= 0 names the block. */
-static int check_xxh3(const shs__loader *L, const shs__mtensor *t, const shs__mchunk *c, long long q,
-                      uint64_t at, const void *data, uint64_t len, uint64_t stored)
-{
-    uint64_t got = shs__xxh3(data, (size_t)len);
-    if (got == stored)
-        return SHS_OK;
-    char part[32] = "";
-    if (q >= 0)
-        snprintf(part, sizeof part, "block %lld", q);
-    return shs__chunk_err(SHS_ECHECKSUM, L->dir, L->m, t, c, part, at, len,
-                          "checksum mismatch (stored 0x%016llx, read 0x%016llx)",
-                          (unsigned long long)stored, (unsigned long long)got);
+                    (unsigned long long)b->b1, (unsigned long long)stored, (unsigned long long)got);
 }
 
 /* A data file of an encrypted save (its header says so) is read only
@@ -148,11 +131,49 @@ int shs__chunk_locate(shs__loader *L, uint32_t fi, const char *key, uint64_t b0,
     return SHS_OK;
 }
 
-/* The whole-chunk checksum of c (when it has one) over data[0, n). */
+/* The mismatch of bytes [at, +len) of chunk c: block q, or (q < 0) the
+   whole chunk. */
+static int hash_err(const shs__loader *L, const shs__mtensor *t, const shs__mchunk *c, long long q,
+                    uint64_t at, uint64_t len, uint64_t stored, uint64_t got)
+{
+    char part[32] = "";
+    if (q >= 0)
+        snprintf(part, sizeof part, "block %lld", q);
+    return shs__chunk_err(SHS_ECHECKSUM, L->dir, L->m, t, c, part, at, len,
+                          "checksum mismatch (stored 0x%016llx, read 0x%016llx)",
+                          (unsigned long long)stored, (unsigned long long)got);
+}
+
+/* Block q of chunk c, its bytes at data: SHS_ECHECKSUM unless they match
+   its recorded XXH3. */
+static int check_block(const shs__loader *L, const shs__mtensor *t, const shs__mchunk *c, size_t q,
+                       const void *data)
+{
+    uint64_t n = c->b1 - c->b0, at = (uint64_t)q * c->block;
+    uint64_t len = n - at < c->block ? n - at : c->block;
+    uint64_t got = shs__xxh3(data, (size_t)len);
+    return got == c->blocks[q] ? SHS_OK
+                               : hash_err(L, t, c, (long long)q, at, len, c->blocks[q], got);
+}
+
+/* The whole-chunk checksum of c (when it has one) over data[0, n), the
+   whole chunk.  A mismatch names the first block that fails when the
+   chunk has block checksums (found only then, off the fast path), so a
+   damaged byte is reported alike whether it was read whole or in part. */
 static int check_whole(const shs__loader *L, const shs__mtensor *t, const shs__mchunk *c,
                        const void *data, uint64_t n)
 {
-    return c->has_hash ? check_xxh3(L, t, c, -1, 0, data, n, c->hash) : SHS_OK;
+    if (!c->has_hash)
+        return SHS_OK;
+    uint64_t got = shs__xxh3(data, (size_t)n);
+    if (got == c->hash)
+        return SHS_OK;
+    for (size_t q = 0; q < c->nblocks; q++) {
+        int rc = check_block(L, t, c, q, (const char *)data + (uint64_t)q * c->block);
+        if (rc < 0)
+            return rc;
+    }
+    return hash_err(L, t, c, -1, 0, n, c->hash, got);
 }
 
 /* pread window over a chunk without checksums (plain files) */
@@ -190,9 +211,8 @@ static int check_blocks(const shs__loader *L, const shs__mtensor *t, const shs__
         if (!b.mark[q])
             continue;
         uint64_t at = (uint64_t)q * c->block;
-        uint64_t len = n - at < c->block ? n - at : c->block;
-        *read_bytes += len;
-        rc = check_xxh3(L, t, c, (long long)q, at, src + at, len, c->blocks[q]);
+        *read_bytes += n - at < c->block ? n - at : c->block;
+        rc = check_block(L, t, c, q, src + at);
     }
     shs__free(b.mark);
     return rc;
@@ -267,7 +287,7 @@ static int load_window(fill_ctx *x, uint64_t q)
         return SHS_OK;
     }
     if (c->nblocks)
-        return check_xxh3(x->L, x->mt, c, (long long)q, at, x->win, len, c->blocks[q]);
+        return check_block(x->L, x->mt, c, (size_t)q, x->win);
     return x->nwin == 1 ? check_whole(x->L, x->mt, c, x->win, len) : SHS_OK;
 }
 
@@ -488,9 +508,7 @@ int shs__chunk_fill(shs__loader *L, const shs__mtensor *mt, const shs__mchunk *c
         rc = load_window(&x, q);
     uint64_t got = rc == SHS_OK && x.hs ? shs__xxh3_digest(&hs) : c->hash;
     if (got != c->hash)
-        rc = shs__chunk_err(SHS_ECHECKSUM, L->dir, L->m, mt, c, "", 0, n,
-                            "checksum mismatch (stored 0x%016llx, read 0x%016llx)",
-                            (unsigned long long)c->hash, (unsigned long long)got);
+        rc = hash_err(L, mt, c, -1, 0, n, c->hash, got);
     shs__free(x.win);
     return rc;
 }
@@ -536,19 +554,12 @@ int shs__chunk_verify(const shs__loader *L, const shs__mtensor *t, const shs__mc
         uint64_t whole = shs__xxh3_blocks(p, n, c->block, got);
         for (size_t q = 0; q < c->nblocks && rc == SHS_OK; q++) {
             uint64_t at = (uint64_t)q * c->block, len = n - at < c->block ? n - at : c->block;
-            if (got[q] != c->blocks[q]) {
-                char part[32];
-                snprintf(part, sizeof part, "block %zu", q);
-                rc = shs__chunk_err(SHS_ECHECKSUM, L->dir, L->m, t, c, part, at, len,
-                                    "checksum mismatch (stored 0x%016llx, read 0x%016llx)",
-                                    (unsigned long long)c->blocks[q], (unsigned long long)got[q]);
-            }
+            if (got[q] != c->blocks[q])
+                rc = hash_err(L, t, c, (long long)q, at, len, c->blocks[q], got[q]);
         }
         shs__free(got);
         if (rc == SHS_OK && c->has_hash && whole != c->hash)
-            rc = shs__chunk_err(SHS_ECHECKSUM, L->dir, L->m, t, c, "", 0, n,
-                                "checksum mismatch (stored 0x%016llx, read 0x%016llx)",
-                                (unsigned long long)c->hash, (unsigned long long)whole);
+            rc = hash_err(L, t, c, -1, 0, n, c->hash, whole);
     } else {
         rc = check_whole(L, t, c, p, n);
     }

@@ -48,10 +48,9 @@ int shs__chunk_read(const struct shs__loader *L, const shs__mtensor *t, const sh
    box [boff, +bshape) held in dst, as `dtype`; only what the part needs
    is read and checked (the blocks or segments it touches when the chunk
    has them).  *read_bytes grows by the bytes read from storage. */
-int shs__chunk_fill(struct shs__loader *L, const shs__mtensor *t, const shs__mchunk *c,
-                    shs_file *f, size_t idx, const uint64_t *boff, const uint64_t *bshape,
-                    const uint64_t *ioff, const uint64_t *ishape, shs_dtype dtype, void *dst,
-                    uint64_t *read_bytes);
+int shs__chunk_fill(struct shs__loader *L, const shs__mtensor *t, const shs__mchunk *c, shs_file *f,
+                    size_t idx, const uint64_t *boff, const uint64_t *bshape, const uint64_t *ioff,
+                    const uint64_t *ishape, shs_dtype dtype, void *dst, uint64_t *read_bytes);
 
 /* Verify: every stored byte of chunk c (opened at f/idx) against every
    record of it -- the whole XXH3 and each block's, in one pass, and with
