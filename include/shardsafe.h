@@ -1605,14 +1605,14 @@ SHS_API int shs_reshard_saved_layout(char **out, const char *src, int64_t step);
    or shs_reshard of the same destination removes it, and
    shs_tool_leftovers lists (or removes) them.  docs/merge.md. */
 typedef struct shs_tool_leftover {
-    unsigned version;  /* SHS_TOOL_LEFTOVER_VERSION */
-    const char *path;  /* the temporary directory (or a stale lock file) */
-    const char *tool;  /* "merge" or "reshard" */
-    uint64_t bytes;    /* bytes of its files */
-    uint64_t files;    /* its files */
-    int live;          /* a running process holds it: not a leftover */
-    long long pid;     /* the pid its lock file records; 0 unknown */
-    int removed;       /* shs_tool_leftovers with remove: it was removed */
+    unsigned version; /* SHS_TOOL_LEFTOVER_VERSION */
+    const char *path; /* the temporary directory (or a stale lock file) */
+    const char *tool; /* "merge" or "reshard" */
+    uint64_t bytes;   /* bytes of its files */
+    uint64_t files;   /* its files */
+    int live;         /* a running process holds it: not a leftover */
+    long long pid;    /* the pid its lock file records; 0 unknown */
+    int removed;      /* shs_tool_leftovers with remove: it was removed */
 } shs_tool_leftover;
 #define SHS_TOOL_LEFTOVER_VERSION 1
 typedef int (*shs_tool_leftover_fn)(void *ctx, const shs_tool_leftover *leftover);
