@@ -104,6 +104,8 @@ static int say_removed(void *ctx, const shs_tool_leftover *l)
 
 void cli_clean_tool_leftovers(const char *dst, const char *cmd)
 {
+    if (!*dst)
+        return; /* the command's own check says what is wrong */
     if (shs_tool_leftovers(dst, 1, say_removed, (void *)(uintptr_t)cmd) < 0)
         cli_warn("%s: leftovers of killed runs beside %s: %s", cmd, dst, shs_last_error());
 }
@@ -306,7 +308,7 @@ int cli_cmd_ls(int argc, char **argv)
     /* beside the path: the temporaries of merges and reshards into it,
        listed even when it does not exist (a killed first merge) */
     tool_lefts tl = { NULL, 0 };
-    if (shs_tool_leftovers(path, 0, collect_left, &tl) < 0)
+    if (*path && shs_tool_leftovers(path, 0, collect_left, &tl) < 0)
         cli_warn("%s: temporaries of merges and reshards: %s", path, shs_last_error());
     cli_save s;
     shs_source_kind kind = SHS_SOURCE_OTHER;
