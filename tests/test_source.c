@@ -179,7 +179,9 @@ static void test_parked_is_its_step(void **state)
     TU_OK(shs_checkpoint_list(steps, 4, &n, sp));
     assert_int_equal(n, 1);
     /* a parked copy beside an existing iteration_N is garbage */
-    free(park_step2(make_save_path("parked2")));
+    char *sp2 = make_save_path("parked2");
+    free(park_step2(sp2));
+    free(sp2);
     free(parked);
     free(sp);
 }
