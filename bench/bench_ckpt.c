@@ -257,7 +257,7 @@ static int mode_save(const char *dir)
         tb[r] = dd_baseline(pb, &s, &cb[r]);
         unlink(pb);
         ts[r] = timed_sync_save(m, sp, 100 * (r + 1), &cs[r]);
-        CHECK(shs_manager_last_save(m, &st));
+        CHECK(shs_manager_last_save(&st, m));
         printf("save rep %d: write(2)+fsync %.3f s, shs_manager_save %.3f s "
                "(stats: total %.3f s, blocked %.3f s, written %" PRIu64 " B)\n",
                r, tb[r], ts[r], st.total_seconds, st.blocked_seconds, st.bytes_written);
@@ -378,7 +378,7 @@ static int mode_async(const char *dir)
         double t1 = now();
         CHECK(shs_manager_wait(ma));
         waitt[r] = now() - t1;
-        CHECK(shs_manager_last_save(ma, &st));
+        CHECK(shs_manager_last_save(&st, ma));
         bstat[r] = st.blocked_seconds;
         commit[r] = st.total_seconds;
         printf("async save %d%s: blocked in save() %.4f s (stats %.4f s), then wait %.3f s, "
@@ -413,7 +413,7 @@ static int mode_async(const char *dir)
         double t3 = now();
         CHECK(shs_manager_wait(md));
         dwait[r] = now() - t3;
-        CHECK(shs_manager_last_save(md, &st));
+        CHECK(shs_manager_last_save(&st, md));
         dcommit[r] = st.total_seconds;
         printf("defer save %d%s: in save() %.4f s + in fence() %.4f s = blocked %.4f s; "
                "compute during save %.3f s (alone best %.3f s); wait %.3f s, background "
@@ -513,7 +513,7 @@ static int mode_incremental(const char *dir)
         CHECK(shs_manager_save(mi, &p, 0));
         ti[r] = now() - t0;
         shs_save_stats st = SHS_SAVE_STATS_INIT;
-        CHECK(shs_manager_last_save(mi, &st));
+        CHECK(shs_manager_last_save(&st, mi));
         tf[r] = timed_sync_save(mf, sp_f, 100 * (r + 1), NULL);
         double frac = (double)st.bytes_written / (double)st.state_bytes;
         printf("incremental save %d: %.3f s, bytes_written %" PRIu64 " / state_bytes %" PRIu64
@@ -557,7 +557,7 @@ static double timed_load(shs_manager *m)
     shs_progress p = progress_at(0);
     shs_load_result lr = SHS_LOAD_RESULT_INIT;
     double t0 = now();
-    CHECK(shs_manager_load(m, &p, &lr));
+    CHECK(shs_manager_load(&lr, m, &p));
     double t = now() - t0;
     if (!lr.loaded || !lr.optimizer_loaded) {
         fprintf(stderr, "bench_ckpt: nothing loaded\n");
@@ -782,9 +782,9 @@ static int mode_encrypt(const char *dir)
     double vp[ENC_LOAD_REPS], ve[ENC_LOAD_REPS], cvp[ENC_LOAD_REPS], cve[ENC_LOAD_REPS];
     for (int r = 0; r < ENC_LOAD_REPS; r++) {
         double c0 = cpu_now(), t0 = now();
-        CHECK(shs_checkpoint_verify(dp));
+        CHECK(shs_checkpoint_verify(dp, NULL, 0));
         double c1 = cpu_now(), t1 = now();
-        CHECK(shs_checkpoint_verify_key(de, key, sizeof key));
+        CHECK(shs_checkpoint_verify(de, key, sizeof key));
         vp[r] = t1 - t0;
         cvp[r] = c1 - c0;
         ve[r] = now() - t1;

@@ -111,7 +111,7 @@ static void load_once(const char *dir, int quant, uint16_t **bufs, double *wall,
     shs_progress p = SHS_PROGRESS_INIT;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     double w0 = now(), c0 = cpu_now();
-    CHECK(shs_manager_load(m, &p, &res));
+    CHECK(shs_manager_load(&res, m, &p));
     *wall = now() - w0;
     *cpu = cpu_now() - c0;
     shs_manager_free(m);

@@ -199,7 +199,7 @@ static void file_order(const char *path, const state *s, int *order, uint64_t *f
         order[k] = found;
         file_off[k] = *data_start + ti->offset;
     }
-    shs_file_close(f);
+    shs_file_free(f);
 }
 
 /* ------------------------------------------------------------------ */
@@ -381,7 +381,7 @@ static double read_shs(const char *path, unsigned flags, const state *s, float *
     CHECK(shs_file_open(&f, path, &o));
     for (size_t k = 0; k < N_TENSORS; k++)
         CHECK(shs_file_read(f, k, dst[order[k]], s->t[order[k]].nbytes));
-    shs_file_close(f);
+    shs_file_free(f);
     return toc(t0);
 }
 
@@ -420,7 +420,7 @@ static double read_shs_alloc(const char *path, unsigned flags, const state *s, c
         dst[order[k]] = alloc_dst(n);
         CHECK(shs_file_read(f, k, dst[order[k]], n));
     }
-    shs_file_close(f);
+    shs_file_free(f);
     double t = toc(t0);
     for (int i = 0; i < N_TENSORS; i++)
         free_dst(dst[i], s->t[i].nbytes);
@@ -458,7 +458,7 @@ static double read_shs_hot(const char *path, const state *s, float *const *dst, 
     for (size_t k = 0; k < N_TENSORS; k++)
         CHECK(shs_file_read(f, k, dst[order[k]], s->t[order[k]].nbytes));
     double t = toc(t0);
-    shs_file_close(f);
+    shs_file_free(f);
     return t;
 }
 
@@ -505,7 +505,7 @@ static void time_open(const char *path, unsigned flags, int reps, double *best, 
         double t0 = now();
         shs_file *f;
         CHECK(shs_file_open(&f, path, &o));
-        shs_file_close(f);
+        shs_file_free(f);
         t[r] = now() - t0;
     }
     *best = best_of(t, reps);
@@ -742,7 +742,7 @@ static int mode_header(const char *dir, int keep)
         fprintf(stderr, "bench_io: %zu tensors in the header file\n", shs_file_tensor_count(f));
         exit(1);
     }
-    shs_file_close(f);
+    shs_file_free(f);
 
     enum {
         OPEN,
@@ -753,7 +753,7 @@ static int mode_header(const char *dir, int keep)
     };
     static const char *const key[NV] = { "hdr_open", "hdr_open_memory", "hdr_pread", "hdr_utf8" };
     static const char *const label[NV] = {
-        "shs_file_open + shs_file_close",
+        "shs_file_open + shs_file_free",
         "shs_file_open_memory + close (file image already in memory: no I/O)",
         "pread of the header bytes alone (I/O floor)",
         "UTF-8 check of the header alone (shs__utf8_check)",
@@ -763,12 +763,12 @@ static int mode_header(const char *dir, int keep)
     for (int r = 0; r < HDR_REPS; r++) {
         double a = tic();
         CHECK(shs_file_open(&f, p, NULL));
-        shs_file_close(f);
+        shs_file_free(f);
         t[OPEN][r] = toc(a);
         c[OPEN][r] = g_last_cpu;
         a = tic();
         CHECK(shs_file_open_memory(&f, img, (size_t)st.st_size, p));
-        shs_file_close(f);
+        shs_file_free(f);
         t[OPEN_MEM][r] = toc(a);
         c[OPEN_MEM][r] = g_last_cpu;
         a = tic();
@@ -837,7 +837,7 @@ static int mode_profile(const char *what, const char *dir, int iters)
         for (int i = 0; i < iters; i++) {
             shs_file *f;
             CHECK(shs_file_open(&f, p, NULL));
-            shs_file_close(f);
+            shs_file_free(f);
         }
         printf("%d opens: %.2f ms each\n", iters, (now() - t0) / iters * 1e3);
         free(p);

@@ -211,7 +211,7 @@ def op_many(args, d):
     with open(p, "rb") as fh:
         n = int.from_bytes(fh.read(8), "little")
         header = fh.read(n)
-    def lib_only():  # shs_file_open + shs_file_close, through the module
+    def lib_only():  # shs_file_open + shs_file_free, through the module
         shardsafe._C.File(p).close()
 
     runs, base, lib = [], [], []

@@ -155,7 +155,7 @@ int main(int argc, char **argv)
         CHECK(shs_manager_save(m, &p, 0));
         t[r] = now() - t0;
         cpu[r] = cpu_now() - c0;
-        CHECK(shs_manager_last_save(m, &stats));
+        CHECK(shs_manager_last_save(&stats, m));
         tot[r] = stats.total_seconds;
     }
     shs_manager_free(m);

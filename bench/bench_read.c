@@ -134,7 +134,7 @@ static double manager_load(const char *sp, uint64_t r0, uint64_t r1, float *dst)
     CHECK(shs_manager_create(&m, &c, st));
     shs_progress pr = SHS_PROGRESS_INIT;
     double t = now();
-    CHECK(shs_manager_load(m, &pr, NULL));
+    CHECK(shs_manager_load(NULL, m, &pr));
     t = now() - t;
     shs_manager_free(m);
     shs_state_free(st);
@@ -145,12 +145,12 @@ static double public_read(const char *sp, uint64_t r0, uint64_t r1, float *dst)
 {
     shs_checkpoint *ck;
     double t = now();
-    CHECK(shs_checkpoint_open(&ck, sp));
+    CHECK(shs_checkpoint_open(&ck, sp, NULL));
     uint64_t s[2] = { r0, 0 }, n[2] = { r1 - r0, COLS };
     for (size_t i = 0; i < NT; i++)
         CHECK(shs_checkpoint_read(ck, i, s, n, SHS_F32, dst + i * (r1 - r0) * COLS,
                                   (size_t)((r1 - r0) * COLS * 4)));
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     return now() - t;
 }
 

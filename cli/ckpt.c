@@ -37,9 +37,9 @@ char *cli_step_problem(const char *dir)
 {
     shs_checkpoint *ck = NULL;
     char *why = NULL;
-    if (shs_checkpoint_open(&ck, dir) != SHS_OK || shs_checkpoint_check_files(ck) != SHS_OK)
+    if (shs_checkpoint_open(&ck, dir, NULL) != SHS_OK || shs_checkpoint_check_files(ck) != SHS_OK)
         why = cli_fmt("%s", shs_last_error());
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     return why;
 }
 
@@ -209,7 +209,7 @@ int cli_save_scan(cli_save *s, const char *path)
     }
     if (!oom)
         read_tracker(s, sp);
-    shs_savepath_close(sp);
+    shs_savepath_free(sp);
     if (oom) {
         cli_err("out of memory listing %s", path);
         cli_save_release(s);

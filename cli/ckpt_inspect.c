@@ -76,7 +76,7 @@ static int view_init(view *v, const shs_checkpoint *ck, const char *dir)
             if (kind_index(shs_checkpoint_tensor(ck, i)->kind) == k)
                 v->order[w++] = i;
     for (size_t i = 0; i < nt; i++) {
-        const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, i);
+        const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(ck, i);
         for (size_t c = 0; c < t->n_chunks; c++) {
             shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
             if (shs_checkpoint_chunk(&ci, ck, i, c) == SHS_OK)
@@ -175,7 +175,7 @@ static int print_json(const char *dir, const view *v, json_t *common, int derive
     }
     for (size_t k = 0; !bad && k < nt; k++) {
         size_t i = v->order[k];
-        const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, i);
+        const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(ck, i);
         uint64_t tb = v->tensor_bytes[i];
         json_t *o = json_object();
         bad |= !o || put(o, "name", jstr(t->name, strlen(t->name))) ||
@@ -198,9 +198,9 @@ static int print_json(const char *dir, const view *v, json_t *common, int derive
                put(doc, "kind", json_string("checkpoint")) ||
                put(doc, "step", json_integer(shs_checkpoint_step(ck))) ||
                put(doc, "world_size", json_integer(shs_checkpoint_world_size(ck))) ||
-               put(doc, "format", json_string(shs_ckpt_format_name(shs_checkpoint_format(ck)))) ||
+               put(doc, "format", json_string(shs_format_name(shs_checkpoint_format(ck)))) ||
                put(doc, "checksums",
-                   json_boolean(shs_checkpoint_format(ck) == SHS_CKPT_FORMAT_SHARDSAFE)) ||
+                   json_boolean(shs_checkpoint_format(ck) == SHS_FORMAT_SHARDSAFE)) ||
                put(doc, "encrypted", json_boolean(shs_checkpoint_encrypted(ck))) ||
                put(doc, "file_count", cli_ju64(v->disk_files)) ||
                put(doc, "files", json_incref(files)) || put(doc, "tensors", json_incref(ts)) ||
@@ -240,7 +240,7 @@ static int print_tensors(const view *v)
     int ok = names && shapes;
     for (size_t k = 0; ok && k < nt; k++) {
         size_t i = v->order[k];
-        const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, i);
+        const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(ck, i);
         names[k] = cli_escape(t->name, strlen(t->name));
         shapes[k] = shape_str(t->shape, t->ndim);
         if (!names[k] || !shapes[k]) {
@@ -262,7 +262,7 @@ static int print_tensors(const view *v)
                "SHAPE", (int)wc, "CHUNKS", (int)wb, "BYTES");
         for (size_t k = 0; k < nt; k++) {
             size_t i = v->order[k];
-            const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, i);
+            const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(ck, i);
             size_t w = cli_width(names[k]);
             printf("  %s%*s  %-5s  %-11s  %-*s  %*zu  %*llu\n", names[k],
                    (int)(w < wn ? wn - w : 0), "", k_kind[kind_index(t->kind)],
@@ -292,7 +292,7 @@ static int print_text(const char *dir, const view *v, json_t *common, int derive
     put_esc(dir);
     printf("\n%-12s%lld\n", "step:", (long long)shs_checkpoint_step(ck));
     printf("%-12s%d\n", "world_size:", shs_checkpoint_world_size(ck));
-    if (shs_checkpoint_format(ck) == SHS_CKPT_FORMAT_MINDSPORE)
+    if (shs_checkpoint_format(ck) == SHS_FORMAT_MINDSPORE)
         printf("%-12s%s\n", "format:", "mindspore (Checkpoint 2.0; no checksums)");
     if (shs_checkpoint_encrypted(ck)) /* names and shapes stay readable */
         printf("%-12sAES-256-GCM, key id %s (tensor data needs the key)\n",
@@ -360,7 +360,7 @@ static int print_text(const char *dir, const view *v, json_t *common, int derive
 int cli_inspect_checkpoint(const char *path, int json)
 {
     shs_checkpoint *ck;
-    if (shs_checkpoint_open(&ck, path) != SHS_OK) {
+    if (shs_checkpoint_open(&ck, path, NULL) != SHS_OK) {
         cli_err("%s", shs_last_error());
         return cli_finish_stdout(CLI_FAIL);
     }
@@ -375,7 +375,7 @@ int cli_inspect_checkpoint(const char *path, int json)
     view v;
     if (view_init(&v, ck, dir) != CLI_OK) {
         view_release(&v);
-        shs_checkpoint_close(ck);
+        shs_checkpoint_free(ck);
         cli_err("inspect: out of memory");
         return cli_finish_stdout(CLI_FAIL);
     }
@@ -399,6 +399,6 @@ int cli_inspect_checkpoint(const char *path, int json)
         rc = status;
     json_decref(common);
     view_release(&v);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     return cli_finish_stdout(rc);
 }

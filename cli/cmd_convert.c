@@ -410,7 +410,7 @@ int cli_cmd_convert(int argc, char **argv)
 
     /* Uncommitted: removes the temporary file. */
     shs_writer_free(c.w);
-    shs_file_close(c.f);
+    shs_file_free(c.f);
     free(c.sbuf);
     free(c.dbuf);
     if (to_stdout) {

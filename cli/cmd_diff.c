@@ -109,7 +109,7 @@ static int cmp_tref(const void *x, const void *y)
 
 static void source_release(source *s)
 {
-    shs_checkpoint_close(s->ck);
+    shs_checkpoint_free(s->ck);
     free(s->t);
     memset(s, 0, sizeof *s);
 }
@@ -128,9 +128,9 @@ static int source_open(source *s, const char *label, const char *arg, char **why
     s->label = label;
     s->arg = arg;
     /* pread, not mmap: the pages of a mapping count in the RSS */
-    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
-    o.flags = SHS_CKPT_OPEN_NO_MMAP;
-    if (shs_checkpoint_open_ex(&s->ck, arg, &o) < 0) {
+    shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
+    o.flags = SHS_CHECKPOINT_OPEN_NO_MMAP;
+    if (shs_checkpoint_open(&s->ck, arg, &o) < 0) {
         *why = last_error_or("cannot open");
         return CLI_FAIL;
     }
@@ -144,7 +144,7 @@ static int source_open(source *s, const char *label, const char *arg, char **why
     shs_source_kind k = SHS_SOURCE_NONE;
     (void)shs_path_kind(&k, arg);
     s->type = k == SHS_SOURCE_FILE             ? "file"
-              : shs_checkpoint_is_plain(s->ck) ? "directory"
+              : (shs_checkpoint_format(s->ck) == SHS_FORMAT_PLAIN) ? "directory"
                                                : "checkpoint";
     s->nt = shs_checkpoint_tensor_count(s->ck);
     s->t = calloc(s->nt + 1, sizeof *s->t);
@@ -154,7 +154,7 @@ static int source_open(source *s, const char *label, const char *arg, char **why
     }
     /* the library keeps tensors sorted by name, unique */
     for (size_t i = 0; i < s->nt; i++) {
-        const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(s->ck, i);
+        const shs_checkpoint_tensor_info *ti = shs_checkpoint_tensor(s->ck, i);
         s->t[i] = (tref){ ti->name, strlen(ti->name), ti->kind, ti->dtype, ti->ndim, ti->shape, i };
     }
     if (s->nt > 1)
@@ -175,8 +175,8 @@ static uint64_t numel_of(const tref *t)
    Replicas (the same box saved by several ranks) count once. */
 static int same_stored_chunks(const source *sa, const tref *a, const source *sb, const tref *b)
 {
-    const shs_ckpt_tensor_info *ia = shs_checkpoint_tensor(sa->ck, a->index);
-    const shs_ckpt_tensor_info *ib = shs_checkpoint_tensor(sb->ck, b->index);
+    const shs_checkpoint_tensor_info *ia = shs_checkpoint_tensor(sa->ck, a->index);
+    const shs_checkpoint_tensor_info *ib = shs_checkpoint_tensor(sb->ck, b->index);
     /* quadratic matching: give up on very many chunks */
     if (ia->n_chunks > 4096 || ib->n_chunks > 4096)
         return 0;
@@ -184,7 +184,7 @@ static int same_stored_chunks(const source *sa, const tref *a, const source *sb,
     for (int side = 0; side < 2; side++) {
         const source *s = side ? sb : sa;
         const source *o = side ? sa : sb;
-        const shs_ckpt_tensor_info *is = side ? ib : ia, *io = side ? ia : ib;
+        const shs_checkpoint_tensor_info *is = side ? ib : ia, *io = side ? ia : ib;
         for (size_t k = 0; k < is->n_chunks; k++) {
             shs_chunk_info c = SHS_CHUNK_INFO_INIT;
             if (shs_checkpoint_chunk(&c, s->ck, (side ? b : a)->index, k) < 0 || !c.has_xxh3)
@@ -584,7 +584,7 @@ static void put_source(const source *s)
         fputs(" -> ", stdout);
         cli_put_escaped(stdout, s->dir, strlen(s->dir));
     }
-    if (s->ck && !shs_checkpoint_is_plain(s->ck))
+    if (s->ck && !(shs_checkpoint_format(s->ck) == SHS_FORMAT_PLAIN))
         printf(" (checkpoint step %lld, world size %d, %zu tensors)\n",
                (long long)shs_checkpoint_step(s->ck), shs_checkpoint_world_size(s->ck), s->nt);
     else if (s->ck)
@@ -791,7 +791,7 @@ static int load_brefs(const source *s, bref **out, size_t *n)
    common.json of two checkpoints.  CLI_FAIL (reported) on trouble. */
 static int compare_state(dctx *c, int full, source *sa, source *sb)
 {
-    if (shs_checkpoint_is_plain(sa->ck) || shs_checkpoint_is_plain(sb->ck))
+    if ((shs_checkpoint_format(sa->ck) == SHS_FORMAT_PLAIN) || (shs_checkpoint_format(sb->ck) == SHS_FORMAT_PLAIN))
         return CLI_OK;
     shs_progress pa = SHS_PROGRESS_INIT, pb = SHS_PROGRESS_INIT;
     if (shs_checkpoint_progress(&pa, sa->ck) < 0 || shs_checkpoint_progress(&pb, sb->ck) < 0) {

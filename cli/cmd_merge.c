@@ -293,8 +293,8 @@ int cli_cmd_merge(int argc, char **argv)
 
     cli_info("merge: %s -> %s", a.src, a.dst);
     cli_clean_tool_leftovers(a.dst, "merge");
-    int st = a.finish ? shs_merge_finish(a.src, a.dst, &a.o, &r)
-                      : shs_merge(a.src, a.dst, &a.o, &r);
+    int st = a.finish ? shs_merge_finish(&r, a.src, a.dst, &a.o)
+                      : shs_merge(&r, a.src, a.dst, &a.o);
     if (a.prog_started)
         cli_progress_end(&a.prog);
     if (st < 0) {

@@ -136,7 +136,7 @@ typedef struct prune_run {
     uint64_t keep;
     int dry;
     cli_save s;
-    shs_savepath_lock_handle *lock;
+    shs_lock *lock;
     json_t *jremoved, *jkept, *jleft; /* --json lists, else NULL */
     int oom;
     size_t n_kept, n_removed;
@@ -355,7 +355,7 @@ int cli_cmd_prune(int argc, char **argv)
     if (status != CLI_OK || !r.path)
         return status;
     if ((status = open_save_path(&r)) != CLI_OK) {
-        shs_savepath_unlock(r.lock);
+        shs_lock_free(r.lock);
         return status;
     }
     /* dry-run or not, the lists say what was (or would be) removed */
@@ -371,7 +371,7 @@ int cli_cmd_prune(int argc, char **argv)
         status = CLI_FAIL;
     if (!r.dry)
         sync_dir(r.path);
-    shs_savepath_unlock(r.lock);
+    shs_lock_free(r.lock);
     if (g_text)
         printf("%s %zu step %s, kept %zu committed\n", r.dry ? "would remove" : "removed",
                r.n_removed, r.n_removed == 1 ? "directory" : "directories", r.n_kept);

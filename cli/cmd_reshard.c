@@ -182,7 +182,7 @@ static int print_layout(const args *a)
         fputs(text, stdout);
         fputc('\n', stdout);
     }
-    shs_reshard_layout_free(text);
+    shs_free(text);
     return cli_finish_stdout(status);
 }
 

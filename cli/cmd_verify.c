@@ -252,7 +252,7 @@ static void on_index_done(void *ctx, const cli_index *ix, const cli_strs *proble
 
 static void verify_step(vctx *c, const char *dir)
 {
-    if (shs_checkpoint_verify_key(dir, c->has_key ? c->key : NULL, SHS_KEY_BYTES) < 0) {
+    if (shs_checkpoint_verify(dir, c->has_key ? c->key : NULL, SHS_KEY_BYTES) < 0) {
         /* copied: the next library call overwrites the message */
         char *msg = cli_fmt("%s", shs_last_error());
         const char *reason = msg ? cli_strip_path(msg, dir) : "checkpoint verification failed";
@@ -266,15 +266,15 @@ static void verify_step(vctx *c, const char *dir)
     }
     shs_checkpoint *ck;
     long long step = -1;
-    int version = 0, format = SHS_CKPT_FORMAT_SHARDSAFE, encrypted = 0;
+    int version = 0, format = SHS_FORMAT_SHARDSAFE, encrypted = 0;
     char key_id[17] = "";
-    if (shs_checkpoint_open(&ck, dir) == SHS_OK) {
+    if (shs_checkpoint_open(&ck, dir, NULL) == SHS_OK) {
         step = (long long)shs_checkpoint_step(ck);
         version = shs_checkpoint_format_version(ck);
         format = shs_checkpoint_format(ck);
         encrypted = shs_checkpoint_encrypted(ck);
         snprintf(key_id, sizeof key_id, "%s", shs_checkpoint_key_id(ck));
-        shs_checkpoint_close(ck);
+        shs_checkpoint_free(ck);
     }
     uint64_t bytes, files, shared;
     cli_du(dir, &bytes, &files, &shared);
@@ -283,15 +283,15 @@ static void verify_step(vctx *c, const char *dir)
     jset(c, o, "file_count", cli_ju64(files));
     jset(c, o, "bytes", cli_ju64(bytes));
     jset(c, o, "format_version", json_integer(version));
-    jset(c, o, "format", json_string(shs_ckpt_format_name(format)));
-    jset(c, o, "checksums", json_boolean(format == SHS_CKPT_FORMAT_SHARDSAFE));
+    jset(c, o, "format", json_string(shs_format_name(format)));
+    jset(c, o, "checksums", json_boolean(format == SHS_FORMAT_SHARDSAFE));
     jset(c, o, "encrypted", json_boolean(encrypted));
     if (put_ok(dir)) {
         printf(" (checkpoint step %lld, %llu files, %llu bytes)\n", step, (unsigned long long)files,
                (unsigned long long)bytes);
         /* an OK of an older format proves less: say what it did not cover */
         /* MindSpore files carry no checksums: say what was checked */
-        if (format == SHS_CKPT_FORMAT_MINDSPORE)
+        if (format == SHS_FORMAT_MINDSPORE)
             printf("note: MindSpore checkpoint: no checksums; headers, layout, readability "
                    "and the equality of replicated copies were checked, data stored once was "
                    "not\n");

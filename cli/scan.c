@@ -267,7 +267,7 @@ void cli_index_release(cli_index *ix)
     free(ix->dir);
     cli_strs_release(&ix->shards);
     cli_strs_release(&ix->shard_paths);
-    shs_hf_index_close(ix->ix);
+    shs_hf_index_free(ix->ix);
     memset(ix, 0, sizeof *ix);
 }
 
@@ -303,7 +303,7 @@ static void walk_file(const char *path, const cli_walk_ops *ops, void *ctx)
     char *msg;
     shs_file *f = open_for_walk(path, &msg);
     ops->file(ctx, path, f, msg ? msg : "out of memory");
-    shs_file_close(f);
+    shs_file_free(f);
     free(msg);
 }
 
@@ -329,7 +329,7 @@ static void walk_index(const char *path, const cli_strs *files, const cli_walk_o
             if (!listed(files, sp))
                 ops->file(ctx, sp, f, msg ? msg : "out of memory");
             cli_index_check_shard(&ix, k, f, msg ? cli_strip_path(msg, sp) : NULL, &problems);
-            shs_file_close(f);
+            shs_file_free(f);
             free(msg);
         }
         cli_index_finish(&ix, &warnings);

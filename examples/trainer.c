@@ -156,7 +156,7 @@ int main(int argc, char **argv)
     prog.global_batch_size = batch;
     prog.loss_scale = 1.0;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
-    if (shs_manager_load(mgr, &prog, &res) != SHS_OK)
+    if (shs_manager_load(&res, mgr, &prog) != SHS_OK)
         goto fail;
     if (res.loaded) {
         if (import_blobs(st, lm, &res) != 0)
@@ -191,7 +191,7 @@ int main(int argc, char **argv)
         if (export_blobs(st, lm) != 0)
             goto fail;
         int saved;
-        if (shs_manager_step(mgr, &prog, &saved) != SHS_OK)
+        if (shs_manager_step(&saved, mgr, &prog) != SHS_OK)
             goto fail;
         trainer_say_warning(stdout, mgr, warned, sizeof warned);
         if (saved)

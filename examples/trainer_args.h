@@ -207,7 +207,7 @@ static void trainer_say_warning(FILE *out, const shs_manager *m, char *last, siz
 static void trainer_say_last_save(FILE *out, const shs_manager *m)
 {
     shs_save_stats ss = SHS_SAVE_STATS_INIT;
-    if (shs_manager_last_save(m, &ss) != SHS_OK)
+    if (shs_manager_last_save(&ss, m) != SHS_OK)
         return;
     unsigned long long tensors = ss.state_bytes, linked = ss.bytes_linked;
     unsigned long long fresh = tensors > linked ? tensors - linked : 0;

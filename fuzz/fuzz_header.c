@@ -172,6 +172,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     CHECK(f != NULL, "success with NULL handle", 0);
     check_file(f, data, size);
-    shs_file_close(f);
+    shs_file_free(f);
     return 0;
 }

@@ -220,7 +220,7 @@ static void check_index_view(const shs_checkpoint *c, const uint8_t *data, size_
         if (shs_file_name_problem(shs_checkpoint_file_name(c, i)) != NULL)
             abort();
     for (size_t i = 0; i < shs_checkpoint_tensor_count(c); i++) {
-        const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(c, i);
+        const shs_checkpoint_tensor_info *ti = shs_checkpoint_tensor(c, i);
         const ftensor *t = file_tensor(ti->name);
         /* Hugging Face weights are model weights, whatever the file name */
         if (!t || !json_object_get(wm, ti->name) || ti->dtype != t->dt || ti->n_chunks != 1 ||
@@ -254,7 +254,7 @@ static void run_index(const uint8_t *data, size_t size, int by_file)
         fprintf(stderr, "fuzz_hfindex: open %d %s\n", rc, rc ? shs_last_error() : "");
     if (rc == SHS_OK) {
         check_index_view(c, data, size);
-        shs_checkpoint_close(c);
+        shs_checkpoint_free(c);
         return;
     }
     if (shs_last_error()[0] == '\0')
@@ -471,7 +471,7 @@ static void run_manager(const uint8_t *data, size_t size, int rules)
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     int rc = shs_manager_create(&m, &c, st);
     if (rc == SHS_OK)
-        rc = shs_manager_load(m, &p, &res);
+        rc = shs_manager_load(&res, m, &p);
     if (getenv("SHS_FUZZ_VERBOSE"))
         fprintf(stderr, "fuzz_hfindex: load %d %s\n", rc, rc ? shs_last_error() : "");
 

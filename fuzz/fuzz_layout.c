@@ -166,7 +166,7 @@ static void check_output(int world, const shs_reshard_result *res)
     shs_checkpoint *c = NULL;
     if (res->world_size != world || res->n_tensors != NT || res->step != 1)
         abort();
-    if (shs_checkpoint_open(&c, g_dst) != SHS_OK) {
+    if (shs_checkpoint_open(&c, g_dst, NULL) != SHS_OK) {
         fprintf(stderr, "fuzz_layout: output does not open: %s\n", shs_last_error());
         abort();
     }
@@ -177,7 +177,7 @@ static void check_output(int world, const shs_reshard_result *res)
         size_t i;
         if (shs_checkpoint_find(&i, c, k_names[t]) != SHS_OK)
             abort();
-        const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(c, i);
+        const shs_checkpoint_tensor_info *ti = shs_checkpoint_tensor(c, i);
         if (ti->dtype != k_dt[t] || ti->ndim != k_nd[t] || ti->n_chunks == 0)
             abort();
         for (size_t d = 0; d < k_nd[t]; d++)
@@ -206,8 +206,8 @@ static void check_output(int world, const shs_reshard_result *res)
             abort();
         }
     }
-    shs_checkpoint_close(c);
-    if (shs_checkpoint_verify(g_dst) != SHS_OK) {
+    shs_checkpoint_free(c);
+    if (shs_checkpoint_verify(g_dst, NULL, 0) != SHS_OK) {
         fprintf(stderr, "fuzz_layout: output does not verify: %s\n", shs_last_error());
         abort();
     }

@@ -89,7 +89,7 @@ static void check_view(const shs_checkpoint *c)
     if (shs_checkpoint_step(c) != 1)
         abort();
     for (size_t i = 0; i < shs_checkpoint_tensor_count(c); i++) {
-        const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(c, i);
+        const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(c, i);
         uint64_t total = 1, sum = 0;
         for (size_t d = 0; d < t->ndim; d++)
             total *= t->shape[d];
@@ -99,7 +99,7 @@ static void check_view(const shs_checkpoint *c)
                 abort();
             /* MindSpore's metadata.json (src/source/meta_ms.c) has no checksums */
             if (ci.file >= shs_checkpoint_file_count(c) ||
-                (!ci.has_xxh3 && shs_checkpoint_format(c) == SHS_CKPT_FORMAT_SHARDSAFE) ||
+                (!ci.has_xxh3 && shs_checkpoint_format(c) == SHS_FORMAT_SHARDSAFE) ||
                 strcmp(ci.key, t->name) != 0)
                 abort();
             uint64_t vol = 1;
@@ -145,11 +145,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         put("metadata.json", data + 1, size - 1);
     }
     shs_checkpoint *c = NULL;
-    if (shs_checkpoint_open(&c, g_dir) == SHS_OK) {
+    if (shs_checkpoint_open(&c, g_dir, NULL) == SHS_OK) {
         for (size_t i = 0; i < shs_checkpoint_file_count(c); i++)
             (void)shs_checkpoint_file_name(c, i);
         for (size_t i = 0; i < shs_checkpoint_tensor_count(c); i++) {
-            const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(c, i);
+            const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(c, i);
             for (size_t k = 0; k < t->n_chunks; k++) {
                 shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
                 if (shs_checkpoint_chunk(&ci, c, i, k) != SHS_OK)
@@ -167,7 +167,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
         }
         check_view(c);
-        shs_checkpoint_close(c);
+        shs_checkpoint_free(c);
         (void)shs_checkpoint_verify(g_dir);
     } else if (shs_last_error()[0] == '\0') {
         abort(); /* a failure always says why */

@@ -119,7 +119,7 @@ static void remove_dst(void)
 static void check_output(void)
 {
     shs_checkpoint *c = NULL;
-    if (shs_checkpoint_open(&c, g_dst) != SHS_OK || shs_checkpoint_verify(g_dst) != SHS_OK) {
+    if (shs_checkpoint_open(&c, g_dst, NULL) != SHS_OK || shs_checkpoint_verify(g_dst, NULL, 0) != SHS_OK) {
         fprintf(stderr, "fuzz_strategy: output does not open or verify: %s\n", shs_last_error());
         abort();
     }
@@ -135,7 +135,7 @@ static void check_output(void)
             abort();
         }
     }
-    shs_checkpoint_close(c);
+    shs_checkpoint_free(c);
 }
 
 static void expect_failure(int rc)
@@ -171,7 +171,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (text[0] != '{' || !ws)
         abort();
     long world = strtol(ws + 14, NULL, 10);
-    shs_reshard_layout_free(text);
+    shs_free(text);
     if (world < 1)
         abort();
     if (world > 8)

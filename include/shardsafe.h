@@ -269,7 +269,7 @@ SHS_API int shs_file_open(shs_file **out, const char *path, const shs_open_opts 
  */
 SHS_API int shs_file_open_memory(shs_file **out, const void *data, size_t len, const char *name);
 
-SHS_API void shs_file_close(shs_file *file);
+SHS_API void shs_file_free(shs_file *file);
 
 /* Path (or name) the file was opened with. */
 SHS_API const char *shs_file_path(const shs_file *file);
@@ -292,7 +292,7 @@ SHS_API int shs_file_find_n(size_t *out_index, const shs_file *file, const char 
 /* `__metadata__` entries, sorted by key (bytewise, over the full key).
    has_metadata is 0 when the header had no `__metadata__` (or null), 1
    when present (possibly empty).  Keys and values are decoded UTF-8, owned
-   by the file, valid until shs_file_close, and NUL-terminated -- but JSON
+   by the file, valid until shs_file_free, and NUL-terminated -- but JSON
    lets them hold "\u0000", so a key or value may also contain NUL bytes:
    the _n accessors give their full lengths, the others read them as C
    strings (cut at the first NUL). */
@@ -988,7 +988,7 @@ SHS_API const shs_savepath_item *shs_savepath_item_at(const shs_savepath *savepa
    message. */
 SHS_API int shs_savepath_tracker(int64_t *step, const shs_savepath *savepath);
 /* NULL is a no-op. */
-SHS_API void shs_savepath_close(shs_savepath *savepath);
+SHS_API void shs_savepath_free(shs_savepath *savepath);
 
 /*
  * A Hugging Face model.safetensors.index.json, read by the one reader the
@@ -1029,7 +1029,7 @@ typedef void (*shs_problem_fn)(void *ctx, const char *message);
 SHS_API size_t shs_hf_index_check_file(const shs_hf_index *index, const char *file,
                                        const shs_file *f, shs_problem_fn report, void *ctx);
 /* NULL is a no-op. */
-SHS_API void shs_hf_index_close(shs_hf_index *index);
+SHS_API void shs_hf_index_free(shs_hf_index *index);
 
 /* ------------------------------------------------------------------------
  * Step directories (the engine under the manager; usable alone).
@@ -1071,22 +1071,22 @@ SHS_API int shs_checkpoint_verify(const char *step_dir);
  *
  * Ownership: every pointer the accessors return (names, shapes, chunk
  * boxes, paths) belongs to the handle and stays valid until
- * shs_checkpoint_close().
+ * shs_checkpoint_free().
  *
  * Thread safety: after open the handle may be used from several threads
  * at once (reads included): data files are opened on first use, under a
  * mutex inside the handle, and a data file is never opened twice.
- * shs_checkpoint_close() must not race with other calls on the handle.
+ * shs_checkpoint_free() must not race with other calls on the handle.
  */
 typedef struct shs_checkpoint shs_checkpoint;
 
 enum {
-    SHS_CKPT_OPEN_NO_MMAP = 1u << 0 /* read data files with pread, never
+    SHS_CHECKPOINT_OPEN_NO_MMAP = 1u << 0 /* read data files with pread, never
                                          mmap (files that may change) */
 };
 
-typedef struct shs_ckpt_open_opts {
-    unsigned version; /* SHS_CKPT_OPEN_OPTS_VERSION */
+typedef struct shs_checkpoint_open_opts {
+    unsigned version; /* SHS_CHECKPOINT_OPEN_OPTS_VERSION */
     int64_t step;     /* save path: this step (SHS_ENOCHECKPOINT when it
                            has no complete directory); -1: the tracker's
                            step, else the newest.  A step directory must
@@ -1103,34 +1103,34 @@ typedef struct shs_ckpt_open_opts {
        (SHS_ECHECKSUM).  Copied: the caller may wipe it after the open. */
     const unsigned char *key;
     size_t key_len;
-} shs_ckpt_open_opts;
-#define SHS_CKPT_OPEN_OPTS_VERSION 2
-#define SHS_CKPT_OPEN_OPTS_INIT                                                                    \
+} shs_checkpoint_open_opts;
+#define SHS_CHECKPOINT_OPEN_OPTS_VERSION 2
+#define SHS_CHECKPOINT_OPEN_OPTS_INIT                                                                    \
     {                                                                                              \
-        SHS_CKPT_OPEN_OPTS_VERSION, -1, 0, NULL, 0                                                 \
+        SHS_CHECKPOINT_OPEN_OPTS_VERSION, -1, 0, NULL, 0                                                 \
     }
 
 /* Open a checkpoint (see above).  `opts` may be NULL (the defaults).  On
-   failure *out is NULL.  Release with shs_checkpoint_close(). */
+   failure *out is NULL.  Release with shs_checkpoint_free(). */
 SHS_API int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path,
-                                   const shs_ckpt_open_opts *opts);
+                                   const shs_checkpoint_open_opts *opts);
 /* shs_checkpoint_open_ex with the default options. */
 SHS_API int shs_checkpoint_open(shs_checkpoint **out, const char *path);
 /* Close the handle and its files.  NULL is a no-op. */
-SHS_API void shs_checkpoint_close(shs_checkpoint *ckpt);
+SHS_API void shs_checkpoint_free(shs_checkpoint *ckpt);
 
 /* What was opened, resolved: the step directory (for a save path), the
    folder, the index file or the .safetensors file. */
 SHS_API const char *shs_checkpoint_path(const shs_checkpoint *ckpt);
 
-typedef struct shs_ckpt_tensor_info {
+typedef struct shs_checkpoint_tensor_info {
     const char *name;
     shs_kind kind;
     shs_dtype dtype;
     size_t ndim;
     const uint64_t *shape; /* global shape */
     size_t n_chunks;
-} shs_ckpt_tensor_info;
+} shs_checkpoint_tensor_info;
 
 /* Result structs that can grow: the caller sets `version` (use the
    *_INIT macro); the library fills only the fields of that version and
@@ -1183,7 +1183,7 @@ SHS_API const char *shs_checkpoint_file_name(const shs_checkpoint *ckpt, size_t 
 SHS_API int shs_checkpoint_file_rank(const shs_checkpoint *ckpt, size_t index);
 /* Tensors, sorted by name. */
 SHS_API size_t shs_checkpoint_tensor_count(const shs_checkpoint *ckpt);
-SHS_API const shs_ckpt_tensor_info *shs_checkpoint_tensor(const shs_checkpoint *ckpt, size_t index);
+SHS_API const shs_checkpoint_tensor_info *shs_checkpoint_tensor(const shs_checkpoint *ckpt, size_t index);
 SHS_API int shs_checkpoint_find(size_t *out_index, const shs_checkpoint *ckpt, const char *name);
 SHS_API int shs_checkpoint_chunk(shs_chunk_info *out, const shs_checkpoint *ckpt, size_t tensor,
                                  size_t chunk);
@@ -1213,7 +1213,7 @@ SHS_API int shs_checkpoint_check_files(const shs_checkpoint *ckpt);
  * (SHS_ERANGE); a box of sub-byte elements (F4, F6_*) whose rows do not
  * cover whole bytes (SHS_EINVAL).  On a data error dst may be partly
  * written.  Memory: bounded by dst; mapped files are read in place, with
- * SHS_CKPT_OPEN_NO_MMAP at most one 4 MiB block (or one smaller chunk)
+ * SHS_CHECKPOINT_OPEN_NO_MMAP at most one 4 MiB block (or one smaller chunk)
  * is buffered at a time.  Thread-safe on one handle.
  */
 SHS_API int shs_checkpoint_read(const shs_checkpoint *ckpt, size_t tensor, const uint64_t *start,
@@ -1278,16 +1278,16 @@ SHS_API int shs_checkpoint_clean(const char *save_path);
  */
 #define SHS_SAVEPATH_LOCK_NAME ".shardsafe.lock"
 
-typedef struct shs_savepath_lock_handle shs_savepath_lock_handle;
+typedef struct shs_lock shs_lock;
 
 /* Take the lock of an existing save path without waiting.  SHS_ELOCKED
    (message naming the holder) when another holder has it; SHS_ENOENT when
    the save path does not exist; SHS_EUNSUPPORTED when its file system has
    no locks (NFSv3 without lockd, Lustre without -o flock).  On failure
    *out is NULL. */
-SHS_API int shs_savepath_lock(shs_savepath_lock_handle **out, const char *save_path);
+SHS_API int shs_savepath_lock(shs_lock **out, const char *save_path);
 /* Release the lock (the lock file stays).  NULL is a no-op. */
-SHS_API void shs_savepath_unlock(shs_savepath_lock_handle *lock);
+SHS_API void shs_lock_free(shs_lock *lock);
 
 /* Who holds a save path's lock, as its lock file says.  Fixed-size
    fields, so nothing to free; text from the file is reduced to printable
@@ -1322,17 +1322,17 @@ SHS_API int shs_savepath_lock_holder(shs_lock_holder *out, const char *save_path
    is not checked (docs/format.md).  The manager loads such directories
    (reshard included) like ours.  For them shs_checkpoint_format_version
    is 0 and shs_checkpoint_is_plain 0. */
-typedef enum shs_ckpt_format {
-    SHS_CKPT_FORMAT_SHARDSAFE = 0,
-    SHS_CKPT_FORMAT_PLAIN = 1,
-    SHS_CKPT_FORMAT_MINDSPORE = 2
-} shs_ckpt_format;
+typedef enum shs_format {
+    SHS_FORMAT_SHARDSAFE = 0,
+    SHS_FORMAT_PLAIN = 1,
+    SHS_FORMAT_MINDSPORE = 2
+} shs_format;
 
-/* The format of an open checkpoint (an shs_ckpt_format value), or
+/* The format of an open checkpoint (an shs_format value), or
    SHS_EINVAL for NULL. */
 SHS_API int shs_checkpoint_format(const shs_checkpoint *ckpt);
 /* "shardsafe", "plain", "mindspore"; NULL for another value. */
-SHS_API const char *shs_ckpt_format_name(int format);
+SHS_API const char *shs_format_name(int format);
 /* ---- merge: complete tensors in the Hugging Face layout ---- */
 
 /*
@@ -1422,11 +1422,11 @@ typedef struct shs_merge_opts {
     int jobs;                       /* threads reading and writing at once, 1 to 1024 (0: 1) */
     int part_index;                 /* with part_count > 0: this part, 0-based */
     int part_count;                 /* 0: the whole output */
-    int64_t step;                   /* as shs_ckpt_open_opts.step (-1: latest) */
+    int64_t step;                   /* as shs_checkpoint_open_opts.step (-1: latest) */
     shs_merge_progress_fn progress; /* may be NULL */
     void *progress_ctx;
     /* version 2: the key of an encrypted checkpoint (SHS_KEY_BYTES bytes,
-       as shs_ckpt_open_opts.key; NULL: none, and an encrypted source
+       as shs_checkpoint_open_opts.key; NULL: none, and an encrypted source
        fails with SHS_EKEY "key required").  The merged files are the
        plain Hugging Face layout: they are NOT encrypted. */
     const unsigned char *key;
@@ -1539,7 +1539,7 @@ typedef struct shs_reshard_opts {
        required").  The output of an encrypted source is encrypted with
        the same key (fresh salts, a new save id); a key given for an
        unencrypted source fails with SHS_EKEY "not encrypted" (as
-       shs_ckpt_open_opts.key). */
+       shs_checkpoint_open_opts.key). */
     const unsigned char *key;
     size_t key_len;
     /* version 3: the target layout from a MindSpore strategy file (the
@@ -1592,7 +1592,7 @@ SHS_API int shs_reshard(shs_reshard_result *out, const char *src, const char *ds
 
 /* The layout `src` was saved with, as a layout document (the format
    above): the recorded one, else derived from its chunks.  *out is a
-   NUL-terminated JSON text to release with shs_reshard_layout_free. */
+   NUL-terminated JSON text to release with shs_free. */
 SHS_API int shs_reshard_saved_layout(char **out, const char *src, int64_t step);
 
 /* ---- leftovers of killed merges and reshards ---- */
@@ -1624,7 +1624,7 @@ typedef int (*shs_tool_leftover_fn)(void *ctx, const shs_tool_leftover *leftover
    a nonzero return from fn stops the walk and is returned. */
 SHS_API int shs_tool_leftovers(const char *dst, int remove, shs_tool_leftover_fn fn, void *ctx);
 /* Release what shs_reshard_saved_layout returned.  NULL is a no-op. */
-SHS_API void shs_reshard_layout_free(char *layout);
+SHS_API void shs_free(char *layout);
 /* The layout document (the format above) that the MindSpore strategy file
    `path` describes (see shs_reshard_opts.strategy_file; `rank_list` as
    there, may be NULL): per parameter device_matrix and tensor_map, the
@@ -1633,7 +1633,7 @@ SHS_API void shs_reshard_layout_free(char *layout);
    file that is not a valid ParallelStrategyMap, or describes an
    impossible layout, is SHS_EINVAL naming the file and the problem; a
    field split or a manual param_split_shape SHS_EUNSUPPORTED.  Release
-   *out with shs_reshard_layout_free. */
+   *out with shs_free. */
 SHS_API int shs_strategy_layout(char **out, const char *path, const int *rank_list,
                                 size_t n_rank_list);
 /* ---- Hugging Face weights ----
@@ -1689,7 +1689,7 @@ SHS_API int shs_strategy_layout(char **out, const char *path, const int *rank_li
  *
  * Keys are 32 bytes.  The manager takes one from the config fields
  * encrypt_key_file / encrypt_key_env, the read API from
- * shs_ckpt_open_opts.key, verify from shs_checkpoint_verify_key; the CLI
+ * shs_checkpoint_open_opts.key, verify from shs_checkpoint_verify_key; the CLI
  * from --key-file PATH or --key-env NAME (never the key itself as an
  * argument).
  */

@@ -152,7 +152,7 @@ static inline int manager_load(const char *save_path, const char *load_path, shs
         return rc;
     shs_progress p = tu_prog(0);
     shs_load_result r = SHS_LOAD_RESULT_INIT;
-    rc = shs_manager_load(m, &p, &r);
+    rc = shs_manager_load(&r, m, &p);
     if (rc == SHS_OK && r.source != (save_path ? SHS_LOAD_SAVE_PATH : SHS_LOAD_LOAD_PATH))
         rc = SHS_EINVAL;
     shs_manager_free(m);
@@ -170,11 +170,11 @@ static inline int load_keyed(const char *sp, shs_state *st, const char *file)
 static inline shs_checkpoint *open_keyed(const char *path, unsigned flags)
 {
     shs_checkpoint *ck = NULL;
-    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+    shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
     o.key = k_key;
     o.key_len = 32;
     o.flags = flags;
-    TU_OK(shs_checkpoint_open_ex(&ck, path, &o));
+    TU_OK(shs_checkpoint_open(&ck, path, &o));
     return ck;
 }
 
@@ -239,7 +239,7 @@ static inline void expect_refused(const char *sp, shs_state *st, const char *dir
     int got = load_keyed(sp, st, g_key_file);
     if (got != rc || !strstr(shs_last_error(), needle))
         fail_msg("load: %d (want %d) %s", got, rc, shs_last_error());
-    got = shs_checkpoint_verify_key(dir, k_key, 32);
+    got = shs_checkpoint_verify(dir, k_key, 32);
     if (got != rc || !strstr(shs_last_error(), needle))
         fail_msg("verify: %d (want %d) %s", got, rc, shs_last_error());
 }

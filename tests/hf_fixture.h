@@ -244,7 +244,7 @@ HF_FN void run_job(job *j)
     p.global_step = 99;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     if (rc == SHS_OK)
-        rc = shs_manager_load(m, &p, &res);
+        rc = shs_manager_load(&res, m, &p);
     j->rc = rc;
     snprintf(j->msg, sizeof j->msg, "%s", rc < 0 ? shs_last_error() : "");
     if (rc == SHS_OK) {

@@ -61,9 +61,9 @@ static void test_open_opts_v1(void **state)
     old_ckpt_open_opts_v1 *o = old_alloc(sizeof *o);
     o->version = 1;
     o->step = 3;
-    o->flags = SHS_CKPT_OPEN_NO_MMAP;
+    o->flags = SHS_CHECKPOINT_OPEN_NO_MMAP;
     shs_checkpoint *ck = NULL;
-    TU_OK(shs_checkpoint_open_ex(&ck, g_sp, (const shs_ckpt_open_opts *)(void *)o));
+    TU_OK(shs_checkpoint_open(&ck, g_sp, (const shs_checkpoint_open_opts *)(void *)o));
     assert_int_equal(shs_checkpoint_step(ck), 3);
     /* results of version 1, exactly sized */
     shs_chunk_info *ci = old_alloc(sizeof *ci);
@@ -87,7 +87,7 @@ static void test_open_opts_v1(void **state)
     ci->version = 99;
     assert_int_equal(shs_checkpoint_chunk(ci, ck, 0, 0), SHS_EINVAL);
     TU_ASSERT_MSG_HAS("shs_chunk_info version 99");
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     canary_ok(o, sizeof *o);
     free(o);
     free(ci);
@@ -116,7 +116,7 @@ static void test_config_v1_v2(void **state)
         p->version = 1;
         shs_load_result *r = old_alloc(sizeof *r);
         r->version = 1;
-        TU_OK(shs_manager_load(m, p, r));
+        TU_OK(shs_manager_load(r, m, p));
         /* the newest step: the fixture's 3, then the one v1 saved */
         assert_int_equal(r->step, 2 + v);
         assert_int_equal(p->global_step, 2 + v);
@@ -126,7 +126,7 @@ static void test_config_v1_v2(void **state)
         TU_OK(shs_manager_save(m, p, 0));
         shs_save_stats *st = old_alloc(sizeof *st);
         st->version = 1;
-        TU_OK(shs_manager_last_save(m, st));
+        TU_OK(shs_manager_last_save(st, m));
         assert_int_equal(st->step, 3 + v);
         canary_ok(st, sizeof *st);
         shs_manager_free(m);
@@ -150,7 +150,7 @@ static void test_tools_v1(void **state)
     shs_merge_result *mr = old_alloc(sizeof *mr);
     mr->version = 1;
     char *dst = tu_subpath("abi-merged");
-    TU_OK(shs_merge(g_sp, dst, (const shs_merge_opts *)(void *)mo, mr));
+    TU_OK(shs_merge(mr, g_sp, dst, (const shs_merge_opts *)(void *)mo));
     assert_true(mr->n_tensors > 0 && mr->files_written > 0);
     canary_ok(mr, sizeof *mr);
     canary_ok(mo, sizeof *mo);

@@ -42,7 +42,7 @@ static int load_from(const char *path, shs_state *st, shs_progress *p, shs_load_
     if (rc < 0)
         return rc;
     shs_progress local = SHS_PROGRESS_INIT;
-    return shs_manager_load(g_last_manager, p ? p : &local, res);
+    return shs_manager_load(res, g_last_manager, p ? p : &local);
 }
 
 /* Whether the load result lists `name` as skipped. */
@@ -341,7 +341,7 @@ static void test_layout(void **state)
                 assert_memory_equal(got, a.buf[k], a.nb[k]);
             free(got);
         }
-        shs_file_close(f);
+        shs_file_free(f);
     }
     assert_true(saw_model);
     assert_true(saw_opt);
@@ -351,7 +351,7 @@ static void test_layout(void **state)
     json_decref(mj);
     free(meta);
     assert_true(tu_path_exists(tu_path(dir, "metadata.json")));
-    int rc = shs_checkpoint_verify(dir);
+    int rc = shs_checkpoint_verify(dir, NULL, 0);
     if (rc != SHS_OK)
         fail_msg("verify: %s", shs_last_error());
     /* no temporary entries left behind */
@@ -491,7 +491,7 @@ static void expect_bad(const char *dir, int status, const char *needle, const ch
         fail_msg("%s: load gave %d (%s), expected %d", what, rc, shs_last_error(), status);
     if (needle && !strstr(shs_last_error(), needle))
         fail_msg("%s: load message lacks '%s': %s", what, needle, shs_last_error());
-    rc = shs_checkpoint_verify(dir);
+    rc = shs_checkpoint_verify(dir, NULL, 0);
     if (rc == SHS_OK || (status && rc != status))
         fail_msg("%s: verify gave %d (%s), expected %d", what, rc, shs_last_error(), status);
     if (needle && !strstr(shs_last_error(), needle))
@@ -510,7 +510,7 @@ static void expect_bad_edit(const char *name, const char *file, int verify_first
     char *dir = make_ckpt(name, 5, 1.0f, NULL);
     char *fp = strdup(tu_path(dir, file));
     if (verify_first)
-        assert_int_equal(shs_checkpoint_verify(dir), SHS_OK);
+        assert_int_equal(shs_checkpoint_verify(dir, NULL, 0), SHS_OK);
     json_t *r = read_json(fp);
     edit(r);
     if (strcmp(file, "metadata.json") == 0) {
@@ -605,7 +605,7 @@ static void test_hostile_metadata(void **state)
     /* the original again: loads */
     assert_int_equal(tu_write_file(mp, text, len), 0);
     assert_int_equal(load_small(dir), SHS_OK);
-    assert_int_equal(shs_checkpoint_verify(dir), SHS_OK);
+    assert_int_equal(shs_checkpoint_verify(dir, NULL, 0), SHS_OK);
     free(dup);
     free(text);
     free(mp);
@@ -710,14 +710,14 @@ static void expect_bad_layout(const char *name, meta_edit edit, const char *need
     edit(r);
     write_meta(mp, r);
     json_decref(r);
-    int rc = shs_checkpoint_verify(dir);
+    int rc = shs_checkpoint_verify(dir, NULL, 0);
     if (rc != SHS_ECORRUPT || !strstr(shs_last_error(), needle))
         fail_msg("%s: verify gave %d (%s), expected SHS_ECORRUPT naming '%s'", name, rc,
                  shs_last_error(), needle);
     if (!strstr(shs_last_error(), "metadata.json"))
         fail_msg("%s: the message does not name metadata.json: %s", name, shs_last_error());
     shs_checkpoint *ck = NULL;
-    assert_int_equal(shs_checkpoint_open(&ck, dir), SHS_ECORRUPT);
+    assert_int_equal(shs_checkpoint_open(&ck, dir, NULL), SHS_ECORRUPT);
     assert_null(ck);
     rc = load_small(dir);
     if (rc == SHS_OK)
@@ -750,7 +750,7 @@ static void test_hostile_layout(void **state)
     w_rows(r, 4, (const uint64_t[]){ 0, 0, 0 }, 3);
     write_meta(mp, r);
     json_decref(r);
-    if (shs_checkpoint_verify(dir) != SHS_OK)
+    if (shs_checkpoint_verify(dir, NULL, 0) != SHS_OK)
         fail_msg("replicas: %s", shs_last_error());
     small s;
     small_make(&s, 0);
@@ -760,11 +760,11 @@ static void test_hostile_layout(void **state)
     assert_true(s.w[11] == 1.0f + 11);
     shs_state_free(s.st);
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, dir));
+    TU_OK(shs_checkpoint_open(&ck, dir, NULL));
     size_t wi;
     TU_OK(shs_checkpoint_find(&wi, ck, "w"));
     assert_int_equal(shs_checkpoint_tensor(ck, wi)->n_chunks, 3);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     free(mp);
     free(dir);
 }
@@ -822,7 +822,7 @@ static void expect_meta_text(const char *dir, const char *text, const char *need
                              const char *what)
 {
     assert_int_equal(tu_write_file(tu_path(dir, "metadata.json"), text, strlen(text)), 0);
-    int rc = shs_checkpoint_verify(dir);
+    int rc = shs_checkpoint_verify(dir, NULL, 0);
     if (!needle) {
         if (rc != SHS_OK)
             fail_msg("%s: verify gave %d (%s), expected OK", what, rc, shs_last_error());
@@ -887,9 +887,9 @@ static void test_hostile_json_edges(void **state)
     expect_meta_text(dir, s, NULL, "escaped name");
     shs_checkpoint *ck;
     size_t wi;
-    TU_OK(shs_checkpoint_open(&ck, dir));
+    TU_OK(shs_checkpoint_open(&ck, dir, NULL));
     TU_OK(shs_checkpoint_find(&wi, ck, "w"));
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     free(s);
     free(a);
     /* ... but not "\u0000" (a name is a C string), nor bytes that are not
@@ -1029,7 +1029,7 @@ static void test_step_limits(void **state)
     char dir[4096];
     TU_OK(shs_checkpoint_resolve(dir, sizeof dir, sp, -1));
     assert_non_null(strstr(dir, "iteration_999999999999999999"));
-    if (shs_checkpoint_verify(dir) != SHS_OK)
+    if (shs_checkpoint_verify(dir, NULL, 0) != SHS_OK)
         fail_msg("step 10^18-1: %s", shs_last_error());
     shs_progress q = SHS_PROGRESS_INIT;
     small t;
@@ -1067,7 +1067,7 @@ static void test_hostile_data_files(void **state)
     size_t idx;
     assert_int_equal(shs_file_find(&idx, f, "w"), SHS_OK);
     uint64_t at = shs_file_data_start(f) + shs_file_tensor(f, idx)->offset + 5;
-    shs_file_close(f);
+    shs_file_free(f);
     size_t len;
     uint8_t *bytes = tu_read_file(mf, &len);
     bytes[at] ^= 0x10;
@@ -1181,7 +1181,7 @@ static void test_hostile_common(void **state)
         fail_msg("loss_scale \"1.0\" refused: %s", shs_last_error());
     assert_true(p.loss_scale == 1.0);
     assert_int_equal(p.global_step, 5);
-    assert_int_equal(shs_checkpoint_verify(dir), SHS_OK);
+    assert_int_equal(shs_checkpoint_verify(dir, NULL, 0), SHS_OK);
     shs_state_free(s.st);
     free(cp);
     free(dir);
@@ -1371,7 +1371,7 @@ static void test_resolve(void **state)
     assert_true(s.w[1] == 21.0f);
     assert_true(s.b[2] == 18.0f);
     shs_state_free(s.st);
-    assert_int_equal(shs_checkpoint_verify(tu_path(sp2, "step-2")), SHS_OK);
+    assert_int_equal(shs_checkpoint_verify(tu_path(sp2, "step-2"), NULL, 0), SHS_OK);
 
     /* a plain directory of safetensors files */
     char *pd = tu_subdir("res_plain");
@@ -1454,17 +1454,17 @@ static void test_block_checksums(void **state)
     char dir[4096];
     assert_int_equal(shs_checkpoint_resolve(dir, sizeof dir, sp, -1), SHS_OK);
     shs_checkpoint *c;
-    assert_int_equal(shs_checkpoint_open(&c, dir), SHS_OK);
+    assert_int_equal(shs_checkpoint_open(&c, dir, NULL), SHS_OK);
     shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
     assert_int_equal(shs_checkpoint_chunk(&ci, c, 0, 0), SHS_OK);
     char file[4200];
     snprintf(file, sizeof file, "%s/%s", dir, shs_checkpoint_file_name(c, ci.file));
     uint64_t b0 = ci.byte_begin;
-    shs_checkpoint_close(c);
+    shs_checkpoint_free(c);
 
     /* the whole-chunk checksum (hashed in the same pass as the blocks)
        and every block checksum agree with the bytes */
-    if (shs_checkpoint_verify(dir) != SHS_OK)
+    if (shs_checkpoint_verify(dir, NULL, 0) != SHS_OK)
         fail_msg("clean checkpoint does not verify: %s", shs_last_error());
 
     /* corrupt one byte in the last block (rows 1536..2047) */
@@ -1509,7 +1509,7 @@ static void test_block_checksums(void **state)
     shs_state_free(st);
 
     /* verify reads everything */
-    assert_int_equal(shs_checkpoint_verify(dir), SHS_ECHECKSUM);
+    assert_int_equal(shs_checkpoint_verify(dir, NULL, 0), SHS_ECHECKSUM);
     free(rows);
     free(whole);
     free(sp);
@@ -1861,7 +1861,7 @@ static int fault_run(const char *name, long n, int err, int incremental, int res
         assert_true(is_new);
     char gdir[64];
     snprintf(gdir, sizeof gdir, "iteration_%08lld", (long long)good);
-    rc = shs_checkpoint_verify(tu_path(sp, gdir));
+    rc = shs_checkpoint_verify(tu_path(sp, gdir), NULL, 0);
     if (rc != SHS_OK)
         fail_msg("%s: N=%ld (%s): verify: %s", name, n, g_failed_op, shs_last_error());
     rc = load_from(sp, l.st, &q, NULL, 1, -1);
@@ -1945,7 +1945,7 @@ static void test_leftovers_cleaned(void **state)
     assert_int_equal(tu_count_leftovers(sp), 0);
     assert_true(tu_path_exists(tu_path(sp, "notes.txt")));
     assert_true(tu_path_exists(dir));
-    assert_int_equal(shs_checkpoint_verify(dir), SHS_OK);
+    assert_int_equal(shs_checkpoint_verify(dir, NULL, 0), SHS_OK);
     shs_manager_free(m);
     shs_state_free(s.st);
     free(dir);

@@ -81,19 +81,19 @@ static void expect_msg(const char *who, int rc, int want, const char *needle)
 static void expect_read(const char *path, int keyed, const char *tensor, uint64_t r0, uint64_t nr,
                         int want, const char *needle)
 {
-    static const unsigned flags[2] = { 0, SHS_CKPT_OPEN_NO_MMAP };
+    static const unsigned flags[2] = { 0, SHS_CHECKPOINT_OPEN_NO_MMAP };
     for (int k = 0; k < 2; k++) {
         shs_checkpoint *ck = NULL;
         if (keyed) {
             ck = open_keyed(path, flags[k]);
         } else {
-            shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+            shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
             o.flags = flags[k];
-            TU_OK(shs_checkpoint_open_ex(&ck, path, &o));
+            TU_OK(shs_checkpoint_open(&ck, path, &o));
         }
         size_t ti;
         TU_OK(shs_checkpoint_find(&ti, ck, tensor));
-        const shs_ckpt_tensor_info *info = shs_checkpoint_tensor(ck, ti);
+        const shs_checkpoint_tensor_info *info = shs_checkpoint_tensor(ck, ti);
         uint64_t cols = info->ndim == 2 ? info->shape[1] : 1;
         size_t bytes = (size_t)(info->shape[0] * cols * 4);
         char *buf = malloc(bytes);
@@ -111,7 +111,7 @@ static void expect_read(const char *path, int keyed, const char *tensor, uint64_
                 want, needle);
         }
         free(buf);
-        shs_checkpoint_close(ck);
+        shs_checkpoint_free(ck);
     }
 }
 
@@ -148,7 +148,7 @@ static void small_chunk(const char *name, const char *tensor)
     cstate_make(&c, 0.0f);
     expect_msg("load", load_keyed(sp, c.st, NULL), SHS_ECHECKSUM, want);
     expect_read(sp, 0, tensor, 1, 2, SHS_ECHECKSUM, want);
-    expect_msg("verify", shs_checkpoint_verify(dir), SHS_ECHECKSUM, want);
+    expect_msg("verify", shs_checkpoint_verify(dir, NULL, 0), SHS_ECHECKSUM, want);
     cstate_free(&c);
     tu_rmtree(sp);
     free(sp);
@@ -203,10 +203,10 @@ static void test_block(void **state)
     expect_msg("load", load_keyed(sp, c.st, NULL), SHS_ECHECKSUM, want);
     /* rows of 3072 floats = 12 KiB: block 1 is rows [341.33, 682.67) */
     expect_read(sp, 0, "big", 400, 10, SHS_ECHECKSUM, want);
-    expect_msg("verify", shs_checkpoint_verify(dir), SHS_ECHECKSUM, want);
+    expect_msg("verify", shs_checkpoint_verify(dir, NULL, 0), SHS_ECHECKSUM, want);
     /* rows in block 0 only are still read (only what is read is checked) */
     shs_checkpoint *ck = NULL;
-    TU_OK(shs_checkpoint_open(&ck, sp));
+    TU_OK(shs_checkpoint_open(&ck, sp, NULL));
     size_t ti;
     TU_OK(shs_checkpoint_find(&ti, ck, "big"));
     uint64_t start[2] = { 0, 0 }, count[2] = { 10, BIG / 1024 };
@@ -214,7 +214,7 @@ static void test_block(void **state)
     assert_non_null(buf);
     TU_OK(shs_checkpoint_read(ck, ti, start, count, SHS_F32, buf, 10 * (BIG / 1024) * 4));
     free(buf);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     cstate_free(&c);
     tu_rmtree(sp);
     free(sp);
@@ -239,11 +239,11 @@ static void test_blob(void **state)
     cstate_make(&c, 0.0f);
     expect_msg("load", load_keyed(sp, c.st, NULL), SHS_ECHECKSUM, want);
     shs_checkpoint *ck = NULL;
-    TU_OK(shs_checkpoint_open(&ck, sp));
+    TU_OK(shs_checkpoint_open(&ck, sp, NULL));
     char buf[7];
     expect_msg("read_blob", shs_checkpoint_read_blob(ck, 0, buf, sizeof buf), SHS_ECHECKSUM, want);
-    shs_checkpoint_close(ck);
-    expect_msg("verify", shs_checkpoint_verify(dir), SHS_ECHECKSUM, want);
+    shs_checkpoint_free(ck);
+    expect_msg("verify", shs_checkpoint_verify(dir, NULL, 0), SHS_ECHECKSUM, want);
     cstate_free(&c);
     tu_rmtree(sp);
     free(sp);
@@ -275,7 +275,7 @@ static void test_encrypted_segment(void **state)
     expect_msg("load", load_keyed(sp, c.st, g_key_file), SHS_ECHECKSUM, want);
     /* rows of 12 KiB: segment 3 is bytes [3, 4) MiB = rows [256, 341.33) */
     expect_read(sp, 1, "big", 300, 5, SHS_ECHECKSUM, want);
-    expect_msg("verify", shs_checkpoint_verify_key(dir, k_key, 32), SHS_ECHECKSUM, want);
+    expect_msg("verify", shs_checkpoint_verify(dir, k_key, 32), SHS_ECHECKSUM, want);
     cstate_free(&c);
     tu_rmtree(sp);
     free(sp);
@@ -293,7 +293,7 @@ static void test_intact(void **state)
     cstate_make(&c, 0.0f);
     TU_OK(load_keyed(sp, c.st, NULL));
     cstate_assert(&c, 1.0f);
-    TU_OK(shs_checkpoint_verify(dir));
+    TU_OK(shs_checkpoint_verify(dir, NULL, 0));
     cstate_free(&c);
     tu_rmtree(sp);
     free(sp);

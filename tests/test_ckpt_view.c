@@ -62,7 +62,7 @@ static void *read_range(const char *dir, const char *name, uint64_t b0, uint64_t
    its key in the named file, and its xxh3 is that of those bytes. */
 static void check_chunks(const shs_checkpoint *ck, const char *dir, size_t ti, int want_hash)
 {
-    const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, ti);
+    const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(ck, ti);
     assert_non_null(t);
     for (size_t c = 0; c < t->n_chunks; c++) {
         shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
@@ -86,7 +86,7 @@ static void check_chunks(const shs_checkpoint *ck, const char *dir, size_t ti, i
             assert_true(fi->shape[d] == ci.shape[d]);
         assert_true(ci.byte_begin == shs_file_data_start(f) + fi->offset);
         assert_true(ci.byte_end == ci.byte_begin + fi->nbytes);
-        shs_file_close(f);
+        shs_file_free(f);
         assert_int_equal(ci.has_xxh3, want_hash);
         if (want_hash) {
             void *bytes = read_range(dir, fname, ci.byte_begin, ci.byte_end);
@@ -105,11 +105,11 @@ static void test_view_of_saved_step(void **state)
     save3(sp, 7, 10.0f);
     char *dir = strdup(tu_step_dir(sp, 7));
     shs_checkpoint *ck = NULL;
-    TU_OK(shs_checkpoint_open(&ck, dir));
+    TU_OK(shs_checkpoint_open(&ck, dir, NULL));
     assert_non_null(ck);
     assert_int_equal(shs_checkpoint_step(ck), 7);
     assert_int_equal(shs_checkpoint_world_size(ck), 1);
-    assert_int_equal(shs_checkpoint_is_plain(ck), 0);
+    assert_int_equal((shs_checkpoint_format(ck) == SHS_FORMAT_PLAIN), 0);
 
     /* files: exactly the .safetensors files of the directory, rank 0 */
     size_t nf = shs_checkpoint_file_count(ck);
@@ -132,7 +132,7 @@ static void test_view_of_saved_step(void **state)
     static const char *const names[3] = { "b", "w", "w.exp_avg" };
     static const shs_kind kinds[3] = { SHS_KIND_MODEL, SHS_KIND_MODEL, SHS_KIND_OPTIMIZER };
     for (size_t i = 0; i < 3; i++) {
-        const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, i);
+        const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(ck, i);
         assert_non_null(t);
         assert_string_equal(t->name, names[i]);
         assert_int_equal(t->kind, kinds[i]);
@@ -200,8 +200,8 @@ static void test_view_of_saved_step(void **state)
     assert_true(seen[0] == 1 && seen[1] == 1 && seen[2] == 1);
     shs_blob_info b = SHS_BLOB_INFO_INIT;
     assert_int_equal(shs_checkpoint_blob(&b, ck, 3), SHS_ERANGE);
-    shs_checkpoint_close(ck);
-    shs_checkpoint_close(NULL);
+    shs_checkpoint_free(ck);
+    shs_checkpoint_free(NULL);
 
     /* common.json */
     shs_progress p = SHS_PROGRESS_INIT, want = tu_prog(7);
@@ -277,8 +277,8 @@ static void test_view_of_plain_dir(void **state)
     TU_OK(tu_write_file(tu_path(dir, "README.txt"), "hi", 2));
 
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, dir));
-    assert_int_equal(shs_checkpoint_is_plain(ck), 1);
+    TU_OK(shs_checkpoint_open(&ck, dir, NULL));
+    assert_int_equal((shs_checkpoint_format(ck) == SHS_FORMAT_PLAIN), 1);
     assert_int_equal(shs_checkpoint_step(ck), -1);
     assert_int_equal(shs_checkpoint_world_size(ck), 1);
     assert_int_equal(shs_checkpoint_file_count(ck), 2);
@@ -291,7 +291,7 @@ static void test_view_of_plain_dir(void **state)
     static const shs_kind kinds[3] = { SHS_KIND_OPTIMIZER, SHS_KIND_MODEL, SHS_KIND_MODEL };
     static const shs_dtype dts[3] = { SHS_F32, SHS_F32, SHS_I32 };
     for (size_t i = 0; i < 3; i++) {
-        const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(ck, i);
+        const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(ck, i);
         assert_string_equal(t->name, want[i]);
         assert_int_equal(t->kind, kinds[i]);
         assert_int_equal(t->dtype, dts[i]);
@@ -306,7 +306,7 @@ static void test_view_of_plain_dir(void **state)
         }
         check_chunks(ck, dir, i, 0);
     }
-    const shs_ckpt_tensor_info *x = shs_checkpoint_tensor(ck, 1);
+    const shs_checkpoint_tensor_info *x = shs_checkpoint_tensor(ck, 1);
     assert_true(x->ndim == 2 && x->shape[0] == 2 && x->shape[1] == 3);
     assert_int_equal(shs_checkpoint_blob_count(ck), 0);
     shs_blob_info b = SHS_BLOB_INFO_INIT;
@@ -315,7 +315,7 @@ static void test_view_of_plain_dir(void **state)
     TU_OK(shs_checkpoint_find(&idx, ck, "y"));
     assert_int_equal(idx, 2);
     assert_int_equal(shs_checkpoint_find(&idx, ck, "z"), SHS_ENOTFOUND);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
 
     free(dir);
 }
@@ -328,7 +328,7 @@ static void test_open_empty_dir(void **state)
     char *empty = tu_subpath("plain_empty");
     assert_int_equal(mkdir(empty, 0755), 0);
     shs_checkpoint *ck = (shs_checkpoint *)1;
-    assert_int_equal(shs_checkpoint_open(&ck, empty), SHS_ENOCHECKPOINT);
+    assert_int_equal(shs_checkpoint_open(&ck, empty, NULL), SHS_ENOCHECKPOINT);
     assert_null(ck);
     free(empty);
 }
@@ -456,7 +456,7 @@ static void test_remove_and_clean(void **state)
     assert_true(tu_path_exists(tu_path(sp, ".tmpx")));
     assert_true(tu_path_exists(tu_path(sp, TU_TRACKER)));
     assert_true(tu_path_exists(tu_path(tu_step_dir(sp, 8), "metadata.json")));
-    TU_OK(shs_checkpoint_verify(tu_step_dir(sp, 8)));
+    TU_OK(shs_checkpoint_verify(tu_step_dir(sp, 8), NULL, 0));
     /* a missing save path has nothing to clean */
     TU_OK(shs_checkpoint_clean(tu_path(tu_root, "nope")));
     free(s5);
@@ -524,7 +524,7 @@ static void test_hostile_metadata(void **state)
     for (size_t i = 0; i < sizeof docs / sizeof *docs; i++) {
         TU_OK(tu_write_file(tu_path(dir, "metadata.json"), docs[i], strlen(docs[i])));
         shs_checkpoint *ck = (shs_checkpoint *)1;
-        int rc = shs_checkpoint_open(&ck, dir);
+        int rc = shs_checkpoint_open(&ck, dir, NULL);
         if (rc != SHS_ECORRUPT)
             fail_msg("doc %zu: rc %d (%s), want SHS_ECORRUPT: %s", i, rc, shs_last_error(),
                      docs[i]);
@@ -538,19 +538,19 @@ static void test_hostile_metadata(void **state)
                                    "\"byte_range\":[8,16],\"xxh3\":\"00000000000000ff\"") "]}}}";
     TU_OK(tu_write_file(tu_path(dir, "metadata.json"), good, strlen(good)));
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, dir));
+    TU_OK(shs_checkpoint_open(&ck, dir, NULL));
     assert_int_equal(shs_checkpoint_step(ck), 1);
     shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
     TU_OK(shs_checkpoint_chunk(&ci, ck, 0, 0));
     assert_true(ci.has_xxh3 && ci.xxh3 == 0xff && ci.byte_begin == 8 && ci.byte_end == 16);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     /* a metadata.json that is a directory */
     unlink(tu_path(dir, "metadata.json"));
     assert_int_equal(mkdir(tu_path(dir, "metadata.json"), 0755), 0);
     ck = (shs_checkpoint *)1;
-    assert_true(shs_checkpoint_open(&ck, dir) < 0);
+    assert_true(shs_checkpoint_open(&ck, dir, NULL) < 0);
     assert_null(ck);
-    assert_int_equal(shs_checkpoint_open(NULL, dir), SHS_EINVAL);
+    assert_int_equal(shs_checkpoint_open(NULL, dir, NULL), SHS_EINVAL);
     free(dir);
 }
 

@@ -344,7 +344,7 @@ static void child_main(const char *save_path, int recfd, int errfd, int64_t star
         int defer = async && rnd() % 3 == 0;
         if (gen == 0 && !defer && rnd() % 2 == 0) {
             int saved = 0;
-            if ((rc = shs_manager_step(m, &p, &saved)) != SHS_OK)
+            if ((rc = shs_manager_step(&saved, m, &p)) != SHS_OK)
                 child_fail(errfd, "shs_manager_step", rc);
             if (!saved)
                 child_fail(errfd, "shs_manager_step did not save with interval 1", SHS_EINVAL);
@@ -526,7 +526,7 @@ static int verify_all_dirs(run *r, int64_t *max_dir_step)
             continue;
         if (s > *max_dir_step)
             *max_dir_step = s;
-        int rc = shs_checkpoint_verify(tu_path(r->save_path, e->d_name));
+        int rc = shs_checkpoint_verify(tu_path(r->save_path, e->d_name), NULL, 0);
         if (rc != SHS_OK && ok) {
             ok = 0;
             bad_rc = rc;
@@ -599,7 +599,7 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
         shs_progress p = SHS_PROGRESS_INIT;
         p.global_batch_size = GBS;
         shs_load_result res = SHS_LOAD_RESULT_INIT;
-        rc = shs_manager_load(m, &p, &res);
+        rc = shs_manager_load(&res, m, &p);
         if (rc != SHS_OK || res.loaded)
             FAILF(r, "shs_manager_load with no checkpoint: %s, loaded=%d", shs_strerror(rc),
                   res.loaded);
@@ -609,7 +609,7 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
     }
     if (rc != SHS_OK)
         FAILF(r, "shs_checkpoint_resolve: %s", shs_strerror(rc));
-    rc = shs_checkpoint_verify(dir);
+    rc = shs_checkpoint_verify(dir, NULL, 0);
     if (rc != SHS_OK)
         FAILF(r, "resolved %s does not verify: %s", dir, shs_strerror(rc));
     const char *base = strrchr(dir, '/');
@@ -621,7 +621,7 @@ static void check_after_kill(run *r, const rec *reported, int have_reported, int
     shs_progress p = SHS_PROGRESS_INIT;
     p.global_batch_size = GBS;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
-    rc = shs_manager_load(m, &p, &res);
+    rc = shs_manager_load(&res, m, &p);
     if (rc != SHS_OK)
         FAILF(r, "shs_manager_load: %s", shs_strerror(rc));
     if (res.tracker_repaired) {

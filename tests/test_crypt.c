@@ -143,15 +143,15 @@ static void test_roundtrip(void **state)
 
     /* verify: with the key; without it the checksums pass and the key is
        asked for; a wrong one is named */
-    TU_OK(shs_checkpoint_verify_key(dir, k_key, 32));
-    assert_int_equal(shs_checkpoint_verify(dir), SHS_EKEY);
+    TU_OK(shs_checkpoint_verify(dir, k_key, 32));
+    assert_int_equal(shs_checkpoint_verify(dir, NULL, 0), SHS_EKEY);
     TU_ASSERT_MSG_HAS("checksums match");
     TU_ASSERT_MSG_HAS("key required");
     unsigned char other[32];
     TU_OK(shs_key_load(other, g_other_file, NULL));
-    assert_int_equal(shs_checkpoint_verify_key(dir, other, 32), SHS_EKEY);
+    assert_int_equal(shs_checkpoint_verify(dir, other, 32), SHS_EKEY);
     TU_ASSERT_MSG_HAS("wrong key");
-    assert_int_equal(shs_checkpoint_verify_key(dir, k_key, 16), SHS_EKEY);
+    assert_int_equal(shs_checkpoint_verify(dir, k_key, 16), SHS_EKEY);
 
     /* an unencrypted checkpoint loads with a key configured through
        load_path (pretrained weights); verify with a key refuses it: the
@@ -163,9 +163,9 @@ static void test_roundtrip(void **state)
     cstate_zero(&s);
     TU_OK(load_keyed(plain, s.st, g_key_file));
     cstate_assert(&s, 3.0f);
-    assert_int_equal(shs_checkpoint_verify_key(tu_step_dir(plain, 5), k_key, 32), SHS_EKEY);
+    assert_int_equal(shs_checkpoint_verify(tu_step_dir(plain, 5), k_key, 32), SHS_EKEY);
     TU_ASSERT_MSG_HAS("not encrypted, but a key was given");
-    TU_OK(shs_checkpoint_verify(tu_step_dir(plain, 5)));
+    TU_OK(shs_checkpoint_verify(tu_step_dir(plain, 5), NULL, 0));
     tu_rmtree(plain);
     free(plain);
     cstate_free(&s);
@@ -184,25 +184,25 @@ static void test_read_api(void **state)
     float box[6];
     /* unkeyed: opens (names and shapes), every read asks for the key */
     shs_checkpoint *ck = NULL;
-    TU_OK(shs_checkpoint_open(&ck, sp));
+    TU_OK(shs_checkpoint_open(&ck, sp, NULL));
     assert_int_equal(shs_checkpoint_encrypted(ck), 1);
     assert_int_equal(strlen(shs_checkpoint_key_id(ck)), 16);
     TU_OK(shs_checkpoint_find(&ti, ck, "a"));
     assert_int_equal(shs_checkpoint_tensor(ck, ti)->shape[1], 3);
     assert_int_equal(shs_checkpoint_read(ck, ti, NULL, NULL, SHS_F32, s.a, sizeof s.a), SHS_EKEY);
     TU_ASSERT_MSG_HAS("key required");
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     /* a wrong key fails the open */
     unsigned char other[32];
     TU_OK(shs_key_load(other, g_other_file, NULL));
-    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+    shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
     o.key = other;
     o.key_len = 32;
-    assert_int_equal(shs_checkpoint_open_ex(&ck, sp, &o), SHS_EKEY);
+    assert_int_equal(shs_checkpoint_open(&ck, sp, &o), SHS_EKEY);
     TU_ASSERT_MSG_HAS("wrong key");
     assert_null(ck);
     o.key_len = 31;
-    assert_int_equal(shs_checkpoint_open_ex(&ck, sp, &o), SHS_EKEY);
+    assert_int_equal(shs_checkpoint_open(&ck, sp, &o), SHS_EKEY);
     /* the key: whole tensors, a box inside one (only the segments it
        touches are decrypted), a dtype conversion, mapped and with pread */
     for (int nommap = 0; nommap < 2; nommap++) {
@@ -210,8 +210,8 @@ static void test_read_api(void **state)
         memcpy(key, k_key, 32);
         o.key = key;
         o.key_len = 32;
-        o.flags = nommap ? SHS_CKPT_OPEN_NO_MMAP : 0;
-        TU_OK(shs_checkpoint_open_ex(&ck, sp, &o));
+        o.flags = nommap ? SHS_CHECKPOINT_OPEN_NO_MMAP : 0;
+        TU_OK(shs_checkpoint_open(&ck, sp, &o));
         memset(key, 0, sizeof key); /* the handle keeps its own copy */
         TU_OK(shs_checkpoint_find(&ti, ck, "b"));
         float whole[12];
@@ -233,19 +233,19 @@ static void test_read_api(void **state)
         char rng[7];
         TU_OK(shs_checkpoint_read_blob(ck, 0, rng, sizeof rng));
         assert_memory_equal(rng, "seed-42", 7);
-        shs_checkpoint_close(ck);
+        shs_checkpoint_free(ck);
     }
     /* a data file alone (no metadata.json: no salts, no tags), through
        the read API and the file API */
     char *one = tu_path_dup(tu_step_dir(sp, 2), "checkpoint-model-0000000-0000001.safetensors");
-    TU_OK(shs_checkpoint_open(&ck, one));
+    TU_OK(shs_checkpoint_open(&ck, one, NULL));
     TU_OK(shs_checkpoint_find(&ti, ck, "a"));
     for (int again = 0; again < 2; again++) { /* the refusal is not cached away */
         assert_int_equal(shs_checkpoint_read(ck, ti, NULL, NULL, SHS_F32, s.a, sizeof s.a),
                          SHS_EKEY);
         TU_ASSERT_MSG_HAS("without the metadata.json");
     }
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     for (int nommap = 0; nommap < 2; nommap++) {
         shs_file *f = NULL;
         shs_open_opts fo = SHS_OPEN_OPTS_INIT;
@@ -258,7 +258,7 @@ static void test_read_api(void **state)
         TU_ASSERT_MSG_HAS("its tensors are ciphertext");
         uint64_t st[2] = { 0, 0 }, n[2] = { 1, 1 };
         assert_int_equal(shs_file_read_slice(f, ti, st, n, s.a, sizeof s.a), SHS_EKEY);
-        shs_file_close(f);
+        shs_file_free(f);
     }
     /* a box read decrypts only the segments it touches: a byte changed in
        the first segment of "big" (12 of them) fails a read of the whole
@@ -269,7 +269,7 @@ static void test_read_api(void **state)
     flip_byte(dir, b0 + 10);
     o.key = k_key;
     o.flags = 0;
-    TU_OK(shs_checkpoint_open_ex(&ck, sp, &o));
+    TU_OK(shs_checkpoint_open(&ck, sp, &o));
     TU_OK(shs_checkpoint_find(&ti, ck, "big"));
     uint64_t bs[2] = { 500, 7 }, bn[2] = { 2, 3 };
     TU_OK(shs_checkpoint_read(ck, ti, bs, bn, SHS_F32, box, sizeof box));
@@ -279,7 +279,7 @@ static void test_read_api(void **state)
     TU_ASSERT_MSG_HAS("segment 0 of 12");
     assert_int_equal(shs_checkpoint_read(ck, ti, NULL, NULL, SHS_F32, s.big, BIG * sizeof(float)),
                      SHS_ECHECKSUM);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     free(one);
     cstate_free(&s);
     tu_rmtree(sp);
@@ -368,7 +368,7 @@ static void *rank_main(void *arg)
            rank that holds those rows now */
         shs_progress q = tu_prog(0);
         shs_load_result res = SHS_LOAD_RESULT_INIT;
-        rc = shs_manager_load(m, &q, &res);
+        rc = shs_manager_load(&res, m, &q);
         for (int i = 0; rc == SHS_OK && i < 6; i++)
             if (rows[i] != (float)(100 * holds + i))
                 rc = SHS_ECORRUPT;
@@ -384,7 +384,7 @@ static void *rank_main(void *arg)
         memset(rows, 0, sizeof rows);
         shs_progress q = tu_prog(0);
         shs_load_result res = SHS_LOAD_RESULT_INIT;
-        rc = shs_manager_load(m, &q, &res);
+        rc = shs_manager_load(&res, m, &q);
         if (rc == SHS_OK && memcmp(got, rows, sizeof got) != 0)
             rc = SHS_ECORRUPT;
     }
@@ -437,17 +437,17 @@ static void test_two_ranks(void **state)
         assert_int_equal(r[1].rc, SHS_EKEY);
         /* one process reads the whole tensor back through the read API */
         shs_checkpoint *ck;
-        shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+        shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
         o.key = k_key;
         o.key_len = 32;
-        TU_OK(shs_checkpoint_open_ex(&ck, sp, &o));
+        TU_OK(shs_checkpoint_open(&ck, sp, &o));
         assert_int_equal(shs_checkpoint_world_size(ck), 2);
         float all[12];
         TU_OK(shs_checkpoint_read(ck, 0, NULL, NULL, SHS_F32, all, sizeof all));
         for (int i = 0; i < 12; i++)
             assert_true(all[i] == (float)(100 * (i / 6) + i % 6));
-        shs_checkpoint_close(ck);
-        TU_OK(shs_checkpoint_verify_key(tu_step_dir(sp, 4), k_key, 32));
+        shs_checkpoint_free(ck);
+        TU_OK(shs_checkpoint_verify(tu_step_dir(sp, 4), k_key, 32));
         /* ranks with different keys: the save fails on both, nothing
            committed */
         run_ranks(r, g_key_file, g_other_file, async, 0);
@@ -578,19 +578,19 @@ static void test_tools(void **state)
     /* merge */
     char *hf = tu_path_dup(tu_root, "tools-hf");
     shs_merge_opts mo = SHS_MERGE_OPTS_INIT;
-    assert_int_equal(shs_merge(sp, hf, &mo, NULL), SHS_EKEY);
+    assert_int_equal(shs_merge(NULL, sp, hf, &mo), SHS_EKEY);
     TU_ASSERT_MSG_HAS("key required");
     assert_false(tu_path_exists(hf));
     mo.key = other;
     mo.key_len = 32;
-    assert_int_equal(shs_merge(sp, hf, &mo, NULL), SHS_EKEY);
+    assert_int_equal(shs_merge(NULL, sp, hf, &mo), SHS_EKEY);
     TU_ASSERT_MSG_HAS("wrong key");
     mo.key = k_key;
     mo.version = 1; /* a caller built against version 1: no key fields */
-    assert_int_equal(shs_merge(sp, hf, &mo, NULL), SHS_EKEY);
+    assert_int_equal(shs_merge(NULL, sp, hf, &mo), SHS_EKEY);
     assert_false(tu_path_exists(hf));
     mo.version = SHS_MERGE_OPTS_VERSION;
-    TU_OK(shs_merge(sp, hf, &mo, NULL));
+    TU_OK(shs_merge(NULL, sp, hf, &mo));
     shs_file *f = NULL;
     size_t ti;
     TU_OK(shs_file_open(&f, tu_path(hf, "model.safetensors"), NULL));
@@ -599,7 +599,7 @@ static void test_tools(void **state)
     assert_memory_equal(shs_file_tensor_data(f, ti), s.big, BIG * sizeof(float));
     TU_OK(shs_file_find(&ti, f, "b"));
     assert_memory_equal(shs_file_tensor_data(f, ti), s.b, sizeof s.b);
-    shs_file_close(f);
+    shs_file_free(f);
 
     /* reshard */
     char *rs = tu_path_dup(tu_root, "tools-rs");
@@ -620,15 +620,15 @@ static void test_tools(void **state)
     ro.version = SHS_RESHARD_OPTS_VERSION;
     TU_OK(shs_reshard(NULL, sp, dst, NULL, &ro));
     shs_checkpoint *ck = NULL, *src = NULL;
-    TU_OK(shs_checkpoint_open(&ck, dst));
-    TU_OK(shs_checkpoint_open(&src, sp));
+    TU_OK(shs_checkpoint_open(&ck, dst, NULL));
+    TU_OK(shs_checkpoint_open(&src, sp, NULL));
     assert_int_equal(shs_checkpoint_world_size(ck), 2);
     assert_int_equal(shs_checkpoint_encrypted(ck), 1);
     assert_string_equal(shs_checkpoint_key_id(ck), shs_checkpoint_key_id(src));
-    shs_checkpoint_close(src);
-    shs_checkpoint_close(ck);
-    assert_int_equal(shs_checkpoint_verify_key(dst, NULL, 0), SHS_EKEY);
-    TU_OK(shs_checkpoint_verify_key(dst, k_key, 32));
+    shs_checkpoint_free(src);
+    shs_checkpoint_free(ck);
+    assert_int_equal(shs_checkpoint_verify(dst, NULL, 0), SHS_EKEY);
+    TU_OK(shs_checkpoint_verify(dst, k_key, 32));
     cstate_zero(&s);
     assert_int_equal(load_keyed(rs, s.st, NULL), SHS_EKEY);
     TU_OK(load_keyed(rs, s.st, g_key_file));
@@ -644,15 +644,15 @@ static void test_tools(void **state)
     TU_ASSERT_MSG_HAS("not encrypted, but a key was given");
     assert_false(tu_path_exists(pdst));
     char *hf2 = tu_path_dup(tu_root, "tools-hf2");
-    assert_int_equal(shs_merge(plain, hf2, &mo, NULL), SHS_EKEY);
+    assert_int_equal(shs_merge(NULL, plain, hf2, &mo), SHS_EKEY);
     assert_false(tu_path_exists(hf2));
     free(hf2);
     ro.key = NULL;
     ro.key_len = 0;
     TU_OK(shs_reshard(NULL, plain, pdst, NULL, &ro));
-    TU_OK(shs_checkpoint_open(&ck, pdst));
+    TU_OK(shs_checkpoint_open(&ck, pdst, NULL));
     assert_int_equal(shs_checkpoint_encrypted(ck), 0);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
 
     cstate_free(&s);
     tu_rmtree(sp);

@@ -62,19 +62,19 @@ static void downgraded_is_refused(const char *sp, const char *dir, shs_state *st
     edit_meta(dir, strip, NULL);
     /* verify: with the key, nothing is authenticated; without, the data
        files say what they hold */
-    EXPECT(shs_checkpoint_verify_key(dir, k_key, 32), SHS_EKEY,
+    EXPECT(shs_checkpoint_verify(dir, k_key, 32), SHS_EKEY,
            "not encrypted, but a key was given");
-    EXPECT(shs_checkpoint_verify(dir), SHS_ECORRUPT, MARKED);
+    EXPECT(shs_checkpoint_verify(dir, NULL, 0), SHS_ECORRUPT, MARKED);
     /* merge and reshard, key or no key: nothing written */
     char *hf = tu_subpath("dg-hf");
     shs_merge_opts mo = SHS_MERGE_OPTS_INIT;
     mo.key = k_key;
     mo.key_len = 32;
-    EXPECT(shs_merge(sp, hf, &mo, NULL), SHS_EKEY, "not encrypted, but a key was given");
+    EXPECT(shs_merge(NULL, sp, hf, &mo), SHS_EKEY, "not encrypted, but a key was given");
     assert_false(tu_path_exists(hf));
     mo.key = NULL;
     mo.key_len = 0;
-    EXPECT(shs_merge(sp, hf, &mo, NULL), SHS_ECORRUPT, MARKED);
+    EXPECT(shs_merge(NULL, sp, hf, &mo), SHS_ECORRUPT, MARKED);
     assert_false(tu_path_exists(hf));
     char *rs = tu_subdir("dg-rs");
     char *dst = tu_path_dup(rs, "iteration_00000003");
@@ -84,11 +84,11 @@ static void downgraded_is_refused(const char *sp, const char *dir, shs_state *st
     assert_false(tu_path_exists(dst));
     /* the read API opens it (names, shapes) and refuses its data */
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, sp));
+    TU_OK(shs_checkpoint_open(&ck, sp, NULL));
     assert_int_equal(shs_checkpoint_encrypted(ck), 0);
     float a[12];
     EXPECT(shs_checkpoint_read(ck, 0, NULL, NULL, SHS_F32, a, sizeof a), SHS_ECORRUPT, MARKED);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     /* the trainer: with the key configured it does not resume from an
        unencrypted save path; allowed to, it still never reads the data
        files as plain; without a key neither */
@@ -152,7 +152,7 @@ static void mend_headers(json_t *root, void *arg)
         char hx[17];
         shs__hex64(hx, shs__header_hash(fh));
         json_object_set_new(f, "header_xxh3", json_string(hx));
-        shs_file_close(fh);
+        shs_file_free(fh);
     }
 }
 
@@ -185,20 +185,20 @@ static void test_marks_removed(void **state)
     unmark(tu_path(dir, "checkpoint-opt-0000000-0000001.safetensors"));
     hh_ctx x = { dir };
     edit_meta(dir, mend_headers, &x);
-    TU_OK(shs_checkpoint_verify(dir)); /* a valid unencrypted checkpoint */
-    EXPECT(shs_checkpoint_verify_key(dir, k_key, 32), SHS_EKEY,
+    TU_OK(shs_checkpoint_verify(dir, NULL, 0)); /* a valid unencrypted checkpoint */
+    EXPECT(shs_checkpoint_verify(dir, k_key, 32), SHS_EKEY,
            "not encrypted, but a key was given");
     char *hf = tu_subpath("dgm-hf");
     shs_merge_opts mo = SHS_MERGE_OPTS_INIT;
     mo.key = k_key;
     mo.key_len = 32;
-    EXPECT(shs_merge(sp, hf, &mo, NULL), SHS_EKEY, "not encrypted, but a key was given");
+    EXPECT(shs_merge(NULL, sp, hf, &mo), SHS_EKEY, "not encrypted, but a key was given");
     assert_false(tu_path_exists(hf));
     shs_checkpoint *ck = NULL;
-    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+    shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
     o.key = k_key;
     o.key_len = 32;
-    EXPECT(shs_checkpoint_open_ex(&ck, sp, &o), SHS_EKEY, "not encrypted, but a key was given");
+    EXPECT(shs_checkpoint_open(&ck, sp, &o), SHS_EKEY, "not encrypted, but a key was given");
     EXPECT(resume(sp, s.st, g_key_file, 0), SHS_EKEY, "allow_unencrypted_resume");
     TU_OK(resume(sp, s.st, g_key_file, 1)); /* the user said so: ciphertext */
     assert_true(s.a[0] != 2.0f);
@@ -235,7 +235,7 @@ static void test_unencrypted_save_path(void **state)
     shs_progress p = tu_prog(0);
     shs_load_result r = SHS_LOAD_RESULT_INIT;
     cstate_zero(&s);
-    TU_OK(shs_manager_load(m, &p, &r));
+    TU_OK(shs_manager_load(&r, m, &p));
     cstate_assert(&s, 6.0f);
     /* and the next save is encrypted: the save path then holds both */
     p = tu_prog(8);
@@ -243,9 +243,9 @@ static void test_unencrypted_save_path(void **state)
     shs_manager_free(m);
     shs_config_release(&c);
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, sp));
+    TU_OK(shs_checkpoint_open(&ck, sp, NULL));
     assert_int_equal(shs_checkpoint_encrypted(ck), 1);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     /* (the newest step, 8, is encrypted: it resumes without the flag) */
     TU_OK(resume(sp, s.st, g_key_file, 0));
     /* a struct of version 3 has no such field: refused as by default */
@@ -259,7 +259,7 @@ static void test_unencrypted_save_path(void **state)
     c.allow_unencrypted_resume = 1;
     c.version = 3;
     TU_OK(shs_manager_create(&m, &c, s.st));
-    EXPECT(shs_manager_load(m, &p, &r), SHS_EKEY, "allow_unencrypted_resume");
+    EXPECT(shs_manager_load(&r, m, &p), SHS_EKEY, "allow_unencrypted_resume");
     shs_manager_free(m);
     tu_rmtree(sp2);
     free(sp2);
@@ -276,7 +276,7 @@ static void test_unencrypted_save_path(void **state)
     c.encrypt_key_file = g_key_file;
     TU_OK(shs_manager_create(&m, &c, s.st));
     cstate_zero(&s);
-    TU_OK(shs_manager_load(m, &p, &r));
+    TU_OK(shs_manager_load(&r, m, &p));
     assert_int_equal(r.source, SHS_LOAD_INITIAL);
     shs_manager_free(m);
     cstate_assert(&s, 6.0f);
@@ -312,17 +312,17 @@ static void test_marked_file_in_folder(void **state)
         TU_OK(shs_manager_create(&m, &c, s.st));
         shs_progress p = tu_prog(0);
         shs_load_result r = SHS_LOAD_RESULT_INIT;
-        EXPECT(shs_manager_load(m, &p, &r), SHS_EKEY, "without the metadata.json");
+        EXPECT(shs_manager_load(&r, m, &p), SHS_EKEY, "without the metadata.json");
         shs_manager_free(m);
     }
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, hf));
+    TU_OK(shs_checkpoint_open(&ck, hf, NULL));
     float a[12];
     size_t ti;
     TU_OK(shs_checkpoint_find(&ti, ck, "a"));
     EXPECT(shs_checkpoint_read(ck, ti, NULL, NULL, SHS_F32, a, sizeof a), SHS_EKEY,
            "without the metadata.json");
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     tu_rmtree(hf);
     free(hf);
     cstate_free(&s);

@@ -42,7 +42,7 @@ static void done_with(char *sp, cstate *s)
    failed); then everything freed. */
 static void done_keeping(char *sp, cstate *s, char *dir, char *keep)
 {
-    TU_OK(shs_checkpoint_verify_key(dir, k_key, 32));
+    TU_OK(shs_checkpoint_verify(dir, k_key, 32));
     tu_rmtree(keep);
     free(keep);
     free(dir);
@@ -60,13 +60,13 @@ static void test_tampered_byte(void **state)
     /* a changed byte: its checksum catches it, key or no key */
     flip_byte(dir, b0 + 5);
     expect_refused(sp, s.st, dir, SHS_ECHECKSUM, "tensor 'a'");
-    assert_int_equal(shs_checkpoint_verify(dir), SHS_ECHECKSUM);
+    assert_int_equal(shs_checkpoint_verify(dir, NULL, 0), SHS_ECHECKSUM);
     /* the checksum mended (anyone can): the MAC of metadata.json refuses
        it with the key; without it, only the key could tell */
     mend_ctx x = { dir, "a" };
     edit_meta(dir, mend_hash, &x);
     expect_refused(sp, s.st, dir, SHS_ECHECKSUM, "metadata.json: does not authenticate");
-    assert_int_equal(shs_checkpoint_verify(dir), SHS_EKEY);
+    assert_int_equal(shs_checkpoint_verify(dir, NULL, 0), SHS_EKEY);
     TU_ASSERT_MSG_HAS("checksums match");
     /* mended and authenticated again: the segment's tag refuses it, in
        load, verify and the read API */
@@ -86,7 +86,7 @@ static void test_tampered_byte(void **state)
     /* no unauthenticated plaintext reaches the caller */
     for (int i = 0; i < 12; i++)
         assert_true(out[i] != 5.0f + (float)i);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     free(dir);
     done_with(sp, &s);
 }
@@ -244,7 +244,7 @@ static void test_moved_chunk(void **state)
     ro.key_len = 32;
     TU_OK(shs_reshard(NULL, sp, dst, lf, &ro));
     free(lf);
-    TU_OK(shs_checkpoint_verify_key(dst, k_key, 32));
+    TU_OK(shs_checkpoint_verify(dst, k_key, 32));
     edit_meta(dst, swap_offsets, "a");
     expect_refused(rs, s.st, dst, SHS_ECHECKSUM, "metadata.json: does not authenticate");
     edit_meta_keyed(dst, keep_as_is, NULL);
@@ -260,7 +260,7 @@ static void test_moved_chunk(void **state)
         assert_int_equal(shs_checkpoint_read(ck, ti, st, n, SHS_F32, out, sizeof out),
                          SHS_ECHECKSUM);
     }
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     tu_rmtree(rs);
     free(rs);
     free(dst);
@@ -343,7 +343,7 @@ static void test_truncated(void **state)
         int rc = load_keyed(sp, s.st, g_key_file);
         assert_true(rc < 0);
         TU_ASSERT_MSG_HAS(MODEL_FILE);
-        assert_true(shs_checkpoint_verify_key(dir, k_key, 32) < 0);
+        assert_true(shs_checkpoint_verify(dir, k_key, 32) < 0);
         TU_ASSERT_MSG_HAS(MODEL_FILE);
     }
     free(dir);
@@ -433,12 +433,12 @@ static void test_fields_and_tags(void **state)
         int want = cases[i].keyed_rc == SHS_ECORRUPT ? SHS_ECORRUPT : SHS_ECHECKSUM;
         const char *needle = want == SHS_ECORRUPT ? cases[i].keyed_needle
                                                   : "metadata.json: does not authenticate";
-        int rc = shs_checkpoint_verify_key(dir, k_key, 32);
+        int rc = shs_checkpoint_verify(dir, k_key, 32);
         if (rc != want || !strstr(shs_last_error(), needle))
             fail_msg("case %zu unkeyed: %d %s", i, rc, shs_last_error());
         restore_tree(dir, keep);
         edit_meta_keyed(dir, cases[i].fn, (void *)(uintptr_t)cases[i].arg);
-        rc = shs_checkpoint_verify_key(dir, k_key, 32);
+        rc = shs_checkpoint_verify(dir, k_key, 32);
         if (rc != cases[i].keyed_rc || !strstr(shs_last_error(), cases[i].keyed_needle))
             fail_msg("case %zu keyed: %d %s", i, rc, shs_last_error());
         rc = load_keyed(sp, s.st, g_key_file);
@@ -495,13 +495,13 @@ static void test_metadata_mac(void **state)
     expect_refused(sp, s.st, dir, SHS_ECHECKSUM, "metadata.json: does not authenticate");
     /* the read API checks it at open, with the key; without, it opens */
     shs_checkpoint *ck = NULL;
-    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+    shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
     o.key = k_key;
     o.key_len = 32;
-    assert_int_equal(shs_checkpoint_open_ex(&ck, sp, &o), SHS_ECHECKSUM);
+    assert_int_equal(shs_checkpoint_open(&ck, sp, &o), SHS_ECHECKSUM);
     assert_null(ck);
-    TU_OK(shs_checkpoint_open(&ck, sp));
-    shs_checkpoint_close(ck);
+    TU_OK(shs_checkpoint_open(&ck, sp, NULL));
+    shs_checkpoint_free(ck);
     restore_tree(dir, keep);
     /* the MAC dropped, or not where it belongs */
     edit_meta(dir, drop_mac, NULL);

@@ -75,7 +75,7 @@ static void test_golden_single(void **state)
     float back[6];
     assert_int_equal(shs_file_read(f, 0, back, sizeof back), SHS_OK);
     assert_memory_equal(back, data, sizeof data);
-    shs_file_close(f);
+    shs_file_free(f);
 }
 
 /* test_serialization_forced_alignement: "attn0" F32 [1,1,2,3] pads 7. */
@@ -119,7 +119,7 @@ static void test_golden_empty(void **state)
     assert_int_equal(shs_file_has_metadata(f), 1);
     assert_string_equal(shs_file_metadata_get(f, "framework"), "pt");
     assert_null(shs_file_metadata_get(f, "format"));
-    shs_file_close(f);
+    shs_file_free(f);
 }
 
 /* Order: descending dtype, then name bytewise; metadata sorted, escaped. */
@@ -178,7 +178,7 @@ static void test_writer_order_and_escaping(void **state)
     assert_int_equal(shs_file_metadata_at(&k, &val, f, 1), SHS_OK);
     assert_string_equal(val, "tab\there");
     assert_int_equal(shs_file_metadata_at(&k, &val, f, 2), SHS_ERANGE);
-    shs_file_close(f);
+    shs_file_free(f);
 }
 
 /* Every dtype, scalars, empty tensors, through mmap and pread. */
@@ -240,7 +240,7 @@ static void test_roundtrip_all_dtypes(void **state)
             assert_int_equal(shs_file_tensor(f, i)->offset, off);
             off += shs_file_tensor(f, i)->nbytes;
         }
-        shs_file_close(f);
+        shs_file_free(f);
     }
     for (size_t i = 0; i < n; i++)
         free(bufs[i]);
@@ -294,7 +294,7 @@ static void test_slices(void **state)
         assert_int_equal(shs_file_read_bytes(f, 0, A * B * C * 4 - 4, out, 4), SHS_OK);
         assert_int_equal(out[0], data[A - 1][B - 1][C - 1]);
         assert_int_equal(shs_file_read_bytes(f, 0, A * B * C * 4 - 4, out, 5), SHS_ERANGE);
-        shs_file_close(f);
+        shs_file_free(f);
     }
 }
 
@@ -346,7 +346,7 @@ static void test_streaming_writer(void **state)
     assert_int_equal(shs_file_read(f, idx, back, sizeof back), SHS_OK);
     assert_memory_equal(back, big, sizeof big);
     assert_string_equal(shs_file_metadata_get(f, "k"), "v");
-    shs_file_close(f);
+    shs_file_free(f);
 }
 
 /* Metadata keys and values holding NUL bytes are written exactly (as
@@ -401,7 +401,7 @@ static void test_metadata_nul(void **state)
     assert_non_null(v);
     assert_int_equal(vl, 1);
     assert_string_equal(v, "2");
-    shs_file_close(f);
+    shs_file_free(f);
 }
 
 /* An abandoned writer leaves neither the target nor a temporary file, and
@@ -523,7 +523,7 @@ static void test_io_faults(void **state)
                 shs_file *f;
                 assert_int_equal(shs_file_open(&f, path, NULL), SHS_OK);
                 assert_int_equal(shs_file_tensor_count(f), 3);
-                shs_file_close(f);
+                shs_file_free(f);
                 assert_int_equal(shs_save_file(path, v + 1, 2, NULL, 0, &wo), SHS_OK);
             } else {
                 assert_int_equal(len, good_len);
@@ -574,7 +574,7 @@ static void test_oom_writer_and_reader(void **state)
         } else {
             assert_null(f);
         }
-        shs_file_close(f);
+        shs_file_free(f);
         assert_int_equal(tu_failalloc_live(), live);
     }
     tu_failalloc_uninstall();
@@ -598,7 +598,7 @@ static void test_align(void **state)
     float back[3];
     assert_int_equal(shs_file_read(f, 0, back, sizeof back), SHS_OK);
     assert_memory_equal(back, d, sizeof d);
-    shs_file_close(f);
+    shs_file_free(f);
     o.align = 12;
     assert_int_equal(shs_save_file(path, &v, 1, NULL, 0, &o), SHS_EINVAL);
 }
@@ -637,7 +637,7 @@ static void test_many_tensors(void **state)
         assert_int_equal(shs_file_read(f, idx, &x, 4), SHS_OK);
         assert_int_equal(x, i);
     }
-    shs_file_close(f);
+    shs_file_free(f);
 }
 
 /* A file over 4 GiB: sparse, so the test costs no real disk. */
@@ -672,7 +672,7 @@ static void test_large_sparse(void **state)
         uint64_t st[1] = { n - 4 }, cnt[1] = { 4 };
         assert_int_equal(shs_file_read_slice(f, 0, st, cnt, back, 4), SHS_OK);
         assert_memory_equal(back, tail + 4, 4);
-        shs_file_close(f);
+        shs_file_free(f);
     }
     unlink(path);
 }
@@ -704,7 +704,7 @@ static void test_bad_args(void **state)
     assert_non_null(strstr(shs_last_error(), "missing.safetensors"));
     assert_int_equal(shs_file_open(&f, g_dir, NULL), SHS_EINVAL);
     assert_int_equal(shs_file_open(NULL, "x", NULL), SHS_EINVAL);
-    shs_file_close(NULL);
+    shs_file_free(NULL);
     shs_writer *w;
     assert_int_equal(shs_writer_create(&w, "", NULL), SHS_EINVAL);
     assert_int_equal(shs_writer_create(&w, "/nonexistent-dir/x.safetensors", NULL), SHS_ENOENT);

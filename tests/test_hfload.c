@@ -228,7 +228,7 @@ static void test_many_unused(void **state)
     TU_OK(shs_manager_create(&m, &c, st));
     shs_progress p = SHS_PROGRESS_INIT;
     shs_load_result r = SHS_LOAD_RESULT_INIT;
-    TU_OK(shs_manager_load(m, &p, &r));
+    TU_OK(shs_manager_load(&r, m, &p));
     assert_true(w == (float)NPAD);
     assert_int_equal(r.n_skipped, NPAD);
     assert_string_equal(r.skipped[NPAD - 1], "model.rotary.79.inv_freq");
@@ -316,7 +316,7 @@ static void test_unconvertible(void **state)
     shs_manager *m;
     TU_OK(shs_manager_create(&m, &c, st));
     shs_progress p = SHS_PROGRESS_INIT;
-    assert_int_equal(shs_manager_load(m, &p, NULL), SHS_EMISMATCH);
+    assert_int_equal(shs_manager_load(NULL, m, &p), SHS_EMISMATCH);
     TU_ASSERT_MSG_HAS("registered as model F32 [6], saved as model I32 [6]");
     shs_manager_free(m);
     shs_state_free(st);
@@ -572,12 +572,12 @@ static void test_without_flag(void **state)
     TU_OK(shs_manager_create(&m, &c, st));
     shs_progress p = SHS_PROGRESS_INIT;
     shs_load_result r = SHS_LOAD_RESULT_INIT;
-    TU_OK(shs_manager_load(m, &p, &r));
+    TU_OK(shs_manager_load(&r, m, &p));
     assert_int_equal(r.loaded, 0); /* fresh start */
     shs_manager_free(m);
     c.initial_load_path = dir;
     TU_OK(shs_manager_create(&m, &c, st));
-    TU_OK(shs_manager_load(m, &p, &r));
+    TU_OK(shs_manager_load(&r, m, &p));
     assert_int_equal(r.loaded, 1);
     assert_int_equal(r.source, SHS_LOAD_INITIAL);
     assert_int_equal(memcmp(h, g_bf16[T_EMBED], sizeof h), 0);

@@ -162,7 +162,7 @@ static void *big_main(void *arg)
     shs_progress p = SHS_PROGRESS_INIT;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     if (rc == SHS_OK)
-        rc = shs_manager_load(m, &p, &res);
+        rc = shs_manager_load(&res, m, &p);
     b->rc = rc;
     snprintf(b->msg, sizeof b->msg, "%s", rc < 0 ? shs_last_error() : "");
     b->bytes_read = res.bytes_read;

@@ -209,7 +209,7 @@ static void run_qjob(qjob *j)
     shs_progress p = SHS_PROGRESS_INIT;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     if (rc == SHS_OK)
-        rc = shs_manager_load(m, &p, &res);
+        rc = shs_manager_load(&res, m, &p);
     j->rc = rc;
     snprintf(j->msg, sizeof j->msg, "%s", rc < 0 ? shs_last_error() : "");
     if (rc == SHS_OK) {

@@ -1024,7 +1024,7 @@ static void *small_stack_main(void *arg)
     small_stack_job *j = arg;
     shs_file *f = NULL;
     j->rc = shs_file_open_memory(&f, j->m->p, j->m->len, j->name);
-    shs_file_close(f);
+    shs_file_free(f);
     return NULL;
 }
 
@@ -1105,7 +1105,7 @@ static shs_file *g_open; /* handle to close if an assertion fails */
 static int case_teardown(void **state)
 {
     (void)state;
-    shs_file_close(g_open);
+    shs_file_free(g_open);
     g_open = NULL;
     tu_failalloc_arm(0);
     tu_failalloc_uninstall();
@@ -1141,7 +1141,7 @@ static void run_case(void **state)
         assert_string_equal(shs_file_path(f), memname);
         check_opened(c, f, &m, 0);
         g_open = NULL;
-        shs_file_close(f);
+        shs_file_free(f);
     } else {
         check_failed(c, rc, f, memname, "memory");
     }
@@ -1161,7 +1161,7 @@ static void run_case(void **state)
             assert_string_equal(shs_file_path(f), path);
             check_opened(c, f, &m, nomap ? -1 : 0);
             g_open = NULL;
-            shs_file_close(f);
+            shs_file_free(f);
         } else {
             check_failed(c, rc, f, fname, how);
         }
@@ -1213,7 +1213,7 @@ static long failalloc_sweep(const char *label, const img *m, const char *path, i
             if (injected && rc == SHS_ENOMEM && shs_last_error()[0] == '\0')
                 fail_msg("%s: N=%ld: SHS_ENOMEM with an empty message", label, n);
         }
-        shs_file_close(f);
+        shs_file_free(f);
         tu_failalloc_arm(0);
         if (tu_failalloc_live() != start)
             fail_msg("%s: N=%ld: %ld allocation(s) leaked (status %d)", label, n,
@@ -1241,7 +1241,7 @@ static void test_failalloc_valid(void **state)
     assert_int_equal(shs_file_open_memory(&f, m.p, m.len, "multi"), SHS_OK);
     assert_int_equal(shs_file_tensor_count(f), 4);
     assert_int_equal(shs_file_metadata_count(f), 3);
-    shs_file_close(f);
+    shs_file_free(f);
 
     long a = failalloc_sweep("multi (memory)", &m, NULL, SHS_OK, 0);
     long b = failalloc_sweep("multi (file)", &m, path, SHS_OK, 1);
@@ -1275,7 +1275,7 @@ static void test_failalloc_hostile(void **state)
                whatever a clean open returns */
             shs_file *f = NULL;
             int base = shs_file_open_memory(&f, m.p, m.len, "fa");
-            shs_file_close(f);
+            shs_file_free(f);
             failalloc_sweep(c->name, &m, NULL, base, 0);
         }
         free(g_cur.p);

@@ -70,7 +70,7 @@ static void test_second_manager_same_process(void **state)
     assert_non_null(strstr(h.text, "since 20"));
 
     /* a tool cannot take it either */
-    shs_savepath_lock_handle *lk = NULL;
+    shs_lock *lk = NULL;
     assert_int_equal(shs_savepath_lock(&lk, sp), SHS_ELOCKED);
     assert_null(lk);
     TU_ASSERT_MSG_HAS(want);
@@ -93,19 +93,19 @@ static void test_tool_lock(void **state)
     char *sp = tu_subdir("tool");
     tu_small s;
     tu_small_make(&s, 1, 1);
-    shs_savepath_lock_handle *lk = NULL;
+    shs_lock *lk = NULL;
     TU_OK(shs_savepath_lock(&lk, sp));
     assert_non_null(lk);
     shs_manager *m = NULL;
     assert_int_equal(create_saving(&m, sp, s.st), SHS_ELOCKED);
-    shs_savepath_lock_handle *lk2 = NULL;
+    shs_lock *lk2 = NULL;
     assert_int_equal(shs_savepath_lock(&lk2, sp), SHS_ELOCKED);
-    shs_savepath_unlock(lk);
-    shs_savepath_unlock(NULL);
+    shs_lock_free(lk);
+    shs_lock_free(NULL);
     TU_OK(create_saving(&m, sp, s.st));
     shs_manager_free(m);
     TU_OK(shs_savepath_lock(&lk, sp));
-    shs_savepath_unlock(lk);
+    shs_lock_free(lk);
     shs_state_free(s.st);
     free(sp);
 }
@@ -179,7 +179,7 @@ static void test_child_holds_then_killed(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         close(pfd[0]);
-        shs_savepath_lock_handle *lk = NULL;
+        shs_lock *lk = NULL;
         char ok = shs_savepath_lock(&lk, sp) == SHS_OK ? 'y' : 'n';
         if (write(pfd[1], &ok, 1) != 1)
             _exit(2);
@@ -291,12 +291,12 @@ static void test_hostile_lock_file(void **state)
     fl.l_type = F_WRLCK;
     fl.l_whence = SEEK_SET;
     assert_int_equal(fcntl(fd, F_OFD_SETLK, &fl), 0);
-    shs_savepath_lock_handle *lk = NULL;
+    shs_lock *lk = NULL;
     assert_int_equal(shs_savepath_lock(&lk, sp), SHS_ELOCKED);
     TU_ASSERT_MSG_HAS("locked by an unknown process");
     close(fd);
     TU_OK(shs_savepath_lock(&lk, sp));
-    shs_savepath_unlock(lk);
+    shs_lock_free(lk);
     free(lf);
     free(sp);
 }
@@ -304,7 +304,7 @@ static void test_hostile_lock_file(void **state)
 static void test_bad_paths(void **state)
 {
     (void)state;
-    shs_savepath_lock_handle *lk = (shs_savepath_lock_handle *)1;
+    shs_lock *lk = (shs_lock *)1;
     char *missing = tu_subpath("missing");
     assert_int_equal(shs_savepath_lock(&lk, missing), SHS_ENOENT);
     assert_null(lk);
@@ -403,7 +403,7 @@ static void test_no_lock_support(void **state)
     shs_lock_holder h;
     int hrc = shs_savepath_lock_holder(&h, sp);
     g_lock_errno = EIO;
-    shs_savepath_lock_handle *lk = NULL;
+    shs_lock *lk = NULL;
     int rc_eio = shs_savepath_lock(&lk, sp);
     g_lock_errno = 0;
     shs__io_set(NULL);
@@ -416,7 +416,7 @@ static void test_no_lock_support(void **state)
     assert_null(lk);
     /* nothing stays locked after the failures */
     TU_OK(shs_savepath_lock(&lk, sp));
-    shs_savepath_unlock(lk);
+    shs_lock_free(lk);
     shs_state_free(s.st);
     free(sp);
 }
@@ -428,14 +428,14 @@ static void test_details_write_fails(void **state)
     char *sp = tu_subdir("fullfs");
     install_faults();
     g_fail_pwrite = 1;
-    shs_savepath_lock_handle *lk = NULL;
+    shs_lock *lk = NULL;
     int rc = shs_savepath_lock(&lk, sp);
     g_fail_pwrite = 0;
     shs__io_set(NULL);
     assert_int_equal(rc, SHS_ENOSPC);
     assert_null(lk);
     TU_OK(shs_savepath_lock(&lk, sp));
-    shs_savepath_unlock(lk);
+    shs_lock_free(lk);
     free(sp);
 }
 
@@ -447,9 +447,9 @@ static void test_lock_oom(void **state)
     tu_failalloc_install();
     for (long n = 1; n < 20; n++) {
         tu_failalloc_arm(n);
-        shs_savepath_lock_handle *lk = NULL;
+        shs_lock *lk = NULL;
         int rc = shs_savepath_lock(&lk, sp);
-        shs_savepath_unlock(lk);
+        shs_lock_free(lk);
         tu_failalloc_arm(0);
         assert_true(rc == SHS_OK || rc == SHS_ENOMEM);
         assert_int_equal(tu_failalloc_live(), 0);

@@ -126,7 +126,7 @@ static void test_config_errors(void **state)
     for (int64_t step = 1; step <= 5; step++) {
         shs_progress p = tu_prog(step);
         int saved = -1;
-        TU_OK(shs_manager_step(m, &p, &saved));
+        TU_OK(shs_manager_step(&saved, m, &p));
         assert_int_equal(saved, 0);
     }
     shs_progress p = tu_prog(5);
@@ -141,7 +141,7 @@ static void test_config_errors(void **state)
     /* enable_save false with a save_path: still nothing written there */
     c.save_path = sp;
     TU_OK(shs_manager_create(&m, &c, s.st));
-    TU_OK(shs_manager_step(m, &p, NULL));
+    TU_OK(shs_manager_step(NULL, m, &p));
     TU_OK(shs_manager_finish(m, &p));
     shs_manager_free(m);
     assert_false(tu_path_exists(sp));
@@ -178,7 +178,7 @@ static void run_interval(const char *name, int first, int64_t *saved_steps, size
     for (int64_t step = 1; step <= 10; step++) {
         shs_progress p = tu_prog(step);
         int saved = -1;
-        TU_OK(shs_manager_step(m, &p, &saved));
+        TU_OK(shs_manager_step(&saved, m, &p));
         assert_true(saved == 0 || saved == 1);
         if (saved)
             saved_steps[(*n_saved)++] = step;
@@ -228,7 +228,7 @@ static void test_interval(void **state)
     TU_OK(shs_manager_create(&m, &c, s.st));
     shs_progress p = tu_prog(9);
     int saved = 0;
-    TU_OK(shs_manager_step(m, &p, &saved));
+    TU_OK(shs_manager_step(&saved, m, &p));
     assert_int_equal(saved, 1);
     char *d9 = strdup(tu_path(sp, tu_step_name(9)));
     ino_t ino = inode_of(d9);
@@ -247,7 +247,7 @@ static void test_interval(void **state)
     cfg_loading(&c, sp);
     TU_OK(shs_manager_create(&m, &c, l.st));
     shs_progress q = SHS_PROGRESS_INIT;
-    TU_OK(shs_manager_load(m, &q, NULL));
+    TU_OK(shs_manager_load(NULL, m, &q));
     shs_manager_free(m);
     assert_true(l.w[0] == 1.0f);
     load_with_done();
@@ -273,7 +273,7 @@ static void run_steps(const char *sp, int save_max, int keep_k, int64_t from, in
     for (int64_t step = from; step <= to; step++) {
         tu_small_fill(s, (float)step);
         shs_progress p = tu_prog(step);
-        TU_OK(shs_manager_step(m, &p, NULL));
+        TU_OK(shs_manager_step(NULL, m, &p));
     }
     shs_manager_free(m);
 }
@@ -294,7 +294,7 @@ static void test_retention(void **state)
     assert_true(step_exists(sp, 999)); /* never another run's */
     assert_int_equal(tu_tracker_step(sp), 6);
     assert_int_equal(tu_count_leftovers(sp), 0);
-    TU_OK(shs_checkpoint_verify(tu_path(sp, tu_step_name(999))));
+    TU_OK(shs_checkpoint_verify(tu_path(sp, tu_step_name(999)), NULL, 0));
 
     /* keep_latest_k wins over save_max */
     char *sp2 = tu_subpath("ret_k");
@@ -315,7 +315,7 @@ static void test_retention(void **state)
     shs_manager *m;
     TU_OK(shs_manager_create(&m, &c, l.st));
     shs_progress q = SHS_PROGRESS_INIT;
-    TU_OK(shs_manager_load(m, &q, NULL));
+    TU_OK(shs_manager_load(NULL, m, &q));
     shs_manager_free(m);
     assert3(&l, 4, 1);
     assert_int_equal(q.global_step, 4);
@@ -359,13 +359,13 @@ static void test_resave_same_step(void **state)
     /* the step, the tracker and the (kept, unlocked) lock file */
     assert_int_equal(tu_count_entries(sp), 3);
     assert_int_equal(tu_count_leftovers(sp), 0);
-    TU_OK(shs_checkpoint_verify(tu_path(sp, tu_step_name(5))));
+    TU_OK(shs_checkpoint_verify(tu_path(sp, tu_step_name(5)), NULL, 0));
     st3 l;
     tu_small_make(&l, 0, 1);
     cfg_loading(&c, sp);
     TU_OK(shs_manager_create(&m, &c, l.st));
     shs_progress q = SHS_PROGRESS_INIT;
-    TU_OK(shs_manager_load(m, &q, NULL));
+    TU_OK(shs_manager_load(NULL, m, &q));
     shs_manager_free(m);
     assert3(&l, 50, 1);
     tu_assert_blob_str(l.st, "rng", "rng-second");
@@ -414,7 +414,7 @@ static void test_no_optim(void **state)
         if (strstr(e->d_name, "-opt-"))
             fail_msg("no_save_optim wrote %s", e->d_name);
     closedir(d);
-    TU_OK(shs_checkpoint_verify(dir));
+    TU_OK(shs_checkpoint_verify(dir, NULL, 0));
 
     /* a fresh state: master and moment hold sentinels */
     uint16_t wb2[12] = { 0 };
@@ -435,7 +435,7 @@ static void test_no_optim(void **state)
     TU_OK(shs_manager_create(&m, &c, st2));
     shs_progress q = SHS_PROGRESS_INIT;
     q.global_step = 3;
-    int rc = shs_manager_load(m, &q, NULL);
+    int rc = shs_manager_load(NULL, m, &q);
     assert_int_equal(rc, SHS_EMISMATCH);
     TU_ASSERT_MSG_HAS("opt.w.master");
     TU_ASSERT_MSG_HAS("opt.w.exp_avg");
@@ -448,7 +448,7 @@ static void test_no_optim(void **state)
     TU_OK(shs_manager_create(&m, &c, st2));
     q = tu_prog(3);
     shs_load_result res = SHS_LOAD_RESULT_INIT;
-    TU_OK(shs_manager_load(m, &q, &res));
+    TU_OK(shs_manager_load(&res, m, &q));
     shs_manager_free(m);
     assert_int_equal(res.loaded, 1);
     assert_int_equal(res.optimizer_loaded, 0);
@@ -485,7 +485,7 @@ static void test_exclude(void **state)
     shs_manager *m;
     TU_OK(shs_manager_create(&m, &c, l.st));
     shs_progress q = SHS_PROGRESS_INIT;
-    TU_OK(shs_manager_load(m, &q, NULL));
+    TU_OK(shs_manager_load(NULL, m, &q));
     shs_manager_free(m);
     shs_config_release(&c);
     assert3(&l, 4, 1);
@@ -504,7 +504,7 @@ static void test_exclude(void **state)
     TU_OK(shs_config_set(&c, "exclude_from_loading", "optimizer"));
     TU_OK(shs_manager_create(&m, &c, l.st));
     shs_load_result res = SHS_LOAD_RESULT_INIT;
-    TU_OK(shs_manager_load(m, &q, &res));
+    TU_OK(shs_manager_load(&res, m, &q));
     shs_manager_free(m);
     shs_config_release(&c);
     assert3(&l, 4, 0);
@@ -535,7 +535,7 @@ static void test_batch_size_change(void **state)
     shs_progress q = SHS_PROGRESS_INIT;
     q.global_batch_size = 64;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
-    TU_OK(shs_manager_load(m, &q, &res));
+    TU_OK(shs_manager_load(&res, m, &q));
     assert_int_equal(q.global_step, 50);
     assert_int_equal(q.global_batch_size, 64);
     assert_int_equal(q.consumed_samples, 3200);
@@ -543,7 +543,7 @@ static void test_batch_size_change(void **state)
     /* same batch size: unchanged */
     q = (shs_progress)SHS_PROGRESS_INIT;
     q.global_batch_size = 32;
-    TU_OK(shs_manager_load(m, &q, &res));
+    TU_OK(shs_manager_load(&res, m, &q));
     assert_int_equal(q.global_step, 100);
     assert_int_equal(res.batch_size_changed, 0);
     shs_manager_free(m);
@@ -562,7 +562,7 @@ static int load_with(shs_config *c, st3 *l, shs_progress *q, shs_load_result *re
     int rc = shs_manager_create(&g_load_manager, c, l->st);
     if (rc < 0)
         return rc;
-    return shs_manager_load(g_load_manager, q, res);
+    return shs_manager_load(res, g_load_manager, q);
 }
 
 static void test_auto_resume(void **state)
@@ -871,7 +871,7 @@ static void test_enable_and_own_folder(void **state)
     shs_progress p50 = tu_prog(50);
     c.save_interleaved_steps = 10;
     int saved = 1;
-    TU_OK(shs_manager_step(g_load_manager, &p50, &saved));
+    TU_OK(shs_manager_step(&saved, g_load_manager, &p50));
     assert_int_equal(saved, 0);
     TU_OK(shs_manager_finish(g_load_manager, &p50));
     assert_false(step_exists(sp, 50));
@@ -992,7 +992,7 @@ static void test_resume_io_errors(void **state)
         shs_manager *m;
         TU_OK(shs_manager_create(&m, &c, l.st));
         faults_on(cases[k].needle, cases[k].err, cases[k].mask);
-        int rc = shs_manager_load(m, &q, &res);
+        int rc = shs_manager_load(&res, m, &q);
         faults_off();
         shs_manager_free(m);
         if (rc == SHS_OK)
@@ -1100,7 +1100,7 @@ static void test_step_dir_never_plain(void **state)
     assert_int_equal(load_with(&c, &l, &q, &res), SHS_ECORRUPT);
     TU_ASSERT_MSG_HAS("iteration_00000009");
     TU_ASSERT_MSG_HAS("without metadata.json");
-    assert_int_equal(shs_checkpoint_verify(itd), SHS_ECORRUPT);
+    assert_int_equal(shs_checkpoint_verify(itd, NULL, 0), SHS_ECORRUPT);
     TU_ASSERT_MSG_HAS("without metadata.json");
     /* its save path is not a plain folder either (the step dir is not
        complete, so there is no checkpoint) */
@@ -1113,7 +1113,7 @@ static void test_step_dir_never_plain(void **state)
     cfg_loading(&c, cj);
     assert_int_equal(load_with(&c, &l, &q, &res), SHS_ECORRUPT);
     TU_ASSERT_MSG_HAS("common.json");
-    assert_int_equal(shs_checkpoint_verify(cj), SHS_ECORRUPT);
+    assert_int_equal(shs_checkpoint_verify(cj, NULL, 0), SHS_ECORRUPT);
     /* a save path whose tracker names a step: never plain, even with
        stray safetensors files beside */
     char *sp2 = tu_subdir("np_sp2");
@@ -1270,7 +1270,7 @@ static void test_retention_rules(void **state)
     shs_progress p = tu_prog(2);
     TU_OK(shs_manager_save(m, &p, 0));
     shs_save_stats st = SHS_SAVE_STATS_INIT;
-    TU_OK(shs_manager_last_save(m, &st));
+    TU_OK(shs_manager_last_save(&st, m));
     assert_int_equal(st.retention_failures, 1);
     assert_non_null(shs_manager_warning(m));
     assert_non_null(strstr(shs_manager_warning(m), "symbolic link"));
@@ -1278,7 +1278,7 @@ static void test_retention_rules(void **state)
     struct stat lst;
     assert_int_equal(lstat(tu_step_dir(sp4, 1), &lst), 0);
     assert_true(S_ISLNK(lst.st_mode));
-    TU_OK(shs_checkpoint_verify(tu_step_dir(ext, 1)));
+    TU_OK(shs_checkpoint_verify(tu_step_dir(ext, 1), NULL, 0));
 
     /* a failed deletion (EACCES on the rename away) is a warning: the save
        is committed and the job goes on */
@@ -1294,7 +1294,7 @@ static void test_retention_rules(void **state)
     faults_off();
     TU_OK(rc);
     st = (shs_save_stats)SHS_SAVE_STATS_INIT;
-    TU_OK(shs_manager_last_save(m, &st));
+    TU_OK(shs_manager_last_save(&st, m));
     assert_int_equal(st.step, 2);
     assert_int_equal(st.retention_failures, 1);
     assert_non_null(strstr(shs_manager_warning(m), "Permission denied"));
@@ -1302,7 +1302,7 @@ static void test_retention_rules(void **state)
     /* an uninitialised stats struct is refused */
     shs_save_stats bad;
     memset(&bad, 0, sizeof bad);
-    assert_int_equal(shs_manager_last_save(m, &bad), SHS_EINVAL);
+    assert_int_equal(shs_manager_last_save(&bad, m), SHS_EINVAL);
     shs_manager_free(m);
     assert_int_equal(tu_tracker_step(sp5), 2);
     assert_true(step_exists(sp5, 1) && step_exists(sp5, 2));
@@ -1331,7 +1331,7 @@ static void test_last_save_model_only(void **state)
     TU_OK(shs_manager_create(&m, &c, s.st));
     shs_progress p = tu_prog(4);
     int saved = 0;
-    TU_OK(shs_manager_step(m, &p, &saved));
+    TU_OK(shs_manager_step(&saved, m, &p));
     assert_int_equal(saved, 1);
     TU_OK(shs_manager_finish(m, &p)); /* step 4 already has a full save */
     shs_manager_free(m);
@@ -1464,17 +1464,17 @@ static void test_async(void **state)
         tu_small_fill(&s, (float)step);
         shs_progress p = tu_prog(step);
         int saved;
-        TU_OK(shs_manager_step(m, &p, &saved));
+        TU_OK(shs_manager_step(&saved, m, &p));
         assert_int_equal(saved, step % 2 == 0);
     }
     TU_OK(shs_manager_wait(m));
     /* every save committed, the last one tracked */
     assert_int_equal(tu_tracker_step(sp), 8);
     shs_save_stats stats = SHS_SAVE_STATS_INIT;
-    TU_OK(shs_manager_last_save(m, &stats));
+    TU_OK(shs_manager_last_save(&stats, m));
     assert_int_equal(stats.step, 8);
     for (int64_t step = 2; step <= 8; step += 2) {
-        TU_OK(shs_checkpoint_verify(tu_path(sp, tu_step_name(step))));
+        TU_OK(shs_checkpoint_verify(tu_path(sp, tu_step_name(step)), NULL, 0));
         st3 l;
         tu_small_make(&l, 0, 1);
         shs_progress q = SHS_PROGRESS_INIT;
@@ -1606,7 +1606,7 @@ static void test_async_failure(void **state)
         shs_manager *m;
         TU_OK(shs_manager_create(&m, &c, s.st));
         shs_progress p = tu_prog(5);
-        TU_OK(shs_manager_step(m, &p, NULL));
+        TU_OK(shs_manager_step(NULL, m, &p));
         TU_OK(shs_manager_wait(m));
 
         tu_small_fill(&s, 10);
@@ -1615,7 +1615,7 @@ static void test_async_failure(void **state)
         g_fail_at = where[k];
         shs__io_set(&ops);
         p = tu_prog(10);
-        int rc = shs_manager_step(m, &p, NULL);
+        int rc = shs_manager_step(NULL, m, &p);
         assert_int_equal(rc, SHS_OK); /* started */
         if (k == 0) {
             rc = shs_manager_wait(m);
@@ -1626,7 +1626,7 @@ static void test_async_failure(void **state)
                 usleep(1000);
             usleep(20000);
             shs_progress p11 = tu_prog(11);
-            rc = shs_manager_step(m, &p11, NULL);
+            rc = shs_manager_step(NULL, m, &p11);
             if (rc == SHS_OK)
                 rc = shs_manager_wait(m);
         }
@@ -1649,7 +1649,7 @@ static void test_async_failure(void **state)
         shs_state_free(l.st);
         /* the manager still works */
         p = tu_prog(15);
-        TU_OK(shs_manager_step(m, &p, NULL));
+        TU_OK(shs_manager_step(NULL, m, &p));
         TU_OK(shs_manager_wait(m));
         assert_int_equal(tu_tracker_step(sp), 15);
         shs_manager_free(m);
@@ -1691,7 +1691,7 @@ static void test_incremental(void **state)
         shs_progress p = tu_prog(k);
         TU_OK(shs_manager_save(m, &p, 0));
         shs_save_stats s = SHS_SAVE_STATS_INIT;
-        TU_OK(shs_manager_last_save(m, &s));
+        TU_OK(shs_manager_last_save(&s, m));
         assert_int_equal(s.step, k);
         assert_int_equal(s.state_bytes, shs_state_nbytes(st));
         if (k >= 3) {
@@ -1707,7 +1707,7 @@ static void test_incremental(void **state)
     for (int k = 1; k < nsaves; k++)
         TU_OK(shs__remove_step(sp, k));
     assert_int_equal(tu_count_prefixed(sp, "iteration_"), 1);
-    TU_OK(shs_checkpoint_verify(tu_path(sp, tu_step_name(nsaves))));
+    TU_OK(shs_checkpoint_verify(tu_path(sp, tu_step_name(nsaves)), NULL, 0));
     float *f2 = calloc(NF, sizeof(float)), *t2 = calloc(NT, sizeof(float));
     shs_state *st2;
     TU_OK(shs_state_create(&st2));
@@ -1716,7 +1716,7 @@ static void test_incremental(void **state)
     cfg_loading(&c, sp);
     TU_OK(shs_manager_create(&m, &c, st2));
     shs_progress q = SHS_PROGRESS_INIT;
-    TU_OK(shs_manager_load(m, &q, NULL));
+    TU_OK(shs_manager_load(NULL, m, &q));
     shs_manager_free(m);
     assert_memory_equal(f2, frozen, NF * sizeof(float));
     assert_memory_equal(t2, trained, NT * sizeof(float));
@@ -1738,13 +1738,13 @@ static void test_incremental(void **state)
     cfg_loading(&c, sp);
     c.load_step = 11;
     TU_OK(shs_manager_create(&m, &c, st2));
-    TU_OK(shs_manager_load(m, &q, NULL));
+    TU_OK(shs_manager_load(NULL, m, &q));
     shs_manager_free(m);
     assert_true(f2[7] == 12345.0f);
     assert_true(f2[8] == 8 * 0.001f);
     c.load_step = 12;
     TU_OK(shs_manager_create(&m, &c, st2));
-    TU_OK(shs_manager_load(m, &q, NULL));
+    TU_OK(shs_manager_load(NULL, m, &q));
     shs_manager_free(m);
     assert_memory_equal(f2, frozen, NF * sizeof(float));
     shs_state_free(st2);

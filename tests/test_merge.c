@@ -208,7 +208,7 @@ static const ref k_refs[] = {
 static void check_output(const char *dst, int with_opt, const char *prefix, int to)
 {
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, dst));
+    TU_OK(shs_checkpoint_open(&ck, dst, NULL));
     assert_int_equal(shs_checkpoint_tensor_count(ck), with_opt ? N_REFS : N_REFS - 1);
     for (size_t k = 0; k < N_REFS; k++) {
         const ref *r = &k_refs[k];
@@ -220,7 +220,7 @@ static void check_output(const char *dst, int with_opt, const char *prefix, int 
         size_t i;
         if (shs_checkpoint_find(&i, ck, name) < 0)
             fail_msg("%s: no tensor '%s'", dst, name);
-        const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(ck, i);
+        const shs_checkpoint_tensor_info *ti = shs_checkpoint_tensor(ck, i);
         shs_dtype want = to >= 0 && shs_dtype_is_float(r->dt) ? (shs_dtype)to : r->dt;
         assert_int_equal(ti->dtype, want);
         size_t n = r->len / (shs_dtype_bits(r->dt) / 8), len = n * shs_dtype_bits(want) / 8;
@@ -230,7 +230,7 @@ static void check_output(const char *dst, int with_opt, const char *prefix, int 
         if (memcmp(got, exp, len) != 0)
             fail_msg("%s: tensor '%s' differs", dst, name);
     }
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
 }
 
 /* dst and every "<dst>.*" sibling (temporaries) are absent. */
@@ -273,7 +273,7 @@ static void test_one_file(void **state)
     for (int k = 0; k < 2; k++) {
         char *dst = k ? tu_subpath("one_dedup") : strdup(plain);
         shs_merge_result r = SHS_MERGE_RESULT_INIT;
-        TU_OK(shs_merge(srcs[k], dst, NULL, &r));
+        TU_OK(shs_merge(&r, srcs[k], dst, NULL));
         assert_int_equal(r.n_tensors, N_REFS - 1);
         assert_int_equal(r.n_files, 1);
         assert_int_equal(r.files_written, 1);
@@ -288,7 +288,7 @@ static void test_one_file(void **state)
         TU_OK(shs_file_open(&sf, f, NULL));
         assert_string_equal(shs_file_metadata_get(sf, "format"), "pt");
         assert_int_equal(shs_file_metadata_count(sf), 1);
-        shs_file_close(sf);
+        shs_file_free(sf);
         if (k == 1)
             assert_same_file(f, tu_path(plain, "model.safetensors"));
         free(dst);
@@ -302,7 +302,7 @@ static void test_boxes(void **state)
 {
     (void)state;
     char *ref_dst = tu_subpath("box_ref");
-    TU_OK(shs_merge(g_sp, ref_dst, NULL, NULL));
+    TU_OK(shs_merge(NULL, g_sp, ref_dst, NULL));
     size_t sizes[] = { 4, 8, 16, 24, 40, 100, 1000 };
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         char name[32];
@@ -310,7 +310,7 @@ static void test_boxes(void **state)
         char *dst = tu_subpath(name);
         size_t old = shs__merge_buf_bytes;
         shs__merge_buf_bytes = sizes[s];
-        int rc = shs_merge(g_spd, dst, NULL, NULL);
+        int rc = shs_merge(NULL, g_spd, dst, NULL);
         shs__merge_buf_bytes = old;
         TU_OK(rc);
         assert_same_file(tu_path(dst, "model.safetensors"), tu_path(ref_dst, "model.safetensors"));
@@ -348,7 +348,7 @@ static void test_shards_index_rename(void **state)
     o.n_rename = 1;
     o.jobs = 3;
     shs_merge_result r = SHS_MERGE_RESULT_INIT;
-    TU_OK(shs_merge(g_sp, dst, &o, &r));
+    TU_OK(shs_merge(&r, g_sp, dst, &o));
     assert_int_equal(r.n_files, 4);
     assert_int_equal(r.total_size, 680);
     assert_int_equal(tu_count_entries(dst), 5);
@@ -364,7 +364,7 @@ static void test_shards_index_rename(void **state)
     /* more jobs than tensors, and jobs 1, write the same bytes */
     char *dst_many = tu_subpath("shards_many");
     o.jobs = 1024;
-    TU_OK(shs_merge(g_sp, dst_many, &o, NULL));
+    TU_OK(shs_merge(NULL, g_sp, dst_many, &o));
     for (int k = 1; k <= 4; k++) {
         char f[64];
         snprintf(f, sizeof f, "model-%05d-of-00004.safetensors", k);
@@ -373,7 +373,7 @@ static void test_shards_index_rename(void **state)
     free(dst_many);
     char *dst1 = tu_subpath("shards1");
     o.jobs = 1;
-    TU_OK(shs_merge(g_spd, dst1, &o, NULL));
+    TU_OK(shs_merge(NULL, g_spd, dst1, &o));
     for (int k = 1; k <= 4; k++) {
         char f[64];
         snprintf(f, sizeof f, "model-%05d-of-00004.safetensors", k);
@@ -390,7 +390,7 @@ static void test_dtype_optimizer_globs(void **state)
     shs_merge_opts o = SHS_MERGE_OPTS_INIT;
     o.dtype = SHS_BF16;
     o.flags = SHS_MERGE_WITH_OPTIMIZER;
-    TU_OK(shs_merge(g_sp, dst, &o, NULL));
+    TU_OK(shs_merge(NULL, g_sp, dst, &o));
     check_output(tu_path(dst, "model.safetensors"), 1, "model.", SHS_BF16);
     free(dst);
     /* include + exclude */
@@ -403,15 +403,15 @@ static void test_dtype_optimizer_globs(void **state)
     o.exclude = exc;
     o.n_exclude = 1;
     shs_merge_result r = SHS_MERGE_RESULT_INIT;
-    TU_OK(shs_merge(g_spd, dst, &o, &r));
+    TU_OK(shs_merge(&r, g_spd, dst, &o));
     assert_int_equal(r.n_tensors, 2);
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, dst));
+    TU_OK(shs_checkpoint_open(&ck, dst, NULL));
     size_t i;
     TU_OK(shs_checkpoint_find(&i, ck, "model.w"));
     TU_OK(shs_checkpoint_find(&i, ck, "opt.w"));
     assert_int_equal(shs_checkpoint_tensor_count(ck), 2);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     free(dst);
 }
 
@@ -422,23 +422,23 @@ static void test_parts(void **state)
     char *whole = tu_subpath("parts_whole"), *dst = tu_subpath("parts");
     shs_merge_opts o = SHS_MERGE_OPTS_INIT;
     o.max_shard_size = 100;
-    TU_OK(shs_merge(g_sp, whole, &o, NULL));
+    TU_OK(shs_merge(NULL, g_sp, whole, &o));
     o.part_count = 3;
     /* the final step before the parts: names the missing part */
-    assert_int_equal(shs_merge_finish(g_sp, dst, &o, NULL), SHS_ENOENT);
+    assert_int_equal(shs_merge_finish(NULL, g_sp, dst, &o), SHS_ENOENT);
     TU_ASSERT_MSG_HAS("part 0 of 3 is missing");
     size_t files = 0;
     for (int q = 0; q < 3; q++) {
         shs_merge_result r = SHS_MERGE_RESULT_INIT;
         o.part_index = q;
-        TU_OK(shs_merge(g_spd, dst, &o, &r));
+        TU_OK(shs_merge(&r, g_spd, dst, &o));
         files += r.files_written;
         assert_int_equal(r.n_files, 5);
     }
     assert_int_equal(files, 5);
     assert_false(tu_path_exists(dst));
     shs_merge_result r = SHS_MERGE_RESULT_INIT;
-    TU_OK(shs_merge_finish(g_sp, dst, &o, &r));
+    TU_OK(shs_merge_finish(&r, g_sp, dst, &o));
     assert_int_equal(r.files_written, 5);
     assert_int_equal(tu_count_entries(dst), 6);
     assert_int_equal(tu_count_prefixed(tu_root, "parts."), 0); /* parts removed */
@@ -466,10 +466,10 @@ static void test_parts_mismatch(void **state)
     o.n_rename = 1;
     for (int q = 0; q < 2; q++) {
         o.part_index = q;
-        TU_OK(shs_merge(g_sp, dst, &o, NULL));
+        TU_OK(shs_merge(NULL, g_sp, dst, &o));
     }
     o.n_rename = 0;
-    assert_int_equal(shs_merge_finish(g_sp, dst, &o, NULL), SHS_ECORRUPT);
+    assert_int_equal(shs_merge_finish(NULL, g_sp, dst, &o), SHS_ECORRUPT);
     TU_ASSERT_MSG_HAS("tensor 'model.e' is missing or differs");
     assert_false(tu_path_exists(dst));
     /* the parts are still there, untouched */
@@ -482,7 +482,7 @@ static void test_parts_mismatch(void **state)
 static void expect_bad(const char *src, const shs_merge_opts *o, int want, const char *msg)
 {
     char *dst = tu_subpath("bad");
-    int rc = shs_merge(src, dst, o, NULL);
+    int rc = shs_merge(NULL, src, dst, o);
     if (rc != want)
         fail_msg("want %d, got %d: %s", want, rc, shs_last_error());
     TU_ASSERT_MSG_HAS(msg);
@@ -539,15 +539,15 @@ static void test_bad_options(void **state)
     o.step = 99;
     expect_bad(g_sp, &o, SHS_ENOCHECKPOINT, "99");
     char *missing = tu_subpath("no_such_ckpt");
-    assert_int_equal(shs_merge(missing, "x", NULL, NULL), SHS_ENOENT);
+    assert_int_equal(shs_merge(NULL, missing, "x", NULL), SHS_ENOENT);
     free(missing);
     shs_merge_result r = { 0, 0, 0, 0, 0, 0 };
     char *dst = tu_subpath("bad");
-    assert_int_equal(shs_merge(g_sp, dst, NULL, &r), SHS_EINVAL);
+    assert_int_equal(shs_merge(&r, g_sp, dst, NULL), SHS_EINVAL);
     assert_nothing_left(dst);
-    assert_int_equal(shs_merge_finish(g_sp, dst, NULL, NULL), SHS_EINVAL);
+    assert_int_equal(shs_merge_finish(NULL, g_sp, dst, NULL), SHS_EINVAL);
     o = (shs_merge_opts)SHS_MERGE_OPTS_INIT;
-    assert_int_equal(shs_merge_finish(g_sp, dst, &o, NULL), SHS_EINVAL);
+    assert_int_equal(shs_merge_finish(NULL, g_sp, dst, &o), SHS_EINVAL);
     TU_ASSERT_MSG_HAS("part_count");
     free(dst);
 }
@@ -580,19 +580,19 @@ static void test_existing_destination(void **state)
 {
     (void)state;
     char *dst = tu_subpath("exists");
-    TU_OK(shs_merge(g_sp, dst, NULL, NULL));
-    assert_int_equal(shs_merge(g_sp, dst, NULL, NULL), SHS_EINVAL);
+    TU_OK(shs_merge(NULL, g_sp, dst, NULL));
+    assert_int_equal(shs_merge(NULL, g_sp, dst, NULL), SHS_EINVAL);
     TU_ASSERT_MSG_HAS("exists");
     /* force replaces an earlier merge's output (1 file -> 4 + index) */
     shs_merge_opts o = SHS_MERGE_OPTS_INIT;
     o.flags = SHS_MERGE_FORCE;
     o.max_shard_size = 210;
-    TU_OK(shs_merge(g_sp, dst, &o, NULL));
+    TU_OK(shs_merge(NULL, g_sp, dst, &o));
     assert_int_equal(tu_count_entries(dst), 5);
     assert_int_equal(tu_count_prefixed(tu_root, "exists."), 0);
     /* ... but not a directory holding anything else */
     assert_int_equal(tu_write_file(tu_path(dst, "notes.txt"), "mine", 4), 0);
-    assert_int_equal(shs_merge(g_sp, dst, &o, NULL), SHS_EINVAL);
+    assert_int_equal(shs_merge(NULL, g_sp, dst, &o), SHS_EINVAL);
     TU_ASSERT_MSG_HAS("'notes.txt' is not a file that a merge writes");
     assert_int_equal(tu_count_entries(dst), 6);
     assert_int_equal(tu_count_prefixed(tu_root, "exists."), 0);
@@ -600,7 +600,7 @@ static void test_existing_destination(void **state)
     /* nor a file */
     dst = tu_subpath("exists_file");
     assert_int_equal(tu_write_file(dst, "x", 1), 0);
-    assert_int_equal(shs_merge(g_sp, dst, &o, NULL), SHS_EINVAL);
+    assert_int_equal(shs_merge(NULL, g_sp, dst, &o), SHS_EINVAL);
     TU_ASSERT_MSG_HAS("not a directory");
     free(dst);
 }
@@ -612,7 +612,7 @@ static void corrupt_copy(const char *from, const char *to)
     snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", from, to);
     assert_int_equal(system(cmd), 0);
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, to));
+    TU_OK(shs_checkpoint_open(&ck, to, NULL));
     size_t t;
     TU_OK(shs_checkpoint_find(&t, ck, "model.e"));
     shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
@@ -627,7 +627,7 @@ static void corrupt_copy(const char *from, const char *to)
     assert_int_equal(pwrite(fd, &b, 1, (off_t)ci.byte_begin + 2), 1);
     close(fd);
     free(dir);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
 }
 
 static void test_corrupt_chunk(void **state)
@@ -644,7 +644,7 @@ static void test_corrupt_chunk(void **state)
     o.exclude = exc;
     o.n_exclude = 1;
     char *dst = tu_subpath("corrupt_out");
-    TU_OK(shs_merge(bad, dst, &o, NULL));
+    TU_OK(shs_merge(NULL, bad, dst, &o));
     free(dst);
     free(bad);
 }
@@ -685,7 +685,7 @@ static void test_cancel_and_readonly(void **state)
     char *ro = tu_subdir("ro");
     chmod(ro, 0555);
     char *dst = tu_path_dup(ro, "out");
-    assert_int_equal(shs_merge(g_sp, dst, NULL, NULL), SHS_EIO);
+    assert_int_equal(shs_merge(NULL, g_sp, dst, NULL), SHS_EIO);
     assert_int_equal(tu_count_entries(ro), 0);
     chmod(ro, 0755);
     free(dst);
@@ -777,7 +777,7 @@ static int merge_fsync(const char *dst)
     shs_merge_opts o = SHS_MERGE_OPTS_INIT;
     o.flags = SHS_MERGE_FSYNC;
     o.max_shard_size = 210;
-    return shs_merge(g_spd, dst, &o, NULL);
+    return shs_merge(NULL, g_spd, dst, &o);
 }
 
 static int merge_force(const char *dst)
@@ -785,7 +785,7 @@ static int merge_force(const char *dst)
     /* replaces the 4-file output made before the sweep */
     shs_merge_opts o = SHS_MERGE_OPTS_INIT;
     o.flags = SHS_MERGE_FORCE;
-    return shs_merge(g_sp, dst, &o, NULL);
+    return shs_merge(NULL, g_sp, dst, &o);
 }
 
 static int merge_finish(const char *dst)
@@ -794,7 +794,7 @@ static int merge_finish(const char *dst)
     o.max_shard_size = 210;
     o.part_count = 2;
     o.flags = SHS_MERGE_FSYNC;
-    return shs_merge_finish(g_sp, dst, &o, NULL);
+    return shs_merge_finish(NULL, g_sp, dst, &o);
 }
 
 static void test_io_faults(void **state)
@@ -807,7 +807,7 @@ static void test_io_faults(void **state)
     dst = tu_subpath("fault_force");
     shs_merge_opts o = SHS_MERGE_OPTS_INIT;
     o.max_shard_size = 210;
-    TU_OK(shs_merge(g_sp, dst, &o, NULL));
+    TU_OK(shs_merge(NULL, g_sp, dst, &o));
     shs__io_ops ops = shs__io_posix;
     ops.rename = f_rename;
     ops.pwrite = f_pwrite;
@@ -837,7 +837,7 @@ static void test_io_faults(void **state)
     o.part_count = 2;
     for (int q = 0; q < 2; q++) {
         o.part_index = q;
-        TU_OK(shs_merge(g_sp, dst, &o, NULL));
+        TU_OK(shs_merge(NULL, g_sp, dst, &o));
     }
     ops.link = f_link;
     ops.fsync = f_fsync;

@@ -61,7 +61,7 @@ static void test_current(void **state)
     shs_merge_result r = SHS_MERGE_RESULT_INIT;
     o.max_shard_size = 100;
     o.flags = SHS_MERGE_WITH_OPTIMIZER;
-    TU_OK(shs_merge(g_src, dst, &o, &r));
+    TU_OK(shs_merge(&r, g_src, dst, &o));
     /* a: open; b: larger, file 1 at once; c: 88; d would make 104: the
        open file (a, c) is file 2; d and opt.e: file 3 */
     assert_int_equal(r.n_files, 3);
@@ -85,8 +85,8 @@ static void test_current(void **state)
     char *split = tu_subpath("current_split");
     o.part_count = 2;
     for (o.part_index = 0; o.part_index < 2; o.part_index++)
-        TU_OK(shs_merge(g_src, split, &o, NULL));
-    TU_OK(shs_merge_finish(g_src, split, &o, NULL));
+        TU_OK(shs_merge(NULL, g_src, split, &o));
+    TU_OK(shs_merge_finish(NULL, g_src, split, &o));
     for (int k = 1; k <= 3; k++) {
         char f[64];
         snprintf(f, sizeof f, "model-%05d-of-00003.safetensors", k);
@@ -130,7 +130,7 @@ static void test_legacy_and_old_struct(void **state)
         } else {
             o.grouping = SHS_MERGE_GROUPING_LEGACY;
         }
-        TU_OK(shs_merge(g_src, dst, &o, NULL));
+        TU_OK(shs_merge(NULL, g_src, dst, &o));
         char *ix = index_of(dst);
         assert_string_equal(ix, want);
         free(ix);
@@ -144,12 +144,12 @@ static void test_bad_grouping(void **state)
     char *dst = tu_subpath("bad");
     shs_merge_opts o = SHS_MERGE_OPTS_INIT;
     o.grouping = 2;
-    assert_int_equal(shs_merge(g_src, dst, &o, NULL), SHS_EINVAL);
+    assert_int_equal(shs_merge(NULL, g_src, dst, &o), SHS_EINVAL);
     TU_ASSERT_MSG_HAS("grouping 2");
     /* a strategy file that does not exist */
     o.grouping = SHS_MERGE_GROUPING_CURRENT;
     o.src_strategy_file = tu_path(g_src, "nosuch.ckpt");
-    assert_int_not_equal(shs_merge(g_src, dst, &o, NULL), SHS_OK);
+    assert_int_not_equal(shs_merge(NULL, g_src, dst, &o), SHS_OK);
     TU_ASSERT_MSG_HAS("nosuch.ckpt");
     free(dst);
 }

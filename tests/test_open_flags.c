@@ -103,8 +103,8 @@ static void test_writes_stay_in_the_handle(void **state)
     perms_of(q, perm);
     assert_string_equal(perm, "r--p");
     assert_true(q[0] == 0.0f && q[1023] == 1023.0f);
-    shs_file_close(r);
-    shs_file_close(w);
+    shs_file_free(r);
+    shs_file_free(w);
 
     size_t after_len = 0;
     void *after = tu_read_file(g_file, &after_len);
@@ -131,7 +131,7 @@ static void read_without_mapping(void)
     uint8_t b[3];
     TU_OK(shs_file_read(f, ib, b, sizeof b));
     assert_true(b[0] == 1 && b[2] == 3);
-    shs_file_close(f);
+    shs_file_free(f);
 }
 
 /* An io layer without the op, or one whose mapping fails: the file opens
@@ -150,7 +150,7 @@ static void test_no_mapping_reads_with_pread(void **state)
 
     shs_file *f = open_with(SHS_OPEN_PRIVATE_WRITABLE | SHS_OPEN_NO_MMAP);
     assert_null(shs_file_tensor_data(f, 0));
-    shs_file_close(f);
+    shs_file_free(f);
 }
 
 int main(void)

@@ -628,14 +628,14 @@ static int judge(const scenario *sc, const char *sp, char *why, size_t cap)
         goto done;
     }
     snprintf(dir, sizeof dir, "%s", tu_step_dir(sp, tracker));
-    if ((rc = shs_checkpoint_verify(dir)) != SHS_OK) {
+    if ((rc = shs_checkpoint_verify(dir, NULL, 0)) != SHS_OK) {
         snprintf(why, cap, "tracker's step %lld does not verify: %s", (long long)tracker,
                  shs_last_error());
         goto done;
     }
     shs_progress p = tu_prog(0);
     shs_load_result res = SHS_LOAD_RESULT_INIT;
-    if ((rc = shs_manager_load(m, &p, &res)) != SHS_OK || !res.loaded) {
+    if ((rc = shs_manager_load(&res, m, &p)) != SHS_OK || !res.loaded) {
         snprintf(why, cap, "load: %s", rc ? shs_last_error() : "nothing loaded");
         goto done;
     }
@@ -705,7 +705,7 @@ static int run_once(const scenario *sc, const char *sp, long cut_at, int journal
         if (rc != SHS_OK)
             fail_msg("%s: the save without a power cut failed: %s", sc->name, shs_last_error());
         shs_save_stats st = SHS_SAVE_STATS_INIT;
-        TU_OK(shs_manager_last_save(m, &st));
+        TU_OK(shs_manager_last_save(&st, m));
         if (sc->incremental && st.bytes_linked == 0)
             fail_msg("%s: nothing was hard-linked", sc->name);
         int resave = sc->save.step == sc->setup[sc->n_setup - 1].step;

@@ -184,7 +184,7 @@ static void test_whole_tensors(void **state)
 {
     (void)state;
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, g_sp));
+    TU_OK(shs_checkpoint_open(&ck, g_sp, NULL));
     /* the save path resolves to its tracker's step */
     assert_non_null(strstr(shs_checkpoint_path(ck), "iteration_00000012"));
     assert_int_equal(shs_checkpoint_step(ck), 12);
@@ -210,7 +210,7 @@ static void test_whole_tensors(void **state)
     TU_OK(shs_checkpoint_progress(&p, ck));
     assert_int_equal(p.global_step, 12);
     assert_int_equal(p.consumed_samples, 12 * 32);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
 }
 
 /* Every box of e (5 x 7, cut 2 x 2 unevenly over 4 files) and of w. */
@@ -218,10 +218,10 @@ static void test_every_box(void **state)
 {
     (void)state;
     shs_checkpoint *ck;
-    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+    shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
     for (int pass = 0; pass < 2; pass++) {
-        o.flags = pass ? SHS_CKPT_OPEN_NO_MMAP : 0;
-        TU_OK(shs_checkpoint_open_ex(&ck, g_sp, &o));
+        o.flags = pass ? SHS_CHECKPOINT_OPEN_NO_MMAP : 0;
+        TU_OK(shs_checkpoint_open(&ck, g_sp, &o));
         struct {
             const char *name;
             const float *ref;
@@ -248,7 +248,7 @@ static void test_every_box(void **state)
         /* an empty box reads nothing */
         uint64_t s0[2] = { 5, 0 }, n0[2] = { 0, 7 };
         TU_OK(shs_checkpoint_read(ck, find(ck, "e"), s0, n0, SHS_F32, NULL, 0));
-        shs_checkpoint_close(ck);
+        shs_checkpoint_free(ck);
     }
 }
 
@@ -256,7 +256,7 @@ static void test_convert(void **state)
 {
     (void)state;
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, g_sp));
+    TU_OK(shs_checkpoint_open(&ck, g_sp, NULL));
     size_t hi = find(ck, "h");
     float hf[32];
     TU_OK(shs_checkpoint_read(ck, hi, NULL, NULL, SHS_F32, hf, sizeof hf));
@@ -274,14 +274,14 @@ static void test_convert(void **state)
     TU_OK(shs_checkpoint_read(ck, find(ck, "w"), NULL, NULL, SHS_BF16, wb, sizeof wb));
     for (int i = 0; i < 48; i++)
         assert_int_equal(wb[i], shs_f32_to_bf16(g_w[i]));
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
 }
 
 static void test_refused(void **state)
 {
     (void)state;
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, g_sp));
+    TU_OK(shs_checkpoint_open(&ck, g_sp, NULL));
     size_t wi = find(ck, "w");
     unsigned char buf[512];
     memset(buf, 0xab, sizeof buf);
@@ -312,7 +312,7 @@ static void test_refused(void **state)
     shs_blob_info bi;
     memset(&bi, 0, sizeof bi);
     assert_int_equal(shs_checkpoint_blob(&bi, ck, 0), SHS_EINVAL);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
 
     /* sub-byte elements: a box must cover whole bytes */
     char *dir = tu_subdir("f4");
@@ -320,14 +320,14 @@ static void test_refused(void **state)
     uint64_t sh[1] = { 8 };
     shs_tensor_view tv = { "q", SHS_F4, 1, sh, f4 };
     TU_OK(shs_save_file(tu_path(dir, "q.safetensors"), &tv, 1, NULL, 0, NULL));
-    TU_OK(shs_checkpoint_open(&ck, tu_path(dir, "q.safetensors")));
+    TU_OK(shs_checkpoint_open(&ck, tu_path(dir, "q.safetensors"), NULL));
     uint64_t fs[1] = { 1 }, fn[1] = { 2 };
     assert_int_equal(shs_checkpoint_read(ck, 0, fs, fn, SHS_F4, buf, 1), SHS_EINVAL);
     uint64_t gs[1] = { 2 }, gn[1] = { 4 };
     TU_OK(shs_checkpoint_read(ck, 0, gs, gn, SHS_F4, buf, 2));
     assert_int_equal(buf[0], 0x43);
     assert_int_equal(buf[1], 0x65);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     free(dir);
 }
 
@@ -349,7 +349,7 @@ static void test_checksums_and_blobs(void **state)
     char *sp = tu_subpath("four_bad");
     save4(sp);
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, sp));
+    TU_OK(shs_checkpoint_open(&ck, sp, NULL));
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", shs_checkpoint_path(ck));
     /* blobs: one per rank, read and checked */
@@ -380,13 +380,13 @@ static void test_checksums_and_blobs(void **state)
     TU_OK(shs_checkpoint_blob(&b0, ck, 0));
     char fb[4200];
     snprintf(fb, sizeof fb, "%s/%s", dir, shs_checkpoint_file_name(ck, b0.file));
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     flip(fw, ci.byte_begin + 5);
     flip(fb, b0.byte_begin + 1);
     for (int pass = 0; pass < 2; pass++) {
-        shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
-        o.flags = pass ? SHS_CKPT_OPEN_NO_MMAP : 0;
-        TU_OK(shs_checkpoint_open_ex(&ck, sp, &o));
+        shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
+        o.flags = pass ? SHS_CHECKPOINT_OPEN_NO_MMAP : 0;
+        TU_OK(shs_checkpoint_open(&ck, sp, &o));
         float w[48], part[12];
         assert_int_equal(shs_checkpoint_read(ck, wi, NULL, NULL, SHS_F32, w, sizeof w),
                          SHS_ECHECKSUM);
@@ -404,7 +404,7 @@ static void test_checksums_and_blobs(void **state)
         TU_OK(shs_checkpoint_blob(&b, ck, 0));
         assert_int_equal(shs_checkpoint_read_blob(ck, 0, got, (size_t)b.size), SHS_ECHECKSUM);
         TU_ASSERT_MSG_HAS("rng");
-        shs_checkpoint_close(ck);
+        shs_checkpoint_free(ck);
     }
     free(sp);
 }
@@ -448,10 +448,10 @@ static void test_pread_blocks(void **state)
     char *sp = tu_subpath("big");
     float *whole;
     save_big(sp, &whole);
-    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
-    o.flags = SHS_CKPT_OPEN_NO_MMAP;
+    shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
+    o.flags = SHS_CHECKPOINT_OPEN_NO_MMAP;
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open_ex(&ck, sp, &o));
+    TU_OK(shs_checkpoint_open(&ck, sp, &o));
     shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
     TU_OK(shs_checkpoint_chunk(&ci, ck, 0, 0));
     char file[4200];
@@ -483,13 +483,13 @@ static void test_pread_blocks(void **state)
     uint64_t s3[2] = { 1600, 0 };
     assert_int_equal(shs_checkpoint_read(ck, 0, s3, n, SHS_F32, box, 10 * 50 * 4), SHS_ECHECKSUM);
     TU_ASSERT_MSG_HAS("block 3");
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     /* the mapped path checks the same blocks */
-    TU_OK(shs_checkpoint_open(&ck, sp));
+    TU_OK(shs_checkpoint_open(&ck, sp, NULL));
     TU_OK(shs_checkpoint_read(ck, 0, s, n, SHS_F32, box, 10 * 50 * 4));
     assert_int_equal(shs_checkpoint_read(ck, 0, s3, n, SHS_F32, box, 10 * 50 * 4), SHS_ECHECKSUM);
     TU_ASSERT_MSG_HAS("block 3");
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     free(box);
     free(whole);
     free(sp);
@@ -538,10 +538,10 @@ static void test_pread_whole_hash(void **state)
     tu_meta_reseal(mp, root);
     json_decref(root);
 
-    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
-    o.flags = SHS_CKPT_OPEN_NO_MMAP;
+    shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
+    o.flags = SHS_CHECKPOINT_OPEN_NO_MMAP;
     shs_checkpoint *ck;
-    int rc = shs_checkpoint_open_ex(&ck, sp, &o);
+    int rc = shs_checkpoint_open(&ck, sp, &o);
     if (rc != SHS_OK)
         fail_msg("metadata.json without block checksums: %s", shs_last_error());
     shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
@@ -567,7 +567,7 @@ static void test_pread_whole_hash(void **state)
     flip(file, ci.byte_begin + 3 * (4u << 20) + 100);
     assert_int_equal(shs_checkpoint_read(ck, 0, s, n, SHS_F32, box, sizeof box), SHS_ECHECKSUM);
     TU_ASSERT_MSG_HAS("'big'");
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     free(whole);
     free(sp);
 }
@@ -606,9 +606,9 @@ static void test_hf_index(void **state)
     for (int via = 0; via < 2; via++) {
         shs_checkpoint *ck;
         const char *p = via ? tu_path(dir, "model.safetensors.index.json") : dir;
-        TU_OK(shs_checkpoint_open(&ck, p));
+        TU_OK(shs_checkpoint_open(&ck, p, NULL));
         assert_non_null(strstr(shs_checkpoint_path(ck), "model.safetensors.index.json"));
-        assert_int_equal(shs_checkpoint_is_plain(ck), 1);
+        assert_int_equal((shs_checkpoint_format(ck) == SHS_FORMAT_PLAIN), 1);
         assert_int_equal(shs_checkpoint_tensor_count(ck), 3);
         assert_int_equal(shs_checkpoint_file_count(ck), 2);
         float z[4];
@@ -619,35 +619,35 @@ static void test_hf_index(void **state)
         assert_true(y[0] == -1 && y[1] == 2);
         shs_progress pr = SHS_PROGRESS_INIT;
         assert_int_equal(shs_checkpoint_progress(&pr, ck), SHS_ENOTFOUND);
-        shs_checkpoint_close(ck);
+        shs_checkpoint_free(ck);
     }
     shs_checkpoint *ck = NULL;
     /* a file outside the index's folder */
     put_index(dir, "{\"x\": \"../model-00001-of-00002.safetensors\"}");
-    assert_int_equal(shs_checkpoint_open(&ck, dir), SHS_ECORRUPT);
+    assert_int_equal(shs_checkpoint_open(&ck, dir, NULL), SHS_ECORRUPT);
     assert_null(ck);
     TU_ASSERT_MSG_HAS("../model-00001-of-00002.safetensors");
     /* a missing file */
     put_index(dir, "{\"x\": \"model-00001-of-00002.safetensors\", "
                    "\"q\": \"model-00003-of-00003.safetensors\"}");
-    assert_int_equal(shs_checkpoint_open(&ck, dir), SHS_ECORRUPT);
+    assert_int_equal(shs_checkpoint_open(&ck, dir, NULL), SHS_ECORRUPT);
     TU_ASSERT_MSG_HAS("model-00003-of-00003.safetensors");
     /* a folder holding only its index: the index's error, not "no
        checkpoint" */
     char *lone = tu_subdir("hf-lone");
     put_index(lone, "{\"x\": \"model-00001-of-00002.safetensors\"}");
-    assert_int_equal(shs_checkpoint_open(&ck, lone), SHS_ECORRUPT);
+    assert_int_equal(shs_checkpoint_open(&ck, lone, NULL), SHS_ECORRUPT);
     TU_ASSERT_MSG_HAS("'model-00001-of-00002.safetensors', which does not exist");
     tu_rmtree(lone);
     free(lone);
     /* a tensor its file does not hold */
     put_index(dir, "{\"x\": \"model-00001-of-00002.safetensors\", "
                    "\"z\": \"model-00001-of-00002.safetensors\"}");
-    assert_int_equal(shs_checkpoint_open(&ck, dir), SHS_ECORRUPT);
+    assert_int_equal(shs_checkpoint_open(&ck, dir, NULL), SHS_ECORRUPT);
     TU_ASSERT_MSG_HAS("'z'");
     /* not an index */
     put_index(dir, "[1, 2]");
-    assert_int_equal(shs_checkpoint_open(&ck, dir), SHS_ECORRUPT);
+    assert_int_equal(shs_checkpoint_open(&ck, dir, NULL), SHS_ECORRUPT);
     TU_ASSERT_MSG_HAS("weight_map");
     free(dir);
 }
@@ -659,51 +659,51 @@ static void test_plain_file_and_damaged(void **state)
     put_st(tu_path(dir, "a.safetensors"), "x", 1, "y");
     put_st(tu_path(dir, "b.safetensors"), "z", 5, NULL);
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, dir));
-    assert_int_equal(shs_checkpoint_is_plain(ck), 1);
+    TU_OK(shs_checkpoint_open(&ck, dir, NULL));
+    assert_int_equal((shs_checkpoint_format(ck) == SHS_FORMAT_PLAIN), 1);
     assert_int_equal(shs_checkpoint_tensor_count(ck), 3);
     assert_string_equal(shs_checkpoint_path(ck), dir);
     float x[4];
     uint64_t s[2] = { 1, 0 }, n[2] = { 1, 2 };
     TU_OK(shs_checkpoint_read(ck, find(ck, "x"), s, n, SHS_F32, x, 8));
     assert_true(x[0] == 3 && x[1] == 4);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     /* one file */
-    TU_OK(shs_checkpoint_open(&ck, tu_path(dir, "b.safetensors")));
+    TU_OK(shs_checkpoint_open(&ck, tu_path(dir, "b.safetensors"), NULL));
     assert_int_equal(shs_checkpoint_tensor_count(ck), 1);
     TU_OK(shs_checkpoint_read(ck, 0, NULL, NULL, SHS_F32, x, 16));
     assert_true(x[0] == 5 && x[3] == 8);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     /* not a checkpoint at all */
     assert_int_equal(tu_write_file(tu_path(dir, "notes.txt"), "hi", 2), 0);
-    assert_int_equal(shs_checkpoint_open(&ck, tu_path(dir, "notes.txt")), SHS_EINVAL);
-    assert_int_equal(shs_checkpoint_open(&ck, tu_path(dir, "missing")), SHS_ENOENT);
+    assert_int_equal(shs_checkpoint_open(&ck, tu_path(dir, "notes.txt"), NULL), SHS_EINVAL);
+    assert_int_equal(shs_checkpoint_open(&ck, tu_path(dir, "missing"), NULL), SHS_ENOENT);
 
     /* damaged step directories: named so, or holding common.json */
     char *it = tu_subdir("iteration_00000003");
     put_st(tu_path(it, "a.safetensors"), "x", 1, NULL);
-    assert_int_equal(shs_checkpoint_open(&ck, it), SHS_ECORRUPT);
+    assert_int_equal(shs_checkpoint_open(&ck, it, NULL), SHS_ECORRUPT);
     TU_ASSERT_MSG_HAS("iteration_00000003");
     TU_ASSERT_MSG_HAS("metadata.json");
     char *st = tu_subdir("step-7");
     put_st(tu_path(st, "a.safetensors"), "x", 1, NULL);
-    assert_int_equal(shs_checkpoint_open(&ck, st), SHS_ECORRUPT);
+    assert_int_equal(shs_checkpoint_open(&ck, st, NULL), SHS_ECORRUPT);
     char *cj = tu_subdir("has_common");
     put_st(tu_path(cj, "a.safetensors"), "x", 1, NULL);
     assert_int_equal(tu_write_file(tu_path(cj, "common.json"), "{}", 2), 0);
-    assert_int_equal(shs_checkpoint_open(&ck, cj), SHS_ECORRUPT);
+    assert_int_equal(shs_checkpoint_open(&ck, cj, NULL), SHS_ECORRUPT);
     TU_ASSERT_MSG_HAS("has_common");
     /* options */
-    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+    shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
     o.version = 99;
-    assert_int_equal(shs_checkpoint_open_ex(&ck, dir, &o), SHS_EINVAL);
-    o = (shs_ckpt_open_opts)SHS_CKPT_OPEN_OPTS_INIT;
+    assert_int_equal(shs_checkpoint_open(&ck, dir, &o), SHS_EINVAL);
+    o = (shs_checkpoint_open_opts)SHS_CHECKPOINT_OPEN_OPTS_INIT;
     o.step = 12;
-    TU_OK(shs_checkpoint_open_ex(&ck, g_sp, &o));
-    shs_checkpoint_close(ck);
+    TU_OK(shs_checkpoint_open(&ck, g_sp, &o));
+    shs_checkpoint_free(ck);
     o.step = 13;
-    assert_int_equal(shs_checkpoint_open_ex(&ck, g_sp, &o), SHS_ENOCHECKPOINT);
-    shs_checkpoint_close(NULL);
+    assert_int_equal(shs_checkpoint_open(&ck, g_sp, &o), SHS_ENOCHECKPOINT);
+    shs_checkpoint_free(NULL);
     free(it);
     free(st);
     free(cj);
@@ -749,10 +749,10 @@ static void test_threads(void **state)
 {
     (void)state;
     for (int pass = 0; pass < 2; pass++) {
-        shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
-        o.flags = pass ? SHS_CKPT_OPEN_NO_MMAP : 0;
+        shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
+        o.flags = pass ? SHS_CHECKPOINT_OPEN_NO_MMAP : 0;
         shs_checkpoint *ck;
-        TU_OK(shs_checkpoint_open_ex(&ck, g_sp, &o));
+        TU_OK(shs_checkpoint_open(&ck, g_sp, &o));
         reader_job j[2] = { { ck, 0, "" }, { ck, 0, "" } };
         pthread_t th[2];
         for (int i = 0; i < 2; i++)
@@ -762,7 +762,7 @@ static void test_threads(void **state)
         for (int i = 0; i < 2; i++)
             if (j[i].bad)
                 fail_msg("thread %d: %s", i, j[i].msg);
-        shs_checkpoint_close(ck);
+        shs_checkpoint_free(ck);
     }
 }
 

@@ -213,7 +213,7 @@ static void *rank_main(void *arg)
     if (rc == SHS_OK && j->save && (rc = shs_manager_save(m, &p, 0)) == SHS_OK)
         rc = shs_manager_wait(m);
     if (rc == SHS_OK && !j->save)
-        rc = shs_manager_load(m, &p, &j->res);
+        rc = shs_manager_load(&j->res, m, &p);
     const void *bd = NULL;
     if (rc == SHS_OK && !j->save && shs_state_get_blob(st, "rng", &bd, &j->blob_len) == SHS_OK &&
         j->blob_len < sizeof j->blob)
@@ -266,13 +266,13 @@ static void run_ranks(int n, box_fn box, const char *path, int save, int rr, job
 static void assert_chunks(const char *dir, int world, box_fn box)
 {
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, dir));
+    TU_OK(shs_checkpoint_open(&ck, dir, NULL));
     assert_int_equal(shs_checkpoint_world_size(ck), world);
     assert_int_equal(shs_checkpoint_tensor_count(ck), NT);
     for (int t = 0; t < NT; t++) {
         size_t i;
         TU_OK(shs_checkpoint_find(&i, ck, k_t[t].name));
-        const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(ck, i);
+        const shs_checkpoint_tensor_info *ti = shs_checkpoint_tensor(ck, i);
         int seen[MAXR] = { 0 };
         for (size_t c = 0; c < ti->n_chunks; c++) {
             shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
@@ -288,8 +288,8 @@ static void assert_chunks(const char *dir, int world, box_fn box)
         for (int r = 0; r < world; r++)
             assert_int_equal(seen[r], 1);
     }
-    shs_checkpoint_close(ck);
-    TU_OK(shs_checkpoint_verify(dir));
+    shs_checkpoint_free(ck);
+    TU_OK(shs_checkpoint_verify(dir, NULL, 0));
 }
 
 static char *g_sp; /* the 4-rank save path, step 12 */
@@ -344,7 +344,7 @@ static void test_recorded_layout(void **state)
     TU_OK(shs_reshard_saved_layout(&text, g_sp, -1));
     json_error_t e;
     json_t *doc = json_loads(text, 0, &e);
-    shs_reshard_layout_free(text);
+    shs_free(text);
     assert_non_null(doc);
     assert_int_equal(json_integer_value(json_object_get(doc, "world_size")), 4);
     assert_json(spec_of(doc, "w"), "{\"device_matrix\": [4], \"tensor_map\": [0, -1]}");
@@ -356,10 +356,10 @@ static void test_recorded_layout(void **state)
        say who holds it */
     shs_checkpoint *ck;
     size_t i;
-    TU_OK(shs_checkpoint_open(&ck, g_sp));
+    TU_OK(shs_checkpoint_open(&ck, g_sp, NULL));
     TU_OK(shs_checkpoint_find(&i, ck, "r"));
     assert_int_equal(shs_checkpoint_tensor(ck, i)->n_chunks, 1);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
 }
 
 /* "Same as saved, TP 4 -> 2": the recorded layout scaled to 2 ranks. */
@@ -389,7 +389,7 @@ static void test_scale_to_2(void **state)
     TU_OK(shs_reshard_saved_layout(&text, dst, -1));
     json_error_t e;
     json_t *doc = json_loads(text, 0, &e);
-    shs_reshard_layout_free(text);
+    shs_free(text);
     assert_json(spec_of(doc, "h"), "{\"device_matrix\": [2], \"tensor_map\": [-1, 0]}");
     json_decref(doc);
     /* progress carried over */
@@ -477,13 +477,13 @@ static void test_plain_source(void **state)
     o.world_size = 2;
     TU_OK(shs_reshard(NULL, f, dst, lf, &o));
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, dst));
+    TU_OK(shs_checkpoint_open(&ck, dst, NULL));
     assert_int_equal(shs_checkpoint_world_size(ck), 2);
     float all[48];
     TU_OK(shs_checkpoint_read(ck, 0, NULL, NULL, SHS_F32, all, sizeof all));
     assert_memory_equal(all, g_w, sizeof all);
     assert_int_equal(shs_checkpoint_tensor(ck, 0)->n_chunks, 2);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     free(f);
     free(dst);
     free(lf);
@@ -643,7 +643,7 @@ static void test_hostile_recorded(void **state)
     set_recorded(src, "{\"world_size\": 4, \"tensors\": {\"w\": {\"boxes\": [{\"rank\": 0, "
                       "\"offset\": [0, 0], \"shape\": [7, 6]}]}, \"*\": {\"replicated\": "
                       "true}}}");
-    TU_OK(shs_checkpoint_verify(src));
+    TU_OK(shs_checkpoint_verify(src, NULL, 0));
     assert_int_equal(shs_reshard(NULL, src, dst, NULL, &o), SHS_EINVAL);
     TU_ASSERT_MSG_HAS("the saved layout: tensor 'w': the boxes cover 42 of its 48 elements");
     set_recorded(src, "[4]");

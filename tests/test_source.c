@@ -84,7 +84,7 @@ static void test_kinds(void **state)
     put_st(tu_path(dmg, "a.safetensors"), "a", 1);
     assert_int_equal(kind(dmg), SHS_SOURCE_DAMAGED_STEP);
     shs_checkpoint *ck = NULL;
-    assert_int_equal(shs_checkpoint_open(&ck, dmg), SHS_ECORRUPT);
+    assert_int_equal(shs_checkpoint_open(&ck, dmg, NULL), SHS_ECORRUPT);
     TU_ASSERT_MSG_HAS("without metadata.json");
     /* every kind has a name, and only kinds do */
     for (int k = SHS_SOURCE_NONE; k <= SHS_SOURCE_OTHER_FOLDER; k++)
@@ -92,10 +92,10 @@ static void test_kinds(void **state)
     assert_null(shs_source_kind_name((shs_source_kind)99));
     assert_int_equal(shs_path_kind(NULL, sp), SHS_EINVAL);
     /* the read API names the kind it cannot read */
-    assert_int_equal(shs_checkpoint_open(&ck, tu_path(tu_step_dir(sp, 2), "metadata.json")),
+    assert_int_equal(shs_checkpoint_open(&ck, tu_path(tu_step_dir(sp, 2), "metadata.json"), NULL),
                      SHS_EINVAL);
     TU_ASSERT_MSG_HAS("give the folder it is in");
-    assert_int_equal(shs_checkpoint_open(&ck, empty), SHS_ENOCHECKPOINT);
+    assert_int_equal(shs_checkpoint_open(&ck, empty, NULL), SHS_ENOCHECKPOINT);
     free(sp);
     free(tracker_only);
     free(folder);
@@ -143,16 +143,16 @@ static void test_parked_is_its_step(void **state)
     int64_t tracked = -1;
     TU_OK(shs_savepath_tracker(&tracked, list));
     assert_int_equal(tracked, 2);
-    shs_savepath_close(list);
+    shs_savepath_free(list);
     /* resolve, the read API and verify: the parked copy, by name */
     char dir[4096];
     TU_OK(shs_checkpoint_resolve(dir, sizeof dir, sp, -1));
     assert_string_equal(dir, parked);
     shs_checkpoint *ck = NULL;
-    TU_OK(shs_checkpoint_open(&ck, sp));
+    TU_OK(shs_checkpoint_open(&ck, sp, NULL));
     assert_int_equal(shs_checkpoint_step(ck), 2);
-    shs_checkpoint_close(ck);
-    TU_OK(shs_checkpoint_verify(dir));
+    shs_checkpoint_free(ck);
+    TU_OK(shs_checkpoint_verify(dir, NULL, 0));
     /* a resume loads it */
     tu_small s;
     tu_small_make(&s, 0.0f, 1);
@@ -164,7 +164,7 @@ static void test_parked_is_its_step(void **state)
     assert_false(tu_path_exists(parked));
     shs_progress p = SHS_PROGRESS_INIT;
     shs_load_result r = SHS_LOAD_RESULT_INIT;
-    TU_OK(shs_manager_load(m, &p, &r));
+    TU_OK(shs_manager_load(&r, m, &p));
     assert_int_equal(r.step, 2);
     shs_manager_free(m);
     shs_config_release(&cfg);
@@ -204,7 +204,7 @@ static void test_parked_beside_new(void **state)
             assert_false(it->selected || it->parked);
         }
     }
-    shs_savepath_close(list);
+    shs_savepath_free(list);
     TU_OK(shs_checkpoint_clean(sp));
     assert_false(tu_path_exists(parked));
     assert_true(tu_path_exists(tu_step_dir(sp, 2)));
@@ -251,10 +251,10 @@ static void test_hf_index(void **state)
     int said = 0;
     assert_int_equal(shs_hf_index_check_file(ix, "a.safetensors", f, count_problem, &said), 1);
     assert_int_equal(said, 1);
-    shs_file_close(f);
-    shs_hf_index_close(ix);
+    shs_file_free(f);
+    shs_hf_index_free(ix);
     shs_checkpoint *ck = NULL;
-    assert_int_equal(shs_checkpoint_open(&ck, ip), SHS_ECORRUPT);
+    assert_int_equal(shs_checkpoint_open(&ck, ip, NULL), SHS_ECORRUPT);
     /* documents that are no index */
     static const char *const bad[] = { "[1]", "{\"weight_map\": 3}", "{\"a\": 1, \"a\": 2}",
                                        "{\"weight_map\": {}} x", "" };
@@ -271,7 +271,7 @@ static void test_check_files(void **state)
     (void)state;
     char *sp = make_save_path("checkfiles");
     shs_checkpoint *ck = NULL;
-    TU_OK(shs_checkpoint_open(&ck, sp));
+    TU_OK(shs_checkpoint_open(&ck, sp, NULL));
     TU_OK(shs_checkpoint_check_files(ck));
     /* a data file cut short: the size metadata.json records differs */
     const char *f = tu_path(tu_step_dir(sp, 2), shs_checkpoint_file_name(ck, 0));
@@ -283,7 +283,7 @@ static void test_check_files(void **state)
     assert_int_equal(unlink(f), 0);
     assert_int_equal(shs_checkpoint_check_files(ck), SHS_ENOENT);
     TU_ASSERT_MSG_HAS("missing file");
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     assert_int_equal(shs_checkpoint_check_files(NULL), SHS_EINVAL);
     free(sp);
 }

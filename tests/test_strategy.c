@@ -256,7 +256,7 @@ static void run_rank(rjob *j, shs_comm *comm)
     shs_progress p = SHS_PROGRESS_INIT;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     if (rc == SHS_OK)
-        rc = shs_manager_load(m, &p, &res);
+        rc = shs_manager_load(&res, m, &p);
     j->rc = rc;
     snprintf(j->msg, sizeof j->msg, "%s", rc < 0 ? shs_last_error() : "");
     j->bytes_read = res.bytes_read;
@@ -343,7 +343,7 @@ static void test_dptp(void **state)
     assert_non_null(strstr(text, "\"v\": {\"device_matrix\": [2, 2], \"tensor_map\": [[1, 0], "
                                  "-1]}"));
     assert_non_null(strstr(text, "\"world_size\": 4"));
-    shs_reshard_layout_free(text);
+    shs_free(text);
     free(dst);
     free(s);
 }

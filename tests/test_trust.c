@@ -43,7 +43,7 @@ static int load_sp(const char *sp, int64_t *step, float *w0)
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     int rc = shs_manager_create(&m, &c, s.st);
     if (rc == SHS_OK)
-        rc = shs_manager_load(m, &p, &res);
+        rc = shs_manager_load(&res, m, &p);
     if (rc == SHS_OK && !res.loaded)
         rc = SHS_ENOCHECKPOINT;
     *step = res.step;
@@ -235,7 +235,7 @@ static void test_two_renames_crash_restores(void **state)
     TU_OK(shs_checkpoint_clean(sp));
     assert_true(tu_path_exists(tu_step_dir(sp, 2)));
     assert_int_equal(tu_count_leftovers(sp), 0);
-    TU_OK(shs_checkpoint_verify(tu_step_dir(sp, 2)));
+    TU_OK(shs_checkpoint_verify(tu_step_dir(sp, 2), NULL, 0));
     int64_t step = -1;
     float w0 = 0;
     TU_OK(load_sp(sp, &step, &w0));
@@ -359,7 +359,7 @@ static void test_symlinks_refused(void **state)
             fail_msg("%s as a symlink: the load followed it", keep);
         TU_ASSERT_MSG_HAS("symbolic link");
         if (k != 1) { /* verify reads metadata.json and the data files */
-            assert_int_not_equal(shs_checkpoint_verify(tu_step_dir(sp, 1)), SHS_OK);
+            assert_int_not_equal(shs_checkpoint_verify(tu_step_dir(sp, 1), NULL, 0), SHS_OK);
             TU_ASSERT_MSG_HAS("symbolic link");
         }
         unlink(outside);
@@ -466,17 +466,17 @@ static void test_remove_clean_take_lock(void **state)
     shs_manager_free(m);
     shs_state_free(s.st);
     /* a tool holding the lock itself works under it */
-    shs_savepath_lock_handle *lk = NULL;
+    shs_lock *lk = NULL;
     TU_OK(shs_savepath_lock(&lk, sp));
     TU_OK(shs_checkpoint_remove(sp, 1));
     TU_OK(shs_checkpoint_clean(sp));
     assert_false(tu_path_exists(tu_step_dir(sp, 1)));
-    shs_savepath_unlock(lk);
+    shs_lock_free(lk);
     /* and without any holder, they take and release it */
     TU_OK(shs_checkpoint_clean(sp));
     lk = NULL;
     TU_OK(shs_savepath_lock(&lk, sp));
-    shs_savepath_unlock(lk);
+    shs_lock_free(lk);
     /* no save path at all: nothing to do */
     TU_OK(shs_checkpoint_clean(tu_path(sp, "nope")));
     TU_OK(shs_checkpoint_remove(tu_path(sp, "nope"), 3));
@@ -507,7 +507,7 @@ static int run_op(int op, const char *sp)
     char out[4096];
     switch (op) {
     case OP_LOAD: return load_sp(sp, &step, &w0);
-    case OP_VERIFY: return shs_checkpoint_verify(tu_step_dir(sp, 2));
+    case OP_VERIFY: return shs_checkpoint_verify(tu_step_dir(sp, 2), NULL, 0);
     case OP_LIST: return shs_checkpoint_list(steps, 8, &n, sp);
     case OP_CLEAN: return shs_checkpoint_clean(sp);
     case OP_RESOLVE: return shs_checkpoint_resolve(out, sizeof out, sp, -1);
@@ -611,7 +611,7 @@ static int alloc_op(int op, const char *sp, tu_small *s)
         rc = shs_manager_wait(m);
     if (rc == SHS_OK && (op == AS_LOAD || op == AS_LIFECYCLE)) {
         shs_progress q = tu_prog(0);
-        rc = shs_manager_load(m, &q, &res);
+        rc = shs_manager_load(&res, m, &q);
     }
     shs_manager_free(m);
     return rc;
@@ -764,7 +764,7 @@ static void *rank_main(void *arg)
     if (rc == SHS_OK) {
         shs_progress q = tu_prog(0);
         shs_load_result res = SHS_LOAD_RESULT_INIT;
-        rc = shs_manager_load(m, &q, &res);
+        rc = shs_manager_load(&res, m, &q);
     }
     r->rc = rc;
     snprintf(r->msg, sizeof r->msg, "%s", rc ? shs_last_error() : "");

@@ -30,17 +30,17 @@ static void test_opts_version_accepted(void **state)
 {
     (void)state;
     /* every version from 1 up to the library's own */
-    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
-    for (unsigned v = 1; v <= SHS_CKPT_OPEN_OPTS_VERSION; v++) {
+    shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
+    for (unsigned v = 1; v <= SHS_CHECKPOINT_OPEN_OPTS_VERSION; v++) {
         o.version = v;
-        assert_int_equal(shs__check_version(&o, SHS__V_CKPT_OPEN_OPTS, "shs_test"), SHS_OK);
+        assert_int_equal(shs__check_version(&o, SHS__V_CHECKPOINT_OPEN_OPTS, "shs_test"), SHS_OK);
     }
     /* the size read of version 1 ends before the key of version 2 */
     o.version = 1;
-    assert_int_equal(shs__version_size(&o, SHS__V_CKPT_OPEN_OPTS),
-                     offsetof(shs_ckpt_open_opts, key));
+    assert_int_equal(shs__version_size(&o, SHS__V_CHECKPOINT_OPEN_OPTS),
+                     offsetof(shs_checkpoint_open_opts, key));
     o.version = 2;
-    assert_int_equal(shs__version_size(&o, SHS__V_CKPT_OPEN_OPTS), sizeof o);
+    assert_int_equal(shs__version_size(&o, SHS__V_CHECKPOINT_OPEN_OPTS), sizeof o);
 }
 
 static void test_opts_version_newer(void **state)
@@ -119,7 +119,7 @@ static void test_file_open_version(void **state)
     o.flags = SHS_OPEN_NO_MMAP;
     TU_OK(shs_file_open(&f, path, &o));
     assert_null(shs_file_tensor_data(f, 0)); /* not mapped */
-    shs_file_close(f);
+    shs_file_free(f);
     tu_rmtree(dir);
     free(dir);
 }
@@ -149,7 +149,7 @@ static void test_writer_create_version(void **state)
     shs_file *f = NULL;
     TU_OK(shs_file_open(&f, path, NULL));
     assert_int_equal(shs_file_data_start(f) % 4096, 0);
-    shs_file_close(f);
+    shs_file_free(f);
     tu_rmtree(dir);
     free(dir);
 }
@@ -317,11 +317,11 @@ static void test_progress_version(void **state)
     TU_ASSERT_MSG_HAS("shs_manager_save: shs_progress version 0");
     TU_ASSERT_MSG_HAS("SHS_PROGRESS_INIT");
     p.version = SHS_PROGRESS_VERSION + 1;
-    assert_int_equal(shs_manager_step(m, &p, NULL), SHS_EINVAL);
+    assert_int_equal(shs_manager_step(NULL, m, &p), SHS_EINVAL);
     TU_ASSERT_MSG_HAS("shs_manager_step: shs_progress version 2");
     assert_int_equal(shs_manager_finish(m, &p), SHS_EINVAL);
     shs_load_result r = SHS_LOAD_RESULT_INIT;
-    assert_int_equal(shs_manager_load(m, &p, &r), SHS_EINVAL);
+    assert_int_equal(shs_manager_load(&r, m, &p), SHS_EINVAL);
     p = tu_prog(1);
     memset(p.ckpt_status, 'x', sizeof p.ckpt_status);
     assert_int_equal(shs_manager_save(m, &p, 0), SHS_EINVAL);
@@ -337,13 +337,13 @@ static void test_progress_version(void **state)
     q.version = 0;
     assert_int_equal(shs_checkpoint_read_progress(&q, tu_step_dir(dir, 2)), SHS_EINVAL);
     shs_checkpoint *ck;
-    TU_OK(shs_checkpoint_open(&ck, dir));
+    TU_OK(shs_checkpoint_open(&ck, dir, NULL));
     assert_int_equal(shs_checkpoint_progress(&q, ck), SHS_EINVAL);
     q = (shs_progress)SHS_PROGRESS_INIT;
     TU_OK(shs_checkpoint_progress(&q, ck));
     assert_int_equal(q.version, SHS_PROGRESS_VERSION);
     assert_int_equal(q.global_step, 2);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     shs_state_free(s.st);
     free(dir);
 }

@@ -292,7 +292,7 @@ static int mode_save(const char *dir)
         bf[r] = dd_all(pb, &s, 1);
         prepare(sp, 2, pb);
         sf[r] = save_all(mf, 100 * r + 2); /* the last one stays for `load` */
-        CHECK(shs_manager_last_save(mf, &st));
+        CHECK(shs_manager_last_save(&st, mf));
         say("save rep %d: no fsync: write(2) %.3f s, shs_manager_save %.3f s; fsync: "
             "write(2)+fsync %.3f s, shs_manager_save %.3f s (rank 0 stats: total %.3f s, "
             "%" PRIu64 " B written, max rank %" PRIu64 " B, balance %.3f)\n",
@@ -346,7 +346,7 @@ static double load_all(shs_manager *m)
     shs_load_result res = SHS_LOAD_RESULT_INIT;
     quiet_barrier();
     double t0 = now();
-    CHECK(shs_manager_load(m, &p, &res));
+    CHECK(shs_manager_load(&res, m, &p));
     double t = span_since(t0);
     if (!res.loaded)
         die("load (nothing loaded)", SHS_ENOCHECKPOINT);
@@ -506,13 +506,13 @@ static void disk_bytes(const char *save_path, uint64_t *total, uint64_t *per_ran
     char step[4096];
     shs_checkpoint *c = NULL;
     CHECK(shs_checkpoint_resolve(step, sizeof step, save_path, -1));
-    CHECK(shs_checkpoint_open(&c, step));
+    CHECK(shs_checkpoint_open(&c, step, NULL));
     *total = 0;
     *files_bytes = 0;
     for (int r = 0; r < g_size; r++)
         per_rank[r] = 0;
     for (size_t i = 0; i < shs_checkpoint_tensor_count(c); i++) {
-        const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(c, i);
+        const shs_checkpoint_tensor_info *ti = shs_checkpoint_tensor(c, i);
         for (size_t k = 0; k < ti->n_chunks; k++) {
             shs_chunk_info ci = SHS_CHUNK_INFO_INIT;
             CHECK(shs_checkpoint_chunk(&ci, c, i, k));
@@ -530,7 +530,7 @@ static void disk_bytes(const char *save_path, uint64_t *total, uint64_t *per_ran
             *files_bytes += (uint64_t)sb.st_size;
         free(p);
     }
-    shs_checkpoint_close(c);
+    shs_checkpoint_free(c);
 }
 
 static int mode_dedup(const char *dir)
@@ -557,7 +557,7 @@ static int mode_dedup(const char *dir)
             prepare(&sp, 1, NULL);
             t[r] = save_all(m, r + 1);
         }
-        CHECK(shs_manager_last_save(m, &st));
+        CHECK(shs_manager_last_save(&st, m));
         uint64_t mine = st.bytes_written, sum = 0, per[64] = { 0 }, dt = 0, fb = 0;
         MPI_Allreduce(&mine, &sum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
         uint64_t all[64] = { 0 };

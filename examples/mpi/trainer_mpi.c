@@ -834,7 +834,7 @@ int main(int argc, char **argv)
     prog.global_batch_size = batch;
     prog.loss_scale = 1.0;
     shs_load_result res = SHS_LOAD_RESULT_INIT;
-    if (shs_manager_load(mgr, &prog, &res) != SHS_OK)
+    if (shs_manager_load(&res, mgr, &prog) != SHS_OK)
         fatal("load", shs_last_error());
     char warned[1024] = "";
     if (res.loaded) {
@@ -875,7 +875,7 @@ int main(int argc, char **argv)
                 sched_lr(m, m->sched_last_step));
         export_blobs(st, m);
         int saved;
-        if (shs_manager_step(mgr, &prog, &saved) != SHS_OK)
+        if (shs_manager_step(&saved, mgr, &prog) != SHS_OK)
             fatal("save", shs_last_error());
         if (g_rank == 0) /* retention runs on rank 0 */
             trainer_say_warning(stdout, mgr, warned, sizeof warned);

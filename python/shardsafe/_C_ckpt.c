@@ -33,13 +33,13 @@ static int Ckpt_init(CkptObject *self, PyObject *args, PyObject *kw)
         Py_DECREF(path_obj);
         return -1;
     }
-    shs_ckpt_open_opts opts = SHS_CKPT_OPEN_OPTS_INIT;
+    shs_checkpoint_open_opts opts = SHS_CHECKPOINT_OPEN_OPTS_INIT;
     opts.step = step;
-    opts.flags = no_mmap ? SHS_CKPT_OPEN_NO_MMAP : 0;
+    opts.flags = no_mmap ? SHS_CHECKPOINT_OPEN_NO_MMAP : 0;
     opts.key = key.buf; /* its length is checked by the library */
     opts.key_len = (size_t)key.len;
     Py_BEGIN_ALLOW_THREADS;
-    rc = shs_checkpoint_open_ex(&self->c, PyBytes_AS_STRING(path_obj), &opts);
+    rc = shs_checkpoint_open(&self->c, PyBytes_AS_STRING(path_obj), &opts);
     Py_END_ALLOW_THREADS;
     if (key.obj)
         PyBuffer_Release(&key);
@@ -53,7 +53,7 @@ static int Ckpt_init(CkptObject *self, PyObject *args, PyObject *kw)
 
 static void Ckpt_dealloc(CkptObject *self)
 {
-    shs_checkpoint_close(self->c);
+    shs_checkpoint_free(self->c);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -70,7 +70,7 @@ static PyObject *Ckpt_close(CkptObject *self, PyObject *unused)
 {
     self->closed = 1;
     if (self->users == 0) {
-        shs_checkpoint_close(self->c);
+        shs_checkpoint_free(self->c);
         self->c = NULL;
     }
     Py_RETURN_NONE;
@@ -79,7 +79,7 @@ static PyObject *Ckpt_close(CkptObject *self, PyObject *unused)
 static void ckpt_unuse(CkptObject *self)
 {
     if (--self->users == 0 && self->closed) {
-        shs_checkpoint_close(self->c);
+        shs_checkpoint_free(self->c);
         self->c = NULL;
     }
 }
@@ -125,7 +125,7 @@ static PyObject *Ckpt_info(CkptObject *self, PyObject *name)
     Py_ssize_t i = ckpt_find(self, name);
     if (i < 0)
         return NULL;
-    const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(self->c, (size_t)i);
+    const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(self->c, (size_t)i);
     PyObject *shape = pyshs_shape_tuple(t->shape, t->ndim);
     if (!shape)
         return NULL;
@@ -143,7 +143,7 @@ static PyObject *Ckpt_read(CkptObject *self, PyObject *args)
     Py_ssize_t i = ckpt_find(self, name);
     if (i < 0)
         return NULL;
-    const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(self->c, (size_t)i);
+    const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(self->c, (size_t)i);
     uint64_t start[SHS_MAX_DIMS], count[SHS_MAX_DIMS];
     int whole = start_o == Py_None && count_o == Py_None;
     if (!whole && (pyshs_u64_seq(start_o, start, t->ndim, "start") < 0 ||
@@ -253,7 +253,7 @@ static PyObject *Ckpt_describe(CkptObject *self, PyObject *unused)
         return NULL;
     return Py_BuildValue(
         "{sNsLsisisi}", "path", path, "step", (long long)shs_checkpoint_step(self->c), "world_size",
-        shs_checkpoint_world_size(self->c), "is_plain", shs_checkpoint_is_plain(self->c),
+        shs_checkpoint_world_size(self->c), "is_plain", (shs_checkpoint_format(self->c) == SHS_FORMAT_PLAIN),
         "format_version", shs_checkpoint_format_version(self->c));
 }
 

@@ -46,7 +46,7 @@ static PyTypeObject View_Type;
 
 static void file_release(FileObject *self)
 {
-    shs_file_close(self->f);
+    shs_file_free(self->f);
     self->f = NULL;
     if (self->mem.obj)
         PyBuffer_Release(&self->mem);

@@ -291,7 +291,7 @@ static PyObject *Manager_load(ManagerObject *self, PyObject *d)
         return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS;
-    rc = shs_manager_load(self->m, &p, &r);
+    rc = shs_manager_load(&r, self->m, &p);
     Py_END_ALLOW_THREADS;
     self->busy = 0;
     if (rc < 0)
@@ -344,7 +344,7 @@ static PyObject *Manager_call(ManagerObject *self, PyObject *args)
     int rc, saved = 0;
     Py_BEGIN_ALLOW_THREADS;
     if (what == 0)
-        rc = shs_manager_step(self->m, &p, &saved);
+        rc = shs_manager_step(&saved, self->m, &p);
     else if (what == 1)
         rc = shs_manager_save(self->m, &p, flags);
     else
@@ -409,7 +409,7 @@ static PyObject *Manager_last_save(ManagerObject *self, PyObject *unused)
     if (!self->m)
         return pyshs_raise_msg(SHS_ESTATE, "the checkpoint manager is closed");
     shs_save_stats s = SHS_SAVE_STATS_INIT;
-    int rc = shs_manager_last_save(self->m, &s);
+    int rc = shs_manager_last_save(&s, self->m);
     if (rc == SHS_ENOTFOUND || rc == SHS_ENOCHECKPOINT)
         Py_RETURN_NONE;
     if (rc < 0)

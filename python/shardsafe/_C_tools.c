@@ -143,7 +143,7 @@ static PyObject *py_merge(PyObject *self, PyObject *args, PyObject *kw)
     }
     const char *src = PyBytes_AS_STRING(src_o), *dst = PyBytes_AS_STRING(dst_o);
     Py_BEGIN_ALLOW_THREADS;
-    rc = finish ? shs_merge_finish(src, dst, &o, &r) : shs_merge(src, dst, &o, &r);
+    rc = finish ? shs_merge_finish(&r, src, dst, &o) : shs_merge(&r, src, dst, &o);
     Py_END_ALLOW_THREADS;
     if (pc.exc_type) {
         PyErr_Restore(pc.exc_type, pc.exc_value, pc.exc_tb); /* the callback's own error */
@@ -237,7 +237,7 @@ static PyObject *py_saved_layout(PyObject *self, PyObject *args)
     if (rc < 0)
         return pyshs_raise(rc);
     PyObject *out = PyUnicode_FromString(text);
-    shs_reshard_layout_free(text);
+    shs_free(text);
     return out;
 }
 

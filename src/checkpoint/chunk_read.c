@@ -97,7 +97,7 @@ int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out)
            any of them is used */
         if (rc == SHS_OK && ((rc = check_sealed_file(L, fi)) < 0 ||
                              (rc = shs__meta_check_file(L->m, L->dir, fi, L->fh[fi])) < 0)) {
-            shs_file_close(L->fh[fi]);
+            shs_file_free(L->fh[fi]);
             L->fh[fi] = NULL;
         }
     }

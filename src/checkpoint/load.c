@@ -448,7 +448,7 @@ static int ckpt_load(shs_state *st, const char *dir, const shs__load_req *req, s
     rc = SHS_OK;
 done:
     for (size_t i = 0; L.fh && i < m.nf; i++)
-        shs_file_close(L.fh[i]);
+        shs_file_free(L.fh[i]);
     shs__free(L.fh);
     return rc;
 }

@@ -1,6 +1,6 @@
 /*
  * loader.h -- reading the chunks a checkpoint model describes, shared by
- * the load (load.c), shs_checkpoint_verify (view.c) and the public read
+ * the load (load.c), shs_checkpoint_verify(view.c, NULL, 0) and the public read
  * API (read.c): files opened lazily, each chunk checked against
  * metadata.json before it is read (chunk_read.h: the one read-and-check
  * of stored bytes), and ONE function that fills a box of a global tensor
@@ -62,12 +62,12 @@ int shs__load_balanced(shs__loader *L, shs_state *st, const shs__load_req *req, 
 /* The public checkpoint handle (read.c opens it, view.c reads its model). */
 struct shs_checkpoint {
     shs__meta m;
-    shs_ckpt_tensor_info *info;
+    shs_checkpoint_tensor_info *info;
     char *path; /* what was opened, resolved (shs_checkpoint_path) */
     char *dir;  /* the folder the model's file names are in */
     shs__loader L;
     pthread_mutex_t mu;   /* guards L.fh */
-    struct shs__key *key; /* shs_ckpt_open_opts.key, copied; NULL: none */
+    struct shs__key *key; /* shs_checkpoint_open_opts.key, copied; NULL: none */
 };
 
 #endif

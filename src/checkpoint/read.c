@@ -21,19 +21,19 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path, const shs_ckpt_open_opts *opts)
+int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path, const shs_checkpoint_open_opts *opts)
 {
-    shs_ckpt_open_opts o = SHS_CKPT_OPEN_OPTS_INIT;
+    shs_checkpoint_open_opts o = SHS_CHECKPOINT_OPEN_OPTS_INIT;
     int rc;
     if (!out || !path || !*path)
         return shs__err(SHS_EINVAL, "shs_checkpoint_open: NULL or empty argument");
     *out = NULL;
     if (opts) {
-        if ((rc = shs__check_version(opts, SHS__V_CKPT_OPEN_OPTS, "shs_checkpoint_open_ex")) < 0)
+        if ((rc = shs__check_version(opts, SHS__V_CHECKPOINT_OPEN_OPTS, "shs_checkpoint_open_ex")) < 0)
             return rc;
-        shs__copy_in(&o, opts, SHS__V_CKPT_OPEN_OPTS); /* the key: version 2 */
+        shs__copy_in(&o, opts, SHS__V_CHECKPOINT_OPEN_OPTS); /* the key: version 2 */
     }
-    if (o.step < -1 || (o.flags & ~(unsigned)SHS_CKPT_OPEN_NO_MMAP))
+    if (o.step < -1 || (o.flags & ~(unsigned)SHS_CHECKPOINT_OPEN_NO_MMAP))
         return shs__err(SHS_EINVAL, "shs_checkpoint_open_ex: bad step %lld or flags %#x",
                         (long long)o.step, o.flags);
     if (o.key && o.key_len != SHS_KEY_BYTES)
@@ -62,7 +62,7 @@ int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path, const shs_ckp
     }
     c->L.dir = c->dir;
     c->L.m = &c->m;
-    c->L.open_flags = (o.flags & SHS_CKPT_OPEN_NO_MMAP) ? SHS_OPEN_NO_MMAP : 0;
+    c->L.open_flags = (o.flags & SHS_CHECKPOINT_OPEN_NO_MMAP) ? SHS_OPEN_NO_MMAP : 0;
     c->L.mu = &c->mu;
     if (o.key) {
         /* a wrong key fails here, and a key given for an unencrypted
@@ -79,29 +79,29 @@ int shs_checkpoint_open_ex(shs_checkpoint **out, const char *path, const shs_ckp
     }
     for (size_t i = 0; i < c->m.nt; i++) {
         const shs__mtensor *t = &c->m.t[i];
-        c->info[i] = (shs_ckpt_tensor_info){
+        c->info[i] = (shs_checkpoint_tensor_info){
             t->name, t->kind, t->dtype, t->ndim, t->gshape, t->nc
         };
     }
     *out = c;
     return SHS_OK;
 fail:
-    shs_checkpoint_close(c);
+    shs_checkpoint_free(c);
     return rc;
 }
 
 int shs_checkpoint_open(shs_checkpoint **out, const char *path)
 {
-    return shs_checkpoint_open_ex(out, path, NULL);
+    return shs_checkpoint_open(out, path, NULL);
 }
 
-void shs_checkpoint_close(shs_checkpoint *c)
+void shs_checkpoint_free(shs_checkpoint *c)
 {
     if (!c)
         return;
     if (c->L.fh)
         for (size_t i = 0; i < c->m.nf; i++)
-            shs_file_close(c->L.fh[i]);
+            shs_file_free(c->L.fh[i]);
     shs__free(c->L.fh);
     shs__meta_free(&c->m);
     shs__free(c->info);

@@ -203,7 +203,7 @@ static int file_entry(json_t **out, const char *tmp, const char *name, int rank)
         if (!*out)
             rc = shs__err(SHS_ENOMEM, "out of memory describing %s", path);
     }
-    shs_file_close(f);
+    shs_file_free(f);
     shs__free(path);
     return rc;
 }

@@ -168,7 +168,7 @@ done:
         shs__free(used[i]);
     shs__free(used);
     for (size_t i = 0; L.fh && i < m.nf; i++)
-        shs_file_close(L.fh[i]);
+        shs_file_free(L.fh[i]);
     shs__free(L.fh);
     shs__meta_free(&m);
     return rc;
@@ -209,7 +209,7 @@ int shs_checkpoint_file_rank(const shs_checkpoint *c, size_t i)
     return i < c->m.nf ? c->m.f[i].rank : -1;
 }
 
-const shs_ckpt_tensor_info *shs_checkpoint_tensor(const shs_checkpoint *c, size_t i)
+const shs_checkpoint_tensor_info *shs_checkpoint_tensor(const shs_checkpoint *c, size_t i)
 {
     return i < c->m.nt ? &c->info[i] : NULL;
 }
@@ -338,7 +338,7 @@ int shs_checkpoint_remove(const char *save_path, int64_t step)
 {
     if (!save_path || step < 0)
         return shs__err(SHS_EINVAL, "shs_checkpoint_remove: bad argument");
-    shs_savepath_lock_handle *lk = NULL;
+    shs_lock *lk = NULL;
     int rc = shs__savepath_lock_for_tool(&lk, save_path);
     if (rc == SHS_ENOENT) {
         shs__err_clear();
@@ -346,7 +346,7 @@ int shs_checkpoint_remove(const char *save_path, int64_t step)
     }
     if (rc == SHS_OK)
         rc = shs__remove_step(save_path, step);
-    shs_savepath_unlock(lk);
+    shs_lock_free(lk);
     return rc;
 }
 
@@ -354,7 +354,7 @@ int shs_checkpoint_clean(const char *save_path)
 {
     if (!save_path)
         return shs__err(SHS_EINVAL, "shs_checkpoint_clean: NULL argument");
-    shs_savepath_lock_handle *lk = NULL;
+    shs_lock *lk = NULL;
     int rc = shs__savepath_lock_for_tool(&lk, save_path);
     if (rc == SHS_ENOENT) {
         shs__err_clear();
@@ -362,6 +362,6 @@ int shs_checkpoint_clean(const char *save_path)
     }
     if (rc == SHS_OK)
         rc = shs__clean_leftovers(save_path, NULL, NULL);
-    shs_savepath_unlock(lk);
+    shs_lock_free(lk);
     return rc;
 }

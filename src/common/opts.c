@@ -46,11 +46,11 @@ static const struct {
                             "SHS_SAVE_STATS_INIT",
                             SHS_SAVE_STATS_VERSION,
                             { 0, sizeof(shs_save_stats) } },
-    [SHS__V_CKPT_OPEN_OPTS] = { "shs_ckpt_open_opts",
-                                "SHS_CKPT_OPEN_OPTS_INIT",
-                                SHS_CKPT_OPEN_OPTS_VERSION,
-                                { 0, offsetof(shs_ckpt_open_opts, key),
-                                  sizeof(shs_ckpt_open_opts) } },
+    [SHS__V_CHECKPOINT_OPEN_OPTS] = { "shs_checkpoint_open_opts",
+                                "SHS_CHECKPOINT_OPEN_OPTS_INIT",
+                                SHS_CHECKPOINT_OPEN_OPTS_VERSION,
+                                { 0, offsetof(shs_checkpoint_open_opts, key),
+                                  sizeof(shs_checkpoint_open_opts) } },
     [SHS__V_CHUNK_INFO] = { "shs_chunk_info",
                             "SHS_CHUNK_INFO_INIT",
                             SHS_CHUNK_INFO_VERSION,
@@ -86,7 +86,7 @@ static const struct {
 
 /* Every table lists every version up to the current one, and the newest
    size is the whole struct. */
-_Static_assert(SHS_CONFIG_VERSION == 4 && SHS_CKPT_OPEN_OPTS_VERSION == 2 &&
+_Static_assert(SHS_CONFIG_VERSION == 4 && SHS_CHECKPOINT_OPEN_OPTS_VERSION == 2 &&
                    SHS_MERGE_OPTS_VERSION == 3 && SHS_RESHARD_OPTS_VERSION == 3,
                "a versioned struct changed: update its sizes in k_struct");
 

@@ -25,7 +25,7 @@ typedef enum shs__vstruct {
     SHS__V_CONFIG,
     SHS__V_LOAD_RESULT,
     SHS__V_SAVE_STATS,
-    SHS__V_CKPT_OPEN_OPTS,
+    SHS__V_CHECKPOINT_OPEN_OPTS,
     SHS__V_CHUNK_INFO,
     SHS__V_BLOB_INFO,
     SHS__V_MERGE_OPTS,

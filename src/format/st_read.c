@@ -131,7 +131,7 @@ int shs_file_open_memory(shs_file **out, const void *data, size_t len, const cha
     *out = f;
     return SHS_OK;
 fail:
-    shs_file_close(f);
+    shs_file_free(f);
     return rc;
 }
 
@@ -205,11 +205,11 @@ int shs_file_open(shs_file **out, const char *path, const shs_open_opts *opts)
     *out = f;
     return SHS_OK;
 fail:
-    shs_file_close(f);
+    shs_file_free(f);
     return rc;
 }
 
-void shs_file_close(shs_file *f)
+void shs_file_free(shs_file *f)
 {
     if (!f)
         return;

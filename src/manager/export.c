@@ -57,14 +57,14 @@ static int export_parts(shs_manager *m, const char *src, const char *dst, shs_me
         o->part_index = c->rank;
         o->part_count = c->size;
     }
-    int rc = shs_merge(src, dst, o, NULL);
+    int rc = shs_merge(NULL, src, dst, o);
     snprintf(msg, sizeof msg, "%s", rc < 0 ? shs_last_error() : "");
     rc = shs__comm_agree(c, rc, msg);
     if (rc < 0 || c->size == 1)
         return rc;
     /* every part is written: rank 0 gathers them and writes the index */
     if (c->rank == 0)
-        rc = shs_merge_finish(src, dst, o, NULL);
+        rc = shs_merge_finish(NULL, src, dst, o);
     snprintf(msg, sizeof msg, "%s", rc < 0 ? shs_last_error() : "");
     return shs__comm_agree(c, rc, msg);
 }

@@ -704,7 +704,7 @@ void shs_manager_free(shs_manager *m)
         pthread_join(m->thread, NULL);
     }
     /* after the save in flight is committed, never before */
-    shs_savepath_unlock(m->lock);
+    shs_lock_free(m->lock);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
     shs__free(m->staging);

@@ -27,7 +27,7 @@ struct shs_manager {
     shs_state *state;
     shs_comm *comm;                 /* every rank calls the manager collectively */
     shs_comm *own_comm;             /* the one-process comm when none was given */
-    shs_savepath_lock_handle *lock; /* rank 0 of a saving manager: one writer per
+    shs_lock *lock; /* rank 0 of a saving manager: one writer per
                                 save path */
     shs__layout_cache layout_cache;
     struct shs__key *key; /* encrypt_key_file / _env, loaded at create;

@@ -194,10 +194,10 @@ static int newest_verified(shs_manager *m, const int64_t *steps, size_t n, int64
             char *dir = NULL;
             if (steps[i] >= below || (rc = shs__step_dir_find(&dir, m->save_path, steps[i])) < 0)
                 continue;
-            int r = shs_checkpoint_verify_key(dir, m->key ? m->key->k : NULL, SHS_KEY_BYTES);
+            int r = shs_checkpoint_verify(dir, m->key ? m->key->k : NULL, SHS_KEY_BYTES);
             /* an unencrypted step verifies without the key, when allowed */
             if (r == SHS_EKEY && m->key && m->cfg.allow_unencrypted_resume)
-                r = shs_checkpoint_verify(dir);
+                r = shs_checkpoint_verify(dir, NULL, 0);
             if (r == SHS_OK)
                 v = steps[i];
             shs__free(dir);

@@ -84,7 +84,7 @@ static int index_fail(shs_hf_index *ix, int rc, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    shs_hf_index_close(ix);
+    shs_hf_index_free(ix);
     return shs__err(rc, "%s", buf);
 }
 
@@ -108,7 +108,7 @@ int shs_hf_index_open(shs_hf_index **out, const char *path)
         return index_fail(ix, rc, "%s: index is not valid JSON: %s", path, msg);
     }
     if (rc < 0) {
-        shs_hf_index_close(ix);
+        shs_hf_index_free(ix);
         return rc;
     }
     const shs__jdoc *d = &ix->doc;
@@ -156,7 +156,7 @@ int shs_hf_index_open(shs_hf_index **out, const char *path)
     return SHS_OK;
 }
 
-void shs_hf_index_close(shs_hf_index *ix)
+void shs_hf_index_free(shs_hf_index *ix)
 {
     if (!ix)
         return;

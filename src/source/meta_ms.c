@@ -632,7 +632,7 @@ int shs__meta_from_ms(shs__meta *m, const char *dir, const char *path, const cha
     rc = ms_step(dir, &m->step);
 done:
     for (size_t i = 0; i < m->nf && x->fh; i++)
-        shs_file_close(x->fh[i]);
+        shs_file_free(x->fh[i]);
     for (size_t i = 0; i < x->nk; i++)
         shs__free(x->k[i].name);
     shs__free(x->k);
@@ -684,7 +684,7 @@ int shs__meta_ms_single_probe(const char *dir)
             else
                 other++;
         }
-        shs_file_close(f);
+        shs_file_free(f);
     }
     shs__io_names_free(names, n);
     shs__err_clear();
@@ -714,17 +714,17 @@ int shs_checkpoint_format(const shs_checkpoint *c)
 {
     if (!c)
         return shs__err(SHS_EINVAL, "shs_checkpoint_format: NULL checkpoint");
-    return c->m.plain       ? SHS_CKPT_FORMAT_PLAIN
-           : c->m.mindspore ? SHS_CKPT_FORMAT_MINDSPORE
-                            : SHS_CKPT_FORMAT_SHARDSAFE;
+    return c->m.plain       ? SHS_FORMAT_PLAIN
+           : c->m.mindspore ? SHS_FORMAT_MINDSPORE
+                            : SHS_FORMAT_SHARDSAFE;
 }
 
-const char *shs_ckpt_format_name(int format)
+const char *shs_format_name(int format)
 {
     switch (format) {
-    case SHS_CKPT_FORMAT_SHARDSAFE: return "shardsafe";
-    case SHS_CKPT_FORMAT_PLAIN: return "plain";
-    case SHS_CKPT_FORMAT_MINDSPORE: return "mindspore";
+    case SHS_FORMAT_SHARDSAFE: return "shardsafe";
+    case SHS_FORMAT_PLAIN: return "plain";
+    case SHS_FORMAT_MINDSPORE: return "mindspore";
     default: return NULL;
     }
 }

@@ -109,7 +109,7 @@ static int build(shs__meta *m, const char *dir, char **names, size_t n, const sh
         shs_kind kind = !ix && strstr(m->f[i].name, "-opt-") ? SHS_KIND_OPTIMIZER : SHS_KIND_MODEL;
         for (size_t k = 0; k < shs_file_tensor_count(f) && rc == SHS_OK; k++)
             rc = add_whole(m, &cap_t, f, shs_file_tensor(f, k), (uint32_t)i, kind);
-        shs_file_close(f);
+        shs_file_free(f);
     }
     if (rc == SHS_OK && *first)
         rc = shs__err(SHS_ECORRUPT, "%s", first);
@@ -210,6 +210,6 @@ done:
         shs__free(names[i]);
     shs__free(names);
     shs__free(dir);
-    shs_hf_index_close(ix);
+    shs_hf_index_free(ix);
     return rc;
 }

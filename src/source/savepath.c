@@ -358,7 +358,7 @@ int shs_savepath_open(shs_savepath **out, const char *save_path)
     if (rc == SHS_OK && !(s->items = shs__calloc(s->sp.n + 1, sizeof *s->items)))
         rc = shs__err(SHS_ENOMEM, "out of memory");
     if (rc < 0) {
-        shs_savepath_close(s);
+        shs_savepath_free(s);
         return rc;
     }
     for (size_t i = 0; i < s->sp.n; i++) {
@@ -390,7 +390,7 @@ int shs_savepath_tracker(int64_t *step, const shs_savepath *s)
     return SHS_OK;
 }
 
-void shs_savepath_close(shs_savepath *s)
+void shs_savepath_free(shs_savepath *s)
 {
     if (!s)
         return;

@@ -39,12 +39,12 @@
 
 #define LOCK_INFO_MAX 1024 /* bytes of the lock file we read */
 
-struct shs_savepath_lock_handle {
+struct shs_lock {
     int fd;
     char *path;
     dev_t dev; /* of the lock file */
     ino_t ino;
-    struct shs_savepath_lock_handle *next; /* in g_tool_locks */
+    struct shs_lock *next; /* in g_tool_locks */
 };
 
 /* The locks this process holds through shs_savepath_lock (tools such as
@@ -53,7 +53,7 @@ struct shs_savepath_lock_handle {
    with every other open, the same process's too).  A manager's lock is
    not listed: nothing may delete under a trainer. */
 static pthread_mutex_t g_tool_mu = PTHREAD_MUTEX_INITIALIZER;
-static shs_savepath_lock_handle *g_tool_locks;
+static shs_lock *g_tool_locks;
 
 int shs__is_lock_name(const char *name)
 {
@@ -154,9 +154,9 @@ static int write_info(int fd, const char *path)
     return shs__io_pwrite_full(fd, text, (size_t)n, 0, path);
 }
 
-int shs__savepath_lock_take(shs_savepath_lock_handle **out, const char *save_path, int create_dir)
+int shs__savepath_lock_take(shs_lock **out, const char *save_path, int create_dir)
 {
-    shs_savepath_lock_handle *lk = NULL;
+    shs_lock *lk = NULL;
     struct stat st;
     int rc, fd = -1;
     if (!out || !save_path || !*save_path)
@@ -217,11 +217,11 @@ int shs__savepath_lock_take(shs_savepath_lock_handle **out, const char *save_pat
 done:
     if (fd >= 0)
         shs__io->close(fd); /* drops the lock if we took it */
-    shs_savepath_unlock(lk);
+    shs_lock_free(lk);
     return rc;
 }
 
-int shs_savepath_lock(shs_savepath_lock_handle **out, const char *save_path)
+int shs_savepath_lock(shs_lock **out, const char *save_path)
 {
     int rc = shs__savepath_lock_take(out, save_path, 0);
     if (rc == SHS_OK) {
@@ -233,7 +233,7 @@ int shs_savepath_lock(shs_savepath_lock_handle **out, const char *save_path)
     return rc;
 }
 
-int shs__savepath_lock_for_tool(shs_savepath_lock_handle **out, const char *save_path)
+int shs__savepath_lock_for_tool(shs_lock **out, const char *save_path)
 {
     struct stat st;
     int held_here = 0;
@@ -243,7 +243,7 @@ int shs__savepath_lock_for_tool(shs_savepath_lock_handle **out, const char *save
         return shs__err(SHS_ENOMEM, "out of memory locking %s", save_path);
     if (shs__io->stat(path, &st) == 0) {
         pthread_mutex_lock(&g_tool_mu);
-        for (const shs_savepath_lock_handle *l = g_tool_locks; l && !held_here; l = l->next)
+        for (const shs_lock *l = g_tool_locks; l && !held_here; l = l->next)
             held_here = l->dev == st.st_dev && l->ino == st.st_ino;
         pthread_mutex_unlock(&g_tool_mu);
     }
@@ -251,12 +251,12 @@ int shs__savepath_lock_for_tool(shs_savepath_lock_handle **out, const char *save
     return held_here ? SHS_OK : shs__savepath_lock_take(out, save_path, 0);
 }
 
-void shs_savepath_unlock(shs_savepath_lock_handle *lk)
+void shs_lock_free(shs_lock *lk)
 {
     if (!lk)
         return;
     pthread_mutex_lock(&g_tool_mu);
-    for (shs_savepath_lock_handle **pp = &g_tool_locks; *pp; pp = &(*pp)->next)
+    for (shs_lock **pp = &g_tool_locks; *pp; pp = &(*pp)->next)
         if (*pp == lk) {
             *pp = lk->next;
             break;

@@ -22,12 +22,12 @@ int shs__is_lock_name(const char *name);
 
 /* shs_savepath_lock, and with create_dir the save path is created first
    (mkdir -p), as a manager does before its first save. */
-int shs__savepath_lock_take(shs_savepath_lock_handle **out, const char *save_path, int create_dir);
+int shs__savepath_lock_take(shs_lock **out, const char *save_path, int create_dir);
 
 /* For a deleting entry point (shs_checkpoint_remove/clean): SHS_OK with
    *out NULL when this process holds the save path's lock through
    shs_savepath_lock already; else shs_savepath_lock's outcome (the caller
    unlocks *out). */
-int shs__savepath_lock_for_tool(shs_savepath_lock_handle **out, const char *save_path);
+int shs__savepath_lock_for_tool(shs_lock **out, const char *save_path);
 
 #endif

@@ -376,7 +376,7 @@ static int write_index(const char *dir, const shs__mplan *p, int do_fsync)
 static int begin(shs_checkpoint **ck, shs__mplan *p, const char *src, const char *dst,
                  const shs_merge_opts *o, int finish, const char *what)
 {
-    shs_ckpt_open_opts co = SHS_CKPT_OPEN_OPTS_INIT;
+    shs_checkpoint_open_opts co = SHS_CHECKPOINT_OPEN_OPTS_INIT;
     int rc = shs__merge_check_opts(o, finish, what);
     if (rc < 0)
         return rc;
@@ -384,17 +384,17 @@ static int begin(shs_checkpoint **ck, shs__mplan *p, const char *src, const char
         return shs__err(SHS_EINVAL, "%s: src or dst_dir is NULL or empty", what);
     co.step = o->step;
     /* pread, not mmap: mapped pages we touch would count in our RSS */
-    co.flags = SHS_CKPT_OPEN_NO_MMAP;
+    co.flags = SHS_CHECKPOINT_OPEN_NO_MMAP;
     co.key = o->key; /* of an encrypted source (NULL in a version-1 struct) */
     co.key_len = o->key_len;
     /* seed 004's unified_safetensors(src_dir, src_strategy_file, ...):
        rank_N folders laid out by a MindSpore strategy file */
     const char *strategy = o->src_strategy_file;
     if ((rc = strategy ? shs__strategy_open(ck, src, strategy, co.flags)
-                       : shs_checkpoint_open_ex(ck, src, &co)) < 0)
+                       : shs_checkpoint_open(ck, src, &co)) < 0)
         return rc;
     if ((rc = shs__merge_plan(p, *ck, o)) < 0) {
-        shs_checkpoint_close(*ck);
+        shs_checkpoint_free(*ck);
         *ck = NULL;
     }
     return rc;
@@ -495,7 +495,7 @@ done:
     pthread_mutex_destroy(&c.mu);
     shs__free(target);
     shs__merge_plan_free(&p);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     return rc;
 }
 
@@ -524,7 +524,7 @@ static int check_part_file(const char *path, const shs__mplan *p, const shs__mfi
                           "other options?",
                           path, t->name, shs_dtype_name(t->dtype));
     }
-    shs_file_close(file);
+    shs_file_free(file);
     return rc;
 }
 
@@ -607,6 +607,6 @@ done:
     shs__free(from);
     shs__free(to);
     shs__merge_plan_free(&p);
-    shs_checkpoint_close(ck);
+    shs_checkpoint_free(ck);
     return rc;
 }

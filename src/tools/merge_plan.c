@@ -175,7 +175,7 @@ static int select_tensors(shs__mplan *p, const shs_checkpoint *ck, const shs_mer
         goto done;
     }
     for (size_t i = 0; i < nt; i++) {
-        const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(ck, i);
+        const shs_checkpoint_tensor_info *ti = shs_checkpoint_tensor(ck, i);
         if (ti->kind != SHS_KIND_MODEL && !with_opt)
             continue;
         n_kind++;

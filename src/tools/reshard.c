@@ -48,7 +48,7 @@ static int read_metadata(json_t **out, const shs_checkpoint *ck)
     shs__jdoc d = { 0 };
     int rc = SHS_OK;
     *out = NULL;
-    if (shs_checkpoint_is_plain(ck))
+    if ((shs_checkpoint_format(ck) == SHS_FORMAT_PLAIN))
         return SHS_OK;
     if (!(path = shs__path_join(shs_checkpoint_path(ck), "metadata.json")))
         return shs__err(SHS_ENOMEM, "out of memory");
@@ -80,7 +80,7 @@ static int saved_layout(reshard *R, const json_t *meta)
     if (!R->doc)
         return shs__err(SHS_ENOMEM, "out of memory");
     for (size_t i = 0; i < R->nt; i++) {
-        const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(R->ck, i);
+        const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(R->ck, i);
         shs__lboxes b = { .ndim = t->ndim };
         int rc = SHS_OK;
         for (size_t c = 0; c < t->n_chunks && rc == SHS_OK; c++) {
@@ -205,7 +205,7 @@ static int resolve_all(reshard *R)
         goto done;
     R->res.scaled = R->world != R->doc_world;
     for (size_t i = 0; i < R->nt && rc == SHS_OK; i++) {
-        const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(R->ck, i);
+        const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(R->ck, i);
         json_t *scaled = NULL;
         if (R->res.scaled && (rc = shs__layout_scale(&scaled, spec[i], t->name, t->ndim,
                                                      R->doc_world, R->world, R->where)) < 0)
@@ -226,7 +226,7 @@ done:
 /* Bytes of box k of tensor i, rounded up to 64 (its place in the arena). */
 static int box_bytes(const reshard *R, size_t i, size_t k, uint64_t *nb, uint64_t *padded)
 {
-    const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(R->ck, i);
+    const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(R->ck, i);
     const shs__lboxes *b = &R->boxes[i];
     *padded = 0;
     int rc = shs_tensor_nbytes(nb, t->dtype, t->ndim, b->shape + k * b->ndim);
@@ -264,7 +264,7 @@ static int rank_state(reshard *R, int rank, shs_state **out, char *arena)
     uint64_t used = 0;
     int rc = shs_state_create(out);
     for (size_t i = 0; i < R->nt && rc == SHS_OK; i++) {
-        const shs_ckpt_tensor_info *t = shs_checkpoint_tensor(R->ck, i);
+        const shs_checkpoint_tensor_info *t = shs_checkpoint_tensor(R->ck, i);
         const shs__lboxes *b = &R->boxes[i];
         size_t *at = &R->cursor[i];
         while (*at < b->n && b->rank[*at] < rank)
@@ -401,16 +401,16 @@ static int dst_absent(const char *dst)
 /* Open the source and settle the layout and the target world. */
 static int prepare(reshard *R, const char *src, const char *layout_path, const shs_reshard_opts *o)
 {
-    shs_ckpt_open_opts oo = SHS_CKPT_OPEN_OPTS_INIT;
+    shs_checkpoint_open_opts oo = SHS_CHECKPOINT_OPEN_OPTS_INIT;
     json_t *meta = NULL;
     oo.step = o->step;
     /* pread, not mmap: memory stays one target rank's share (mapped pages
        would count in the resident set), and a source file truncated
        under us is an error, not SIGBUS */
-    oo.flags = SHS_CKPT_OPEN_NO_MMAP;
+    oo.flags = SHS_CHECKPOINT_OPEN_NO_MMAP;
     oo.key = o->key;
     oo.key_len = o->key_len;
-    int rc = shs_checkpoint_open_ex(&R->ck, src, &oo);
+    int rc = shs_checkpoint_open(&R->ck, src, &oo);
     if (rc < 0)
         return rc;
     R->nt = shs_checkpoint_tensor_count(R->ck);
@@ -453,7 +453,7 @@ static void reshard_release(reshard *R)
     shs__free(R->boxes);
     shs__free(R->cursor);
     json_decref(R->doc);
-    shs_checkpoint_close(R->ck);
+    shs_checkpoint_free(R->ck);
 }
 
 /* Build the output in tmp and rename it to dst. */
@@ -470,7 +470,7 @@ static int build(reshard *R, const char *dst, const char *dir, const char *base,
         return shs__err(SHS_EINVAL,
                         "reshard: '%s' is named for step %lld but the checkpoint is of step %lld",
                         dst, (long long)dstep, (long long)R->res.step);
-    if (!shs_checkpoint_is_plain(R->ck) && (rc = shs_checkpoint_progress(&p, R->ck)) < 0)
+    if (!(shs_checkpoint_format(R->ck) == SHS_FORMAT_PLAIN) && (rc = shs_checkpoint_progress(&p, R->ck)) < 0)
         return rc;
     /* an encrypted source gives an output encrypted with the same key:
        the suffix is then the new save's id in every chunk's AAD (crypt.h),
@@ -600,7 +600,7 @@ static char *doc_text(const json_t *doc)
 
 int shs_reshard_saved_layout(char **out, const char *src, int64_t step)
 {
-    shs_ckpt_open_opts oo = SHS_CKPT_OPEN_OPTS_INIT;
+    shs_checkpoint_open_opts oo = SHS_CHECKPOINT_OPEN_OPTS_INIT;
     reshard R = { 0 };
     json_t *meta = NULL;
     int rc;
@@ -608,7 +608,7 @@ int shs_reshard_saved_layout(char **out, const char *src, int64_t step)
         return shs__err(SHS_EINVAL, "shs_reshard_saved_layout: arguments are required");
     *out = NULL;
     oo.step = step;
-    if ((rc = shs_checkpoint_open_ex(&R.ck, src, &oo)) == SHS_OK) {
+    if ((rc = shs_checkpoint_open(&R.ck, src, &oo)) == SHS_OK) {
         R.nt = shs_checkpoint_tensor_count(R.ck);
         if ((rc = read_metadata(&meta, R.ck)) == SHS_OK &&
             (rc = saved_layout(&R, meta)) == SHS_OK && !(*out = doc_text(R.doc)))
@@ -619,7 +619,7 @@ int shs_reshard_saved_layout(char **out, const char *src, int64_t step)
     return rc;
 }
 
-void shs_reshard_layout_free(char *layout)
+void shs_free(char *layout)
 {
     shs__free(layout);
 }

@@ -663,7 +663,7 @@ static int read_slices(slice **out, size_t *n_out, const shs__meta *m, const cha
             x->b0 = shs_file_data_start(f) + ti->offset;
             x->b1 = x->b0 + ti->nbytes;
         }
-        shs_file_close(f);
+        shs_file_free(f);
     }
     *out = s;
     *n_out = n;
@@ -861,11 +861,11 @@ int shs__strategy_open(shs_checkpoint **out, const char *src, const char *strate
     }
     c->L.dir = c->dir;
     c->L.m = &c->m;
-    c->L.open_flags = (flags & SHS_CKPT_OPEN_NO_MMAP) ? SHS_OPEN_NO_MMAP : 0;
+    c->L.open_flags = (flags & SHS_CHECKPOINT_OPEN_NO_MMAP) ? SHS_OPEN_NO_MMAP : 0;
     c->L.mu = &c->mu;
     for (size_t i = 0; i < c->m.nt; i++) {
         const shs__mtensor *t = &c->m.t[i];
-        c->info[i] = (shs_ckpt_tensor_info){
+        c->info[i] = (shs_checkpoint_tensor_info){
             t->name, t->kind, t->dtype, t->ndim, t->gshape, t->nc
         };
     }
@@ -874,6 +874,6 @@ int shs__strategy_open(shs_checkpoint **out, const char *src, const char *strate
     return SHS_OK;
 fail:
     json_decref(doc);
-    shs_checkpoint_close(c);
+    shs_checkpoint_free(c);
     return rc;
 }

@@ -14,7 +14,7 @@
 
 #include "shardsafe.h"
 
-/* shs_ckpt_open_opts version 1: no key */
+/* shs_checkpoint_open_opts version 1: no key */
 typedef struct old_ckpt_open_opts_v1 {
     unsigned version;
     int64_t step;
@@ -52,8 +52,8 @@ typedef struct old_merge_opts_v1 {
 
 /* The layouts agree field by field with today's header. */
 #define SAME(o, n, f) _Static_assert(offsetof(o, f) == offsetof(n, f), #o "." #f " moved")
-SAME(old_ckpt_open_opts_v1, shs_ckpt_open_opts, step);
-SAME(old_ckpt_open_opts_v1, shs_ckpt_open_opts, flags);
+SAME(old_ckpt_open_opts_v1, shs_checkpoint_open_opts, step);
+SAME(old_ckpt_open_opts_v1, shs_checkpoint_open_opts, flags);
 SAME(old_reshard_opts_v1, shs_reshard_opts, world_size);
 SAME(old_reshard_opts_v1, shs_reshard_opts, fsync);
 SAME(old_merge_opts_v1, shs_merge_opts, dtype);

@@ -15,7 +15,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "consumer: %s\n", shs_last_error());
         return 1;
     }
-    shs_file_close(f);
+    shs_file_free(f);
     if (memcmp(x, y, sizeof x) != 0)
         return 1;
     if (shs_version_number() != SHS_VERSION_NUMBER) {

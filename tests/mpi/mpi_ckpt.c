@@ -218,7 +218,7 @@ int main(int argc, char **argv)
             printf("rank %d: save failed: %s\n", g_rank, shs_last_error());
             status = 1;
         } else {
-            shs_manager_last_save(mgr, &ss);
+            shs_manager_last_save(&ss, mgr);
             printf("rank %d: saved step %ld (%s): %llu of %llu bytes, balance %.3f, gathers "
                    "%d then %d\n",
                    g_rank, step, layout, (unsigned long long)ss.bytes_written,
@@ -227,7 +227,7 @@ int main(int argc, char **argv)
     } else {
         shs_progress p = SHS_PROGRESS_INIT;
         shs_load_result res = SHS_LOAD_RESULT_INIT;
-        rc = shs_manager_load(mgr, &p, &res);
+        rc = shs_manager_load(&res, mgr, &p);
         if (rc != SHS_OK) {
             printf("rank %d: load failed: %s\n", g_rank, shs_last_error());
             status = 1;

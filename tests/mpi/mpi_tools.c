@@ -50,7 +50,7 @@ typedef struct rule {
 } rule;
 
 typedef struct reg {
-    const shs_ckpt_tensor_info *ti; /* of REF */
+    const shs_checkpoint_tensor_info *ti; /* of REF */
     size_t ndim;
     shs_dtype dtype; /* registered */
     shs_dtype stored;
@@ -108,7 +108,7 @@ static int own_box(const shs_checkpoint *src, const char *name, size_t ndim, uin
     size_t t;
     if (!src || shs_checkpoint_find(&t, src, name) != SHS_OK)
         return 0;
-    const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(src, t);
+    const shs_checkpoint_tensor_info *ti = shs_checkpoint_tensor(src, t);
     if (ti->ndim != ndim)
         return 0;
     int found = 0;
@@ -213,10 +213,10 @@ int main(int argc, char **argv)
     reg *regs = NULL;
     size_t n_regs = 0;
     shs_state *st = NULL;
-    if (shs_checkpoint_open(&ref, refp) != SHS_OK)
+    if (shs_checkpoint_open(&ref, refp, NULL) != SHS_OK)
         snprintf(err, sizeof err, "open reference %s: %s", refp, shs_last_error());
     /* SRC may fail to open (the error tests): the manager names why */
-    if (shs_checkpoint_open(&src, srcp) != SHS_OK)
+    if (shs_checkpoint_open(&src, srcp, NULL) != SHS_OK)
         src = NULL;
     size_t nt = ref ? shs_checkpoint_tensor_count(ref) : 0;
     regs = calloc(nt ? nt : 1, sizeof *regs);
@@ -225,9 +225,9 @@ int main(int argc, char **argv)
     uint64_t box_bytes = 0, whole_bytes = 0;
     size_t own = 0;
     for (size_t t = 0; !*err && t < nt; t++) {
-        const shs_ckpt_tensor_info *ti = shs_checkpoint_tensor(ref, t);
+        const shs_checkpoint_tensor_info *ti = shs_checkpoint_tensor(ref, t);
         size_t st_idx;
-        const shs_ckpt_tensor_info *si = src && shs_checkpoint_find(&st_idx, src, ti->name) ==
+        const shs_checkpoint_tensor_info *si = src && shs_checkpoint_find(&st_idx, src, ti->name) ==
                                                      SHS_OK
                                              ? shs_checkpoint_tensor(src, st_idx)
                                              : NULL;
@@ -322,7 +322,7 @@ int main(int argc, char **argv)
     } else if (!any_bad_setup) {
         shs_progress p = SHS_PROGRESS_INIT;
         shs_load_result res = SHS_LOAD_RESULT_INIT;
-        if (shs_manager_load(mgr, &p, &res) != SHS_OK) {
+        if (shs_manager_load(&res, mgr, &p) != SHS_OK) {
             printf("rank %d: load failed: %s\n", g_rank, shs_last_error());
         } else if (!res.loaded) {
             printf("rank %d: load failed: nothing loaded\n", g_rank);
@@ -351,8 +351,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n_regs; i++)
         free(regs[i].data);
     free(regs);
-    shs_checkpoint_close(src);
-    shs_checkpoint_close(ref);
+    shs_checkpoint_free(src);
+    shs_checkpoint_free(ref);
     int any = 0;
     MPI_Allreduce(&status, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Finalize();

@@ -40,7 +40,7 @@ int main(int argc, char **argv)
         shs_state_add_tensor(st, &s);
         rc = shs_manager_create_comm(&m, &cfg, st, comm);
         if (rc == SHS_OK)
-            rc = shs_manager_load(m, &p, NULL);
+            rc = shs_manager_load(NULL, m, &p);
         shs_manager_free(m);
         shs_state_free(st);
     }
