@@ -44,6 +44,11 @@ int cli_cmd_inspect(int argc, char **argv);
 int cli_cmd_verify(int argc, char **argv);
 int cli_cmd_convert(int argc, char **argv);
 int cli_cmd_ls(int argc, char **argv);
+/* Before a merge or reshard of `dst` (cmd_ls.c): the leftovers of killed
+   runs on it removed by the library and each one said on stderr (a
+   warning), as is a temporary output another running process holds.
+   Errors are warnings: the run goes on. */
+void cli_clean_tool_leftovers(const char *dst, const char *cmd);
 int cli_cmd_prune(int argc, char **argv);
 int cli_cmd_diff(int argc, char **argv);
 int cli_cmd_merge(int argc, char **argv);

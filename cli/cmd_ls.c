@@ -1,8 +1,9 @@
 /*
  * cmd_ls.c -- `shardsafe ls SAVE_PATH [--json]`: the step directories of a
- * save path, their state and size, the tracker and the leftovers of
- * failed saves.  Reads directory entries, stat() and each step's
- * metadata.json and common.json (through the library), never tensor data.
+ * save path, their state and size, the tracker, the leftovers of failed
+ * saves and of killed merges and reshards beside it.  Reads directory
+ * entries, stat() and each step's metadata.json and common.json (through
+ * the library), never tensor data.
  */
 #include "cli.h"
 
@@ -25,7 +26,12 @@ static const char k_help[] =
     "next start renames it back.  Leftovers of failed\n"
     "saves (.tmp-*, .trash-*) are listed after them, then the exports at train\n"
     "end (hf-<step directory>: Hugging Face weights, last_save_in_hf), which\n"
-    "prune and retention never delete.  A missing or malformed\n"
+    "prune and retention never delete.  The temporary outputs of merges and\n"
+    "reshards whose destination is SAVE_PATH (SAVE_PATH.tmp-*, .tmp-<name>-*\n"
+    "beside it) come last: 'leftover' when the run that wrote it was killed (the\n"
+    "next merge or reshard of that destination removes it), 'in use' while a\n"
+    "running process holds it; SAVE_PATH need not exist for them to be listed.\n"
+    "A missing or malformed\n"
     "tracker, or one naming a step without a complete directory, is reported as\n"
     "a warning on stderr, as is the problem of each damaged or incomplete step\n"
     "(the same as 'shardsafe verify' names; tensor data and checksums are only\n"
@@ -37,6 +43,72 @@ static const char k_help[] =
     "\n"
     "Exit status: 0 listed (even with warnings), 1 SAVE_PATH cannot be read,\n"
     "2 usage error.\n";
+
+/* The temporaries of merges and reshards of a destination. */
+typedef struct tool_left {
+    char *path;
+    const char *tool;
+    uint64_t bytes, files;
+    int live;
+    long long pid;
+} tool_left;
+
+typedef struct tool_lefts {
+    tool_left *v;
+    size_t n;
+} tool_lefts;
+
+static int collect_left(void *ctx, const shs_tool_leftover *l)
+{
+    tool_lefts *s = ctx;
+    tool_left *nv = realloc(s->v, (s->n + 1) * sizeof *nv);
+    if (!nv)
+        return SHS_ENOMEM;
+    s->v = nv;
+    tool_left *e = &s->v[s->n];
+    if (!(e->path = strdup(l->path)))
+        return SHS_ENOMEM;
+    e->tool = strcmp(l->tool, "merge") == 0 ? "merge" : "reshard";
+    e->bytes = l->bytes;
+    e->files = l->files;
+    e->live = l->live;
+    e->pid = l->pid;
+    s->n++;
+    return 0;
+}
+
+static void lefts_release(tool_lefts *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        free(s->v[i].path);
+    free(s->v);
+}
+
+static int say_removed(void *ctx, const shs_tool_leftover *l)
+{
+    char hb[32];
+    const char *cmd = ctx;
+    cli_human_bytes(hb, sizeof hb, l->bytes);
+    size_t n = strlen(l->path);
+    if (l->removed && n > 5 && strcmp(l->path + n - 5, ".lock") == 0)
+        cli_warn("%s: removed %s, the lock file of a killed %s", cmd, l->path, l->tool);
+    else if (l->removed)
+        cli_warn("%s: removed %s (%s, %llu files), the temporary output of a killed %s", cmd,
+                 l->path, hb, (unsigned long long)l->files, l->tool);
+    else if (l->live)
+        cli_warn("%s: %s (%s) is the temporary output of a %s still running (pid %lld): left "
+                 "alone",
+                 cmd, l->path, hb, l->tool, l->pid);
+    return 0;
+}
+
+void cli_clean_tool_leftovers(const char *dst, const char *cmd)
+{
+    if (!*dst)
+        return; /* the command's own check says what is wrong */
+    if (shs_tool_leftovers(dst, 1, say_removed, (void *)(uintptr_t)cmd) < 0)
+        cli_warn("%s: leftovers of killed runs beside %s: %s", cmd, dst, shs_last_error());
+}
 
 static const char *status_of(const cli_entry *e)
 {
@@ -71,11 +143,33 @@ static json_t *entry_json(const cli_entry *e, int step)
     return o;
 }
 
-static int print_json(const cli_save *s, int status)
+static json_t *tool_lefts_json(const tool_lefts *tl)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < tl->n; i++) {
+        const tool_left *e = &tl->v[i];
+        json_t *o = json_object();
+        int bad = !o || json_object_set_new(o, "path", cli_jstr0(e->path)) < 0 ||
+                  json_object_set_new(o, "tool", json_string(e->tool)) < 0 ||
+                  json_object_set_new(o, "status", json_string(e->live ? "in use" : "leftover")) <
+                      0 ||
+                  json_object_set_new(o, "bytes", cli_ju64(e->bytes)) < 0 ||
+                  json_object_set_new(o, "file_count", cli_ju64(e->files)) < 0 ||
+                  json_object_set_new(o, "pid", e->pid ? json_integer(e->pid) : json_null()) < 0 ||
+                  json_array_append_new(a, o) < 0;
+        if (bad) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+static int print_json(const cli_save *s, const tool_lefts *tl, int status)
 {
     json_t *doc = cli_json_new(), *steps = json_array(), *left = json_array();
-    json_t *tr = json_object(), *exp = json_array();
-    int bad = !doc || !steps || !left || !tr || !exp;
+    json_t *tr = json_object(), *exp = json_array(), *tool = tool_lefts_json(tl);
+    int bad = !doc || !steps || !left || !tr || !exp || !tool;
     for (size_t i = 0; !bad && i < s->n_steps; i++) {
         json_t *o = entry_json(&s->steps[i], 1);
         bad |= !o || json_array_append_new(steps, o) < 0;
@@ -104,7 +198,9 @@ static int print_json(const cli_save *s, int status)
         bad |= json_object_set_new(doc, "steps", json_incref(steps)) < 0;
         bad |= json_object_set_new(doc, "leftovers", json_incref(left)) < 0;
         bad |= json_object_set_new(doc, "exports", json_incref(exp)) < 0;
+        bad |= json_object_set_new(doc, "tool_leftovers", json_incref(tool)) < 0;
     }
+    json_decref(tool);
     json_decref(steps);
     json_decref(left);
     json_decref(exp);
@@ -125,6 +221,21 @@ static void size_cell(char *buf, size_t cap, const cli_entry *e)
         snprintf(buf, cap, "%s (%llu shared)", hb, (unsigned long long)e->shared);
     else
         snprintf(buf, cap, "%s", hb);
+}
+
+static void print_tool_lefts(const tool_lefts *tl)
+{
+    char size[32];
+    for (size_t i = 0; i < tl->n; i++) {
+        const tool_left *e = &tl->v[i];
+        if (e->live)
+            printf("in use (%s running, pid %lld): ", e->tool, e->pid);
+        else
+            printf("leftover (killed %s): ", e->tool);
+        cli_put_escaped(stdout, e->path, strlen(e->path));
+        printf(" (%s, %llu files)\n", cli_human_bytes(size, sizeof size, e->bytes),
+               (unsigned long long)e->files);
+    }
 }
 
 static void print_text(const cli_save *s)
@@ -196,9 +307,37 @@ int cli_cmd_ls(int argc, char **argv)
         return cli_usage_err("ls", "SAVE_PATH is an empty path");
     if (cli_is_step_dir(path))
         cli_warn("%s is a step directory; listing it as a save path", path);
+    /* beside the path: the temporaries of merges and reshards into it,
+       listed even when it does not exist (a killed first merge) */
+    tool_lefts tl = { NULL, 0 };
+    if (*path && shs_tool_leftovers(path, 0, collect_left, &tl) < 0)
+        cli_warn("%s: temporaries of merges and reshards: %s", path, shs_last_error());
     cli_save s;
-    if (cli_save_scan(&s, path) != CLI_OK)
+    shs_source_kind kind = SHS_SOURCE_OTHER;
+    if (tl.n && shs_path_kind(&kind, path) == SHS_OK && kind == SHS_SOURCE_NONE) {
+        if (cli_g.json) {
+            json_t *doc = cli_json_new(), *a = tool_lefts_json(&tl);
+            int bad = !doc || !a || json_object_set_new(doc, "path", cli_jstr0(path)) < 0 ||
+                      json_object_set_new(doc, "tool_leftovers", json_incref(a)) < 0;
+            json_decref(a);
+            if (bad) {
+                json_decref(doc);
+                doc = NULL;
+            }
+            lefts_release(&tl);
+            return cli_finish_stdout(cli_json_print(doc, CLI_OK, CLI_FAIL));
+        }
+        if (!cli_g.quiet) {
+            printf("%s does not exist\n", path);
+            print_tool_lefts(&tl);
+        }
+        lefts_release(&tl);
+        return cli_finish_stdout(CLI_OK);
+    }
+    if (cli_save_scan(&s, path) != CLI_OK) {
+        lefts_release(&tl);
         return CLI_FAIL;
+    }
     for (size_t i = 0; i < s.n_steps; i++) {
         cli_entry *e = &s.steps[i];
         e->problem = cli_step_problem(e->path);
@@ -214,10 +353,13 @@ int cli_cmd_ls(int argc, char **argv)
     if (problem)
         cli_warn("%s", problem);
     int status = CLI_OK;
-    if (cli_g.json)
-        status = print_json(&s, CLI_OK);
-    else if (!cli_g.quiet)
+    if (cli_g.json) {
+        status = print_json(&s, &tl, CLI_OK);
+    } else if (!cli_g.quiet) {
         print_text(&s);
+        print_tool_lefts(&tl);
+    }
+    lefts_release(&tl);
     free(problem);
     cli_save_release(&s);
     return cli_finish_stdout(status);

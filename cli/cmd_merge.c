@@ -292,6 +292,7 @@ int cli_cmd_merge(int argc, char **argv)
     cli_signals_catch(&sig);
 
     cli_info("merge: %s -> %s", a.src, a.dst);
+    cli_clean_tool_leftovers(a.dst, "merge");
     int st = a.finish ? shs_merge_finish(&r, a.src, a.dst, &a.o)
                       : shs_merge(&r, a.src, a.dst, &a.o);
     if (a.prog_started)

@@ -267,6 +267,7 @@ static int run(args *ap)
     o.rank_list = a.ranks;
     o.n_rank_list = a.n_ranks;
     cli_info("reshard: %s -> %s", a.src, a.dst);
+    cli_clean_tool_leftovers(a.dst, "reshard");
     rc = shs_reshard(&r, a.src, a.dst, a.layout, &o);
     memset(key, 0, sizeof key);
     if (rc != SHS_OK) {

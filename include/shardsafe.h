@@ -1790,6 +1790,35 @@ SHS_API int shs_reshard(shs_reshard_result *out, const char *src, const char *ds
    above): the recorded one, else derived from its chunks.  *out is a
    NUL-terminated JSON text to release with shs_free. */
 SHS_API int shs_reshard_saved_layout(char **out, const char *src, int64_t step);
+
+/* ---- leftovers of killed merges and reshards ---- */
+
+/* shs_merge and shs_reshard build their output in a temporary directory
+   beside the destination ("DST.tmp-*", "DST.part-I-of-N.tmp-*",
+   ".tmp-<name of DST>-*"), locked by the running process (a lock file
+   beside it, "<tmp>.lock"; the kernel releases the lock when the process
+   dies).  A run killed mid-way leaves it, full size: the next shs_merge
+   or shs_reshard of the same destination removes it, and
+   shs_tool_leftovers lists (or removes) them.  docs/merge.md. */
+typedef struct shs_tool_leftover {
+    unsigned version; /* SHS_TOOL_LEFTOVER_VERSION */
+    const char *path; /* the temporary directory (or a stale lock file) */
+    const char *tool; /* "merge" or "reshard" */
+    uint64_t bytes;   /* bytes of its files */
+    uint64_t files;   /* its files */
+    int live;         /* a running process holds it: not a leftover */
+    long long pid;    /* the pid its lock file records; 0 unknown */
+    int removed;      /* shs_tool_leftovers with remove: it was removed */
+} shs_tool_leftover;
+#define SHS_TOOL_LEFTOVER_VERSION 1
+typedef int (*shs_tool_leftover_fn)(void *ctx, const shs_tool_leftover *leftover);
+
+/* Call fn (may be NULL) for every temporary output of a merge or reshard
+   of destination `dst` (which need not exist); with `remove` nonzero,
+   the leftovers of killed runs are removed first (live ones never) and
+   reported with `removed` set.  fn's pointers are valid during the call;
+   a nonzero return from fn stops the walk and is returned. */
+SHS_API int shs_tool_leftovers(const char *dst, int remove, shs_tool_leftover_fn fn, void *ctx);
 /* Release what shs_reshard_saved_layout returned.  NULL is a no-op. */
 
 /* The layout document (the format above) that the MindSpore strategy file

@@ -130,8 +130,24 @@ static void test_name_map(void **state)
     assert_int_equal(j.rc, SHS_EMISMATCH);
     assert_non_null(strstr(j.msg, "become 'backbone.norm'"));
     /* bad map files: each error names the file */
-    static const char *bad[] = { "not json", "[1, 2]", "{\"a\": 3}", "{\"a\": \"\"}",
-                                 "{\"a\": \"x\", \"a\": \"y\"}" };
+    /* ... read by the strict reader (docs/format.md): NaN, a trailing
+       comma, a comment, a BOM, a lone surrogate, a NUL in a name, an
+       integer beyond 64 bits, nesting past the cap */
+    static char deep[5000];
+    memset(deep, '[', 4096);
+    static const char *bad[] = { "not json",
+                                 "[1, 2]",
+                                 "{\"a\": 3}",
+                                 "{\"a\": \"\"}",
+                                 "{\"a\": \"x\", \"a\": \"y\"}",
+                                 "{\"a\": NaN}",
+                                 "{\"a\": \"x\",}",
+                                 "{\"a\": \"x\"} // c",
+                                 "\xef\xbb\xbf{\"a\": \"x\"}",
+                                 "{\"a\": \"\\ud800\"}",
+                                 "{\"a\": \"x\\u0000y\"}",
+                                 "{\"a\": 123456789012345678901234567890}",
+                                 deep };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(tu_write_file(mapf, bad[i], strlen(bad[i])), 0);
         j = job_default(dir);

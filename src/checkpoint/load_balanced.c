@@ -133,9 +133,9 @@ static int read_mine(balanced *B, uint64_t *read_bytes)
         uint64_t n = ch->b1 - ch->b0;
         shs_file *f;
         size_t idx;
-        if ((rc = shs__chunk_locate(B->L, ch->file, ch->key, ch->b0, ch->b1, &f, &idx)) < 0 ||
-            (rc = shs__read_hashed(B->L, ch, B->L->m->t[B->chunk_t[c]].name, f, idx, B->bufs[c],
-                                   n)) < 0)
+        const shs__mtensor *mt = &B->L->m->t[B->chunk_t[c]];
+        if ((rc = shs__chunk_open(B->L, mt, ch, &f, &idx)) < 0 ||
+            (rc = shs__chunk_read(B->L, mt, ch, f, idx, B->bufs[c], n)) < 0)
             break;
         *read_bytes += n;
     }

@@ -2,13 +2,15 @@
  * loader.h -- reading the chunks a checkpoint model describes, shared by
  * the load (load.c), shs_checkpoint_verify(view.c, NULL, 0) and the public read
  * API (read.c): files opened lazily, each chunk checked against
- * metadata.json before it is read, and ONE function that fills a box of a
- * global tensor from the saved chunks (shs__fill_box).
+ * metadata.json before it is read (chunk_read.h: the one read-and-check
+ * of stored bytes), and ONE function that fills a box of a global tensor
+ * from the saved chunks (shs__fill_box).
  */
 #ifndef SHS_LOADER_H
 #define SHS_LOADER_H
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/chunk_read.h"
 #include "source/meta.h"
 
 #include <pthread.h>
@@ -32,17 +34,6 @@ int shs__loader_open_file(shs__loader *L, uint32_t fi, shs_file **out);
    (bytes [b0, b1) of the file). */
 int shs__chunk_locate(shs__loader *L, uint32_t fi, const char *key, uint64_t b0, uint64_t b1,
                       shs_file **out_f, size_t *out_idx);
-
-/* SHS_ECHECKSUM unless data[0, n) matches the whole-chunk checksum of c
-   (when c has one). */
-int shs__check_hash(const shs__loader *L, const shs__mchunk *c, const char *tname, const void *data,
-                    uint64_t n);
-
-/* Read a whole chunk into dst and check its checksum; an encrypted
-   chunk is then decrypted in place and authenticated (crypt.h): dst
-   holds plaintext, or the call fails (SHS_EKEY without the key). */
-int shs__read_hashed(const shs__loader *L, const shs__mchunk *c, const char *tname, shs_file *f,
-                     size_t idx, void *dst, uint64_t n);
 
 /*
  * Fill the box [boff, boff + bshape) of the global tensor mt into dst,

@@ -12,7 +12,6 @@
 #include "source/common_json.h"
 #include "crypto/crypt.h"
 #include "common/opts.h"
-#include "common/hash.h"
 #include "store/io.h"
 #include "format/layout.h"
 
@@ -170,15 +169,7 @@ int shs_checkpoint_read_blob(const shs_checkpoint *ckpt, size_t blob, void *dst,
                         c->path, b->name, b->rank, (unsigned long long)n, dst_len);
     if (n && !dst)
         return shs__err(SHS_EINVAL, "shs_checkpoint_read_blob: NULL buffer");
-    shs_file *f;
-    size_t idx;
-    int rc = shs__chunk_locate(&c->L, b->file, b->key, b->b0, b->b1, &f, &idx);
-    if (rc == SHS_OK)
-        rc = shs_file_read_bytes(f, idx, 0, dst, (size_t)n);
-    if (rc == SHS_OK && shs__xxh3(dst, (size_t)n) != b->hash)
-        rc = shs__err(SHS_ECHECKSUM, "%s/%s: blob '%s' does not match its checksum", c->dir,
-                      c->m.f[b->file].name, b->name);
-    return rc;
+    return shs__blob_read(&c->L, b, dst, NULL);
 }
 
 int shs_checkpoint_progress(shs_progress *out, const shs_checkpoint *c)

@@ -7,7 +7,6 @@
  */
 #include "source/common_json.h"
 #include "crypto/crypt.h"
-#include "common/hash.h"
 #include "store/io.h"
 #include "checkpoint/loader.h"
 #include "store/lock.h"
@@ -65,19 +64,6 @@ static int same_as_earlier_copy(shs__loader *L, const shs__mtensor *t, size_t k,
     return rc;
 }
 
-/* An encrypted chunk whose checksums matched (its bytes at p):
-   authenticated (crypt.h: decrypted segment by segment into scratch
-   buffers, on two threads for version 4; no plaintext leaves it).
-   Without a key it is left for the end of the verify, which says a key is
-   needed. */
-static int verify_sealed(const shs__loader *L, const shs__mtensor *t, const shs__mchunk *c,
-                         const void *p)
-{
-    if (!c->enc || !L->key)
-        return SHS_OK;
-    return shs__crypt_auth_chunk(L->key, L->m, L->dir, t, c, p, c->b1 - c->b0);
-}
-
 static int verify(const char *dir, const shs__key *key);
 
 int shs_checkpoint_verify(const char *dir, const unsigned char *key, size_t key_len)
@@ -120,71 +106,34 @@ static int verify(const char *dir, const shs__key *key)
             !(used[i] = shs__calloc(shs_file_tensor_count(f) + 1, 1)))
             rc = shs__err(SHS_ENOMEM, "out of memory");
     }
-    /* every chunk, replicas included, against its checksum and blocks */
+    /* every stored byte read through the engine (chunk_read.h), replicas
+       included: each chunk against its checksum, its blocks and, with the
+       key, its tags; each blob against its checksum */
     for (size_t j = 0; j < m.nt && rc == SHS_OK; j++) {
         for (size_t k = 0; k < m.t[j].nc && rc == SHS_OK; k++) {
             const shs__mchunk *c = &m.t[j].c[k];
             shs_file *f;
             size_t idx;
-            if ((rc = shs__chunk_locate(&L, c->file, c->key, c->b0, c->b1, &f, &idx)) < 0)
+            const void *p;
+            if ((rc = shs__chunk_open(&L, &m.t[j], c, &f, &idx)) < 0)
                 break;
-            const shs_tensor_info *ti = shs_file_tensor(f, idx);
-            if (ti->dtype != m.t[j].dtype || ti->ndim != m.t[j].ndim ||
-                (ti->ndim && memcmp(ti->shape, c->shape, ti->ndim * sizeof(uint64_t)) != 0)) {
-                rc = shs__err(SHS_ECORRUPT,
-                              "%s/%s: tensor '%s' has another dtype or shape "
-                              "than metadata.json says",
-                              dir, m.f[c->file].name, c->key);
-                break;
-            }
             mark_used(used, c->file, idx);
-            const void *p = shs_file_tensor_data(f, idx);
-            if (!p) {
-                shs__free(buf);
-                if (!(buf = shs__malloc((size_t)(c->b1 - c->b0) + 1))) {
-                    rc = shs__err(SHS_ENOMEM, "out of memory");
-                    break;
-                }
-                if ((rc = shs_file_read(f, idx, buf, (size_t)(c->b1 - c->b0))) < 0)
-                    break;
-                p = buf;
-            }
-            rc = shs__check_hash(&L, c, m.t[j].name, p, c->b1 - c->b0);
+            rc = shs__chunk_verify(&L, &m.t[j], c, f, idx, &p, &buf);
             if (rc == SHS_OK && c->replica && !c->has_hash)
                 rc = same_as_earlier_copy(&L, &m.t[j], k, p, dir);
-            for (size_t q = 0; rc == SHS_OK && q < c->nblocks; q++) {
-                uint64_t at = (uint64_t)q * c->block, n = c->b1 - c->b0;
-                uint64_t len = n - at < c->block ? n - at : c->block;
-                if (shs__xxh3((const char *)p + at, (size_t)len) != c->blocks[q])
-                    rc = shs__err(SHS_ECHECKSUM,
-                                  "%s: tensor '%s': block %zu does not match its "
-                                  "xxh3 checksum",
-                                  dir, m.t[j].name, q);
-            }
-            if (rc == SHS_OK)
-                rc = verify_sealed(&L, &m.t[j], c, p);
         }
     }
     for (size_t k = 0; k < m.nb && rc == SHS_OK; k++) {
         const shs__mblob *b = &m.b[k];
-        shs_file *f;
         size_t idx;
-        if ((rc = shs__chunk_locate(&L, b->file, b->key, b->b0, b->b1, &f, &idx)) < 0)
+        void *nb = shs__realloc(buf, (size_t)(b->b1 - b->b0) + 1);
+        if (!nb) {
+            rc = shs__err(SHS_ENOMEM, "out of memory");
             break;
-        mark_used(used, b->file, idx);
-        const void *p = shs_file_tensor_data(f, idx);
-        if (!p) {
-            shs__free(buf);
-            if (!(buf = shs__malloc((size_t)(b->b1 - b->b0) + 1))) {
-                rc = shs__err(SHS_ENOMEM, "out of memory");
-                break;
-            }
-            if ((rc = shs_file_read(f, idx, buf, (size_t)(b->b1 - b->b0))) < 0)
-                break;
-            p = buf;
         }
-        if (shs__xxh3(p, (size_t)(b->b1 - b->b0)) != b->hash)
-            rc = shs__err(SHS_ECHECKSUM, "%s: blob '%s' does not match its checksum", dir, b->name);
+        buf = nb;
+        if ((rc = shs__blob_read(&L, b, buf, &idx)) == SHS_OK)
+            mark_used(used, b->file, idx);
     }
     /* bytes no checksum covers would pass unseen: every tensor of every
        file is a chunk or a blob of metadata.json */

@@ -6,6 +6,8 @@
  */
 #include "crypto/crypt_int.h"
 
+#include "checkpoint/chunk_read.h"
+
 #include "store/io.h"
 
 #include <openssl/crypto.h>
@@ -381,13 +383,20 @@ int shs__crypt_meta_digest(shs__meta *m, char *buf, size_t len, const char *valu
 int shs__crypt_mismatch(const char *dir, const shs__meta *m, const shs__mtensor *t,
                         const shs__mchunk *c, long long seg)
 {
-    char where[64] = "";
-    if (seg >= 0)
-        snprintf(where, sizeof where, ", segment %lld of %llu", seg, (unsigned long long)c->ntags);
-    return shs__err(SHS_ECHECKSUM,
-                    "%s/%s: tensor '%s': chunk does not authenticate (%s tag mismatch%s): its "
-                    "bytes, its place (tensor, offset, step) or metadata.json were changed",
-                    dir, m->f[c->file].name, t->name, cipher_of(m), where);
+    /* the one message of a chunk whose stored bytes fail a check
+       (chunk_read.h), naming the segment's bytes in the file */
+    char part[64] = "";
+    uint64_t n = c->b1 - c->b0, at = 0, len = n;
+    if (seg >= 0) {
+        snprintf(part, sizeof part, "segment %lld of %llu", seg, (unsigned long long)c->ntags);
+        at = (uint64_t)seg * m->segment;
+        at = at < n ? at : n;
+        len = n - at < m->segment ? n - at : m->segment;
+    }
+    return shs__chunk_err(SHS_ECHECKSUM, dir, m, t, c, part, at, len,
+                          "does not authenticate (%s tag mismatch): its bytes, its place "
+                          "(tensor, offset, step) or metadata.json were changed",
+                          cipher_of(m));
 }
 
 /* Decrypt (buf) or only authenticate (buf NULL: through a scratch

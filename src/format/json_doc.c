@@ -10,6 +10,7 @@
 #include <locale.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <jansson.h>
 #include <string.h>
 
 #define MAX_DEPTH 2048 /* nested containers, as metadata.json's reader */
@@ -339,4 +340,56 @@ int shs__jdoc_load(shs__jdoc *d, const char *path, size_t max)
     }
     shs__free(text);
     return rc;
+}
+
+/* One value and, below it, its children (depth capped by the parser). */
+static int to_jansson(json_t **out, const shs__jdoc *d, const shs__jnode *v, const char *fname)
+{
+    json_t *j = NULL;
+    int64_t i;
+    *out = NULL;
+    switch (v->type) {
+    case SHS__J_NULL: j = json_null(); break;
+    case SHS__J_FALSE: j = json_false(); break;
+    case SHS__J_TRUE: j = json_true(); break;
+    case SHS__J_NUM:
+        if (v->is_integer && !shs__jint(v, &i))
+            return shs__err(SHS_ECORRUPT, "%s: an integer beyond 64 bits", fname);
+        j = v->is_integer ? json_integer((json_int_t)i) : json_real(v->d);
+        break;
+    case SHS__J_STR:
+        if (strlen(v->s) != v->len)
+            return shs__err(SHS_ECORRUPT, "%s: a string holds a NUL (\\u0000)", fname);
+        j = json_stringn(v->s, v->len);
+        break;
+    default:
+        j = v->type == SHS__J_ARR ? json_array() : json_object();
+        for (const shs__jnode *c = shs__jfirst(d, v); j && c; c = shs__jnext(d, c)) {
+            json_t *cj;
+            int rc = to_jansson(&cj, d, c, fname);
+            if (rc == SHS_OK && v->type == SHS__J_OBJ && strlen(c->key) != c->key_len) {
+                json_decref(cj);
+                rc = shs__err(SHS_ECORRUPT, "%s: a key holds a NUL (\\u0000)", fname);
+            }
+            if (rc < 0) {
+                json_decref(j);
+                return rc;
+            }
+            if ((v->type == SHS__J_ARR ? json_array_append_new(j, cj)
+                                       : json_object_set_new_nocheck(j, c->key, cj)) < 0) {
+                json_decref(j);
+                j = NULL;
+            }
+        }
+    }
+    if (!j)
+        return shs__err(SHS_ENOMEM, "out of memory reading %s", fname);
+    *out = j;
+    return SHS_OK;
+}
+
+int shs__jdoc_to_jansson(json_t **out, const shs__jdoc *d, const shs__jnode *v, const char *fname)
+{
+    return v ? to_jansson(out, d, v, fname)
+             : (*out = NULL, shs__err(SHS_ECORRUPT, "%s: empty document", fname));
 }

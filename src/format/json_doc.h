@@ -92,4 +92,14 @@ const char *shs__jstr(const shs__jdoc *d, const shs__jnode *obj, const char *key
 /* Read a whole file (at most `max` bytes) and parse it. */
 int shs__jdoc_load(shs__jdoc *d, const char *path, size_t max);
 
+/* The value v of d (a tree this reader checked) copied into jansson
+   values, for the code that edits documents as jansson trees (the layout
+   documents of reshard, which it also builds and writes): jansson builds
+   values but never lexes what came from disk.  Integers beyond int64 and
+   strings or keys holding NUL are refused (SHS_ECORRUPT naming fname), as
+   jansson's own reader would.  *out is NULL on error. */
+struct json_t;
+int shs__jdoc_to_jansson(struct json_t **out, const shs__jdoc *d, const shs__jnode *v,
+                         const char *fname);
+
 #endif

@@ -14,8 +14,9 @@
 #include "store/io.h"
 #include "source/stepdir.h"
 
+#include "format/json_doc.h"
+
 #include <errno.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,43 +122,26 @@ int shs__hf_rules_check(const char *rules, const char *field)
 
 /* ---- the map file ---- */
 
-static int load_map(json_t **out, const char *path)
+/* The map file, a JSON object {"name in the files": "registered name"},
+   read by the strict reader (json_doc.h) as every document from disk. */
+static int load_map(shs__jdoc *d, const char *path)
 {
-    char *text = NULL;
-    size_t len = 0;
-    json_error_t je;
-    int oom = 0, rc;
-    *out = NULL;
-    if ((rc = shs__read_file(&text, &len, path, MAP_FILE_MAX)) < 0)
+    int rc = shs__jdoc_load(d, path, MAP_FILE_MAX);
+    if (rc == SHS_ECORRUPT)
+        return shs__err_prefix(SHS_ECONFIG, "hf_name_map_file");
+    if (rc < 0)
         return shs__err_prefix(rc, "hf_name_map_file");
-    json_t *root = shs__json_loadb(text, len, JSON_REJECT_DUPLICATES, &je, &oom);
-    shs__free(text);
-    if (oom)
-        return shs__err(SHS_ENOMEM, "hf_name_map_file %s: out of memory reading it", path);
-    if (!root)
-        return shs__err(SHS_ECONFIG, "hf_name_map_file %s: not valid JSON: %s (line %d)", path,
-                        je.text, je.line);
-    if (!json_is_object(root)) {
-        json_decref(root);
+    const shs__jnode *root = shs__jroot(d);
+    if (!shs__jis(root, SHS__J_OBJ))
         return shs__err(SHS_ECONFIG,
                         "hf_name_map_file %s: expected an object {\"file name\": "
                         "\"registered name\"}",
                         path);
-    }
-    const char *key;
-    json_t *v;
-    json_object_foreach(root, key, v)
-    {
-        const char *s = json_string_value(v);
-        if (!s || !*s || strlen(s) != json_string_length(v)) {
-            /* the message first: `key` dies with root */
-            rc = shs__err(SHS_ECONFIG,
-                          "hf_name_map_file %s: the entry of '%s' is not a tensor name", path, key);
-            json_decref(root);
-            return rc;
-        }
-    }
-    *out = root;
+    for (const shs__jnode *v = shs__jfirst(d, root); v; v = shs__jnext(d, v))
+        if (!shs__jis(v, SHS__J_STR) || !v->len || strlen(v->s) != v->len)
+            return shs__err(SHS_ECONFIG,
+                            "hf_name_map_file %s: the entry of '%.*s' is not a tensor name", path,
+                            (int)(v->key_len < 200 ? v->key_len : 200), v->key);
     return SHS_OK;
 }
 
@@ -170,9 +154,9 @@ static int cmp_mtensor(const void *a, const void *b)
 
 /* The name a tensor of the files is registered under (caller frees), or
    NULL with *same = 1 when it keeps its name. */
-static char *new_name(const char *name, json_t *map, const rule *r, size_t nr, int *same)
+static char *new_name(const char *name, const shs__jdoc *map, const rule *r, size_t nr, int *same)
 {
-    const char *exact = map ? json_string_value(json_object_get(map, name)) : NULL;
+    const char *exact = map ? shs__jstr(map, shs__jroot(map), name) : NULL;
     *same = 0;
     if (exact)
         return shs__strdup(exact);
@@ -204,10 +188,10 @@ int shs__hf_rename(shs__meta *m, const char *rules, const char *map_file)
 {
     rule *r = NULL;
     size_t nr = 0;
-    json_t *map = NULL;
+    shs__jdoc doc = { 0 }, *map = NULL;
     int rc = parse_rules(&r, &nr, rules ? rules : "", "hf_name_map");
-    if (rc == SHS_OK && map_file && *map_file)
-        rc = load_map(&map, map_file);
+    if (rc == SHS_OK && map_file && *map_file && (rc = load_map(&doc, map_file)) == SHS_OK)
+        map = &doc;
     if (rc < 0 || (!nr && !map))
         goto done;
     for (size_t i = 0; i < m->nt; i++) {
@@ -239,7 +223,7 @@ int shs__hf_rename(shs__meta *m, const char *rules, const char *map_file)
             goto done;
         }
 done:
-    json_decref(map);
+    shs__jdoc_free(&doc);
     shs__free(r);
     return rc;
 }

@@ -18,12 +18,14 @@
  *
  * Everything goes into "<target>.tmp-<random>", renamed to the target at
  * the end; any failure removes it, so there is never a partial output.
+ * A killed run's is removed by the next run on the target (merge_tmp.h).
  */
 #include "tools/merge.h"
 
 #include "common/opts.h"
 
 #include "store/io.h"
+#include "tools/merge_tmp.h"
 #include "tools/strategy.h"
 
 #include <errno.h>
@@ -298,23 +300,18 @@ static int check_target(const char *target, int force, int *exists)
     return rc;
 }
 
-/* A new empty "<target>.tmp-<random>". */
-static int make_tmp(char **out, const char *target)
+/* A new empty "<target>.tmp-<random>", locked (merge_tmp.h), after the
+   leftovers of killed runs on the same target are removed (best effort:
+   one that cannot be removed does not stop this run, `ls` shows it). */
+static int make_tmp(shs__tool_tmp *out, const char *target)
 {
-    char suffix[17];
+    char suffix[17], tmp[4096];
+    if (shs__tool_leftovers(target, 1, NULL, NULL) < 0)
+        shs__err_clear();
     shs__random_suffix(suffix);
-    size_t cap = strlen(target) + 32;
-    char *tmp = shs__malloc(cap);
-    if (!tmp)
-        return shs__err(SHS_ENOMEM, "out of memory");
-    snprintf(tmp, cap, "%s.tmp-%s", target, suffix);
-    if (shs__io->mkdir(tmp, 0755) != 0) {
-        int rc = shs__err_errno(errno, "cannot create the output directory", tmp);
-        shs__free(tmp);
-        return rc;
-    }
-    *out = tmp;
-    return SHS_OK;
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp-%s", target, suffix) >= sizeof tmp)
+        return shs__err(SHS_EINVAL, "%s: path too long", target);
+    return shs__tool_tmp_make(out, tmp, "merge");
 }
 
 /* Rename tmp to target (an existing target, checked by check_target, is
@@ -448,6 +445,7 @@ int shs_merge(shs_merge_result *result, const char *src, const char *dst_dir,
     const shs_merge_opts *o = &oo;
     shs_checkpoint *ck = NULL;
     shs__mplan p;
+    shs__tool_tmp tt = { NULL, NULL, -1 };
     char *target = NULL, *tmp = NULL;
     size_t files = 0;
     mctx c;
@@ -466,8 +464,9 @@ int shs_merge(shs_merge_result *result, const char *src, const char *dst_dir,
         goto done;
     }
     if ((rc = check_target(target, (o->flags & SHS_MERGE_FORCE) != 0, &exists)) < 0 ||
-        (rc = make_tmp(&tmp, target)) < 0)
+        (rc = make_tmp(&tt, target)) < 0)
         goto done;
+    tmp = tt.path;
     c.ck = ck;
     c.plan = &p;
     c.o = o;
@@ -491,9 +490,9 @@ int shs_merge(shs_merge_result *result, const char *src, const char *dst_dir,
 done:
     if (tmp && rc < 0)
         shs__rmtree(tmp);
+    shs__tool_tmp_release(&tt);
     pthread_cond_destroy(&c.turn_cv);
     pthread_mutex_destroy(&c.mu);
-    shs__free(tmp);
     shs__free(target);
     shs__merge_plan_free(&p);
     shs_checkpoint_free(ck);
@@ -534,6 +533,7 @@ int shs_merge_finish(shs_merge_result *result, const char *src, const char *dst_
 {
     shs_checkpoint *ck = NULL;
     shs__mplan p;
+    shs__tool_tmp tt = { NULL, NULL, -1 };
     char **parts = NULL, *tmp = NULL, *from = NULL, *to = NULL;
     int rc, exists = 0, n = 0;
     memset(&p, 0, sizeof p);
@@ -572,8 +572,9 @@ int shs_merge_finish(shs_merge_result *result, const char *src, const char *dst_
             goto done;
     }
     if ((rc = check_target(dst_dir, (opts->flags & SHS_MERGE_FORCE) != 0, &exists)) < 0 ||
-        (rc = make_tmp(&tmp, dst_dir)) < 0)
+        (rc = make_tmp(&tt, dst_dir)) < 0)
         goto done;
+    tmp = tt.path;
     /* hard links: the parts stay intact until the output is in place */
     for (size_t k = 0; k < p.nf; k++) {
         shs__free(from);
@@ -602,7 +603,7 @@ done:
     for (int q = 0; parts && q < n; q++)
         shs__free(parts[q]);
     shs__free(parts);
-    shs__free(tmp);
+    shs__tool_tmp_release(&tt);
     shs__free(from);
     shs__free(to);
     shs__merge_plan_free(&p);

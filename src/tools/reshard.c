@@ -10,7 +10,9 @@
 
 #include "crypto/crypt.h"
 #include "store/io.h"
+#include "format/json_doc.h"
 #include "tools/layout_spec.h"
+#include "tools/merge_tmp.h"
 #include "tools/strategy.h"
 #include "common/opts.h"
 #include "checkpoint/state.h"
@@ -43,17 +45,18 @@ static int read_metadata(json_t **out, const shs_checkpoint *ck)
 {
     char *path = NULL, *text = NULL;
     size_t len = 0;
-    json_error_t jerr;
-    int oom = 0, rc = SHS_OK;
+    shs__jdoc d = { 0 };
+    int rc = SHS_OK;
     *out = NULL;
     if ((shs_checkpoint_format(ck) == SHS_FORMAT_PLAIN))
         return SHS_OK;
     if (!(path = shs__path_join(shs_checkpoint_path(ck), "metadata.json")))
         return shs__err(SHS_ENOMEM, "out of memory");
+    /* the strict reader of every document from disk (json_doc.h) */
     if ((rc = shs__read_file_nofollow(&text, &len, path, (size_t)1 << 30)) == SHS_OK &&
-        !(*out = shs__json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr, &oom)))
-        rc = oom ? shs__err(SHS_ENOMEM, "out of memory reading %s", path)
-                 : shs__err(SHS_ECORRUPT, "%s: %s", path, jerr.text);
+        (rc = shs__jdoc_parse(&d, text, len, path)) == SHS_OK)
+        rc = shs__jdoc_to_jansson(out, &d, shs__jroot(&d), path);
+    shs__jdoc_free(&d);
     shs__free(text);
     shs__free(path);
     return rc;
@@ -98,20 +101,17 @@ static int saved_layout(reshard *R, const json_t *meta)
 
 static int load_layout_file(reshard *R, const char *path)
 {
-    char *text = NULL;
-    size_t len = 0;
-    json_error_t jerr;
-    int oom = 0;
-    int rc = shs__read_file(&text, &len, path, LAYOUT_FILE_MAX);
+    shs__jdoc d;
     R->where = path;
-    if (rc < 0)
-        return rc;
-    if (!(R->doc = shs__json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr, &oom)))
-        rc = oom ? shs__err(SHS_ENOMEM, "out of memory reading %s", path)
-                 : shs__err(SHS_EINVAL, "%s: line %d: invalid JSON: %s", path, jerr.line,
-                            jerr.text);
-    shs__free(text);
-    return rc;
+    /* the strict reader of every document from disk (json_doc.h); the
+       checked tree is then copied into jansson values, which the layout
+       code edits (it builds documents too) */
+    int rc = shs__jdoc_load(&d, path, LAYOUT_FILE_MAX);
+    if (rc == SHS_OK)
+        rc = shs__jdoc_to_jansson(&R->doc, &d, shs__jroot(&d), path);
+    shs__jdoc_free(&d);
+    /* a bad layout file is a bad argument (SHS_EINVAL), as it was */
+    return rc == SHS_ECORRUPT ? shs__err_prefix(SHS_EINVAL, "layout file") : rc;
 }
 
 /* The target layout of a MindSpore strategy file: its parameters the
@@ -463,6 +463,7 @@ static int build(reshard *R, const char *dst, const char *dir, const char *base,
     shs_progress p = SHS_PROGRESS_INIT;
     char suffix[17], *tmp = NULL;
     shs__buf name = SHS__BUF_INIT;
+    shs__tool_tmp tt = { NULL, NULL, -1 };
     int rc = SHS_OK, made = 0;
     int64_t dstep = shs_checkpoint_step_of_name(base);
     if (dstep >= 0 && dstep != R->res.step)
@@ -492,10 +493,12 @@ static int build(reshard *R, const char *dst, const char *dir, const char *base,
         rc = shs__err(SHS_ENOMEM, "out of memory");
         goto done;
     }
-    if (shs__io->mkdir(tmp, 0755) != 0) {
-        rc = shs__err_errno(errno, "cannot create", tmp);
+    /* a killed run's temporary of the same destination is removed first
+       (best effort), then ours is made, locked (merge_tmp.h) */
+    if (shs__tool_leftovers(dst, 1, NULL, NULL) < 0)
+        shs__err_clear();
+    if ((rc = shs__tool_tmp_make(&tt, tmp, "reshard")) < 0)
         goto done;
-    }
     made = 1;
     shs__save_req req = { .save_path = dir,
                           .step = R->res.step,
@@ -520,6 +523,7 @@ done:
         shs__rmtree(tmp);
     if (enc)
         shs__key_wipe(&key);
+    shs__tool_tmp_release(&tt);
     shs__free(tmp);
     shs__buf_release(&name);
     return rc;

@@ -162,7 +162,7 @@ b[-5] ^= 1
 open(p, "wb").write(b)
 EOF
 expect 1 "verify --key-file of a changed byte" "$SHS_BIN" verify --key-file "$KEY" "$B100"
-has "$WORK/out" "does not match its xxh3 checksum" "a changed byte is caught"
+has "$WORK/out" "checksum mismatch (stored 0x" "a changed byte is caught"
 "$PY" - <<EOF
 import sys
 sys.path.insert(0, "$SHS_SOURCE_DIR/tests/cli")
