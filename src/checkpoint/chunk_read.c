@@ -573,8 +573,8 @@ int shs__chunk_verify(const shs__loader *L, const shs__mtensor *t, const shs__mc
 
 int shs__blob_read(shs__loader *L, const shs__mblob *b, void *dst, size_t *out_idx)
 {
-    shs_file *f;
-    size_t idx;
+    shs_file *f = NULL;
+    size_t idx = 0;
     int rc = shs__chunk_locate(L, b->file, b->key, b->b0, b->b1, &f, &idx);
     if (rc < 0)
         return rc;

@@ -171,6 +171,8 @@ static int apply_opt(sparam *p, int32_t step, int32_t size, const char *where, c
     for (size_t k = nrep; k-- > 0 && left > 1;) {
         size_t a = rep[k];
         uint64_t d = p->dev[a];
+        if (nopt >= MAX_AX - 1) /* each axis joins opt once: never true */
+            BAD("%s: parameter '%s': more than %d device axes", where, full, MAX_AX);
         if (left < d) {
             if (d % left)
                 BAD("%s: parameter '%s': opt_weight_shard_size %d does not divide device axis "
