@@ -95,7 +95,7 @@ int shs__common_read_ex(shs_progress *p, const char *dir, unsigned *flags)
         (rc = shs__jdoc_parse(&d, buf, len, path)) < 0)
         goto fail;
     const shs__jnode *o = shs__jroot(&d);
-    if (o->type != SHS__J_OBJ)
+    if (!shs__jis(o, SHS__J_OBJ))
         BAD("%s: not a JSON object", path);
     static const char *const ints[] = { "epoch_num", "step_num", "global_step", "global_batch_size",
                                         "consumed_samples" };

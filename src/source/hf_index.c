@@ -113,7 +113,7 @@ int shs_hf_index_open(shs_hf_index **out, const char *path)
     }
     const shs__jdoc *d = &ix->doc;
     const shs__jnode *root = shs__jroot(d);
-    if (root->type != SHS__J_OBJ)
+    if (!shs__jis(root, SHS__J_OBJ))
         return index_fail(ix, SHS_ECORRUPT, "%s: index is not a JSON object", path);
     const shs__jnode *md = shs__jget(d, root, "metadata");
     if (md && md->type != SHS__J_NULL && md->type != SHS__J_OBJ)
