@@ -216,6 +216,10 @@ def merge(src, dst, *, max_shard_size=None, dtype=None, include=None, exclude=No
     Returns {"n_tensors", "n_files", "total_size", "files_written",
     "bytes_written"}."""
     key = _key(key, key_file, key_env)
+    strategy = None if src_strategy_file is None else os.fspath(src_strategy_file)
+    if strategy is not None and choice_func is not None:
+        raise InvalidArgumentError("choice_func with src_strategy_file: select with "
+                                   "include/exclude/rename instead")
     inc, exc, ren = _globs(include, "include"), _globs(exclude, "exclude"), _rules(rename)
     if choice_func is not None:
         if inc or exc or ren:
@@ -239,10 +243,6 @@ def merge(src, dst, *, max_shard_size=None, dtype=None, include=None, exclude=No
         raise InvalidArgumentError("progress must be callable")
     if grouping not in _GROUPINGS:
         raise InvalidArgumentError(f"grouping {grouping!r}: 'current' or 'legacy'")
-    strategy = None if src_strategy_file is None else os.fspath(src_strategy_file)
-    if strategy is not None and choice_func is not None:
-        raise InvalidArgumentError("choice_func with src_strategy_file: select with "
-                                   "include/exclude/rename instead")
     flags = ((_C.MERGE_FORCE if force else 0) | (_C.MERGE_FSYNC if fsync else 0)
              | (_C.MERGE_WITH_OPTIMIZER if with_optimizer else 0))
     return _C.merge(os.fspath(src), os.fspath(dst), _size(max_shard_size), dtype, inc, exc, ren,

@@ -233,6 +233,8 @@ def test_strategy_files(tmp_path):
         shardsafe.merge(ranks, tmp_path / "g", src_strategy_file=strategy, grouping="newest")
     with pytest.raises(NotImplementedError, match="choice_func"):
         shardsafe.unified_safetensors(ranks, strategy, tmp_path / "c", choice_func=bool)
+    with pytest.raises(shardsafe.InvalidArgumentError, match="choice_func with src_strategy_file"):
+        shardsafe.merge(ranks, tmp_path / "c", src_strategy_file=strategy, choice_func=bool)
     # a file that is not a strategy: an error naming it, nothing written
     bad = tmp_path / "bad.ckpt"
     bad.write_bytes(b"\xff" * 16)
@@ -254,6 +256,9 @@ def test_strategy_files(tmp_path):
     with pytest.raises(ValueError, match="rank_list"):
         shardsafe.reshard(tmp_path / "merged", tmp_path / "x", strategy_file=strategy,
                           rank_list=[-1, 0, 1, 2])
+    with pytest.raises(shardsafe.InvalidArgumentError, match="rank_list applies to a strategy_file"):
+        shardsafe.reshard(tmp_path / "merged", tmp_path / "x", rank_list=[0])
+    assert not (tmp_path / "x").exists()
 
 
 def test_load_distributed_checkpoint(ckpt, tmp_path):
